@@ -1,0 +1,54 @@
+"""WebSocket consumers: live updates for the Console.
+
+A client joins only when logged in, and the user is checked again for every message, so a
+session that is logged out or a user who is deactivated stops receiving updates at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
+
+from recovery.live import FLEET_GROUP, AuditEventMessage, workload_group
+
+UNAUTHORISED_CLOSE_CODE = 4401
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """Streams audit events: the whole fleet, or one workload when the URL names it."""
+
+    groups: list[str]
+
+    async def connect(self) -> None:
+        if not await self._user_is_active():
+            await self.close(code=UNAUTHORISED_CLOSE_CODE)
+            return
+        workload_id = self.scope["url_route"]["kwargs"].get("workload_id")
+        self.live_group = workload_group(int(workload_id)) if workload_id else FLEET_GROUP
+        await self.channel_layer.group_add(self.live_group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "live_group"):
+            await self.channel_layer.group_discard(self.live_group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        # The channel is one-way; a ping is answered so clients can check it is alive.
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def audit_event(self, message: AuditEventMessage) -> None:
+        if not await self._user_is_active():
+            await self.close(code=UNAUTHORISED_CLOSE_CODE)
+            return
+        await self.send_json(dict(message))
+
+    @database_sync_to_async
+    def _user_is_active(self) -> bool:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            return False
+        return get_user_model().objects.filter(pk=user.pk, is_active=True).exists()

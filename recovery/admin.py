@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    Cluster,
+    DetectionPattern,
+    Node,
+    Policy,
+    Recommendation,
+    Verdict,
+    Workload,
+)
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "scheduler_kind",
+        "connection",
+        "mode",
+        "acknowledge_scheduler_actions",
+        "environment",
+        "last_polled_at",
+    ]
+    list_filter = ["scheduler_kind", "connection", "mode", "environment"]
+    search_fields = ["name", "environment"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "cluster",
+        "scheduler_state",
+        "health",
+        "times_implicated",
+        "excluded_until",
+    ]
+    list_filter = ["cluster", "health"]
+    search_fields = ["name", "state_reason"]
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    fields = ["number", "nodes", "excluded_nodes", "started_at", "ended_at", "exit_state"]
+
+
+@admin.register(Workload)
+class WorkloadAdmin(admin.ModelAdmin):
+    list_display = [
+        "job_id",
+        "name",
+        "cluster",
+        "user",
+        "partition",
+        "state",
+        "current_attempt",
+        "opted_in",
+        "submit_time",
+    ]
+    list_filter = ["cluster", "state", "opted_in", "partition"]
+    search_fields = ["job_id", "name", "user", "workflow_id"]
+    date_hierarchy = "submit_time"
+    inlines = [AttemptInline]
+
+
+@admin.register(Anomaly)
+class AnomalyAdmin(admin.ModelAdmin):
+    list_display = ["workload", "kind", "category", "attribution", "occurrences", "detected_at"]
+    list_filter = ["kind", "category", "attribution"]
+    search_fields = ["workload__job_id", "signature", "evidence_line"]
+    raw_id_fields = ["workload", "attempt"]
+
+
+@admin.register(Verdict)
+class VerdictAdmin(admin.ModelAdmin):
+    list_display = ["anomaly", "provider", "attribution", "confidence", "created_at"]
+    list_filter = ["provider", "attribution"]
+    raw_id_fields = ["anomaly"]
+
+
+@admin.register(Recommendation)
+class RecommendationAdmin(admin.ModelAdmin):
+    """Read-only: decisions go through the Console or the API so they are audited."""
+
+    list_display = ["workload", "action", "status", "decided_by", "created_at"]
+    list_filter = ["status", "action"]
+    search_fields = ["workload__job_id", "reason", "idempotency_key"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The trail is append-only: admin shows it and changes nothing."""
+
+    list_display = ["occurred_at", "cluster", "workload", "attempt", "kind", "actor"]
+    list_filter = ["kind", "cluster"]
+    search_fields = ["actor", "workload__job_id"]
+    date_hierarchy = "occurred_at"
+    actions = None
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "enabled",
+        "cluster",
+        "environment",
+        "partition",
+        "crash_action",
+        "max_attempts",
+        "max_attempts_without_checkpoint",
+    ]
+    list_filter = ["enabled", "cluster", "crash_action"]
+    search_fields = ["name", "environment", "partition"]
+    fieldsets = [
+        (None, {"fields": ["name", "enabled"]}),
+        ("Scope (most specific wins)", {"fields": ["cluster", "environment", "partition"]}),
+        (
+            "Crashes and exclusions",
+            {
+                "fields": [
+                    "crash_action",
+                    "exclude_on_attributions",
+                    "exclude_on_categories",
+                    "exclusion_hours",
+                    "suspect_node_workloads",
+                    "suspect_window_hours",
+                ]
+            },
+        ),
+        (
+            "When to stop",
+            {
+                "fields": [
+                    "max_attempts",
+                    "max_attempts_without_checkpoint",
+                    "stop_on_application_fault",
+                ]
+            },
+        ),
+        (
+            "Hangs and stragglers",
+            {
+                "fields": [
+                    "hang_timeout_minutes",
+                    "hang_step_time_factor",
+                    "straggler_threshold_percent",
+                    "straggler_window_minutes",
+                    "straggler_action",
+                ]
+            },
+        ),
+        (
+            "Safety",
+            {
+                "fields": [
+                    "blast_radius_percent",
+                    "blast_radius_window_minutes",
+                    "decision_timeout_seconds",
+                    "recommendation_ttl_minutes",
+                ]
+            },
+        ),
+        ("Progress overrides", {"fields": ["progress_pattern", "checkpoint_pattern"]}),
+    ]
+
+
+@admin.register(DetectionPattern)
+class DetectionPatternAdmin(admin.ModelAdmin):
+    list_display = ["name", "category", "attribution", "severity", "enabled", "updated_at"]
+    list_filter = ["category", "attribution", "severity", "enabled"]
+    search_fields = ["name", "description", "pattern"]

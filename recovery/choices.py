@@ -1,0 +1,192 @@
+"""Enumerations shared by the domain, the API and the Console.
+
+The failure taxonomy (``FailureCategory`` and ``Attribution``) is shared with the test corpus;
+its values must not change.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class SchedulerKind(models.TextChoices):
+    SLURM = "slurm", "Slurm"
+    SIMULATED = "simulated", "Simulated"
+
+
+class Connection(models.TextChoices):
+    LOCAL = "local", "Local (commands on this host)"
+    SSH = "ssh", "SSH"
+    SIMULATED = "simulated", "Simulated"
+
+
+class ClusterMode(models.TextChoices):
+    MONITOR = "monitor", "Monitor (recommend, act only on approval)"
+    ACTION = "action", "Action (act automatically)"
+
+
+class NodeHealth(models.TextChoices):
+    UNKNOWN = "unknown", "Unknown"
+    HEALTHY = "healthy", "Healthy"
+    SUSPECT = "suspect", "Suspect"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+
+
+class OptInMode(models.TextChoices):
+    OBSERVE = "observe", "Observe"
+    ACT = "act", "Act"
+
+
+class WorkloadState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    REQUEUED = "requeued", "Requeued"
+    HELD = "held", "Held"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    STOPPED = "stopped", "Stopped by recovery"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class AttemptExitState(models.TextChoices):
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    NODE_FAIL = "node_fail", "Node failure"
+    TIMEOUT = "timeout", "Time limit"
+    OUT_OF_MEMORY = "out_of_memory", "Out of memory"
+    PREEMPTED = "preempted", "Preempted"
+    CANCELLED = "cancelled", "Cancelled"
+    REQUEUED = "requeued", "Requeued"
+
+
+class AnomalyKind(models.TextChoices):
+    CRASH = "crash", "Crash"
+    HANG = "hang", "Hang"
+    STRAGGLER = "straggler", "Straggler"
+
+
+class FailureCategory(models.TextChoices):
+    NCCL_TIMEOUT = "nccl_timeout", "NCCL timeout"
+    NCCL_ERROR = "nccl_error", "NCCL error"
+    INTERCONNECT = "interconnect", "Interconnect"
+    GPU_HARDWARE = "gpu_hardware", "GPU hardware"
+    CUDA_ERROR_APP = "cuda_error_app", "CUDA error (application)"
+    GPU_OOM = "gpu_oom", "GPU out of memory"
+    HOST_OOM = "host_oom", "Host out of memory"
+    APP_EXCEPTION = "app_exception", "Application exception"
+    STORAGE_IO = "storage_io", "Storage I/O"
+    SCHEDULER_EVENT = "scheduler_event", "Scheduler event"
+    SEGFAULT = "segfault", "Segmentation fault"
+    NAN_DIVERGENCE = "nan_divergence", "NaN / divergence"
+    HEALTHY = "healthy", "Healthy"
+
+
+class Attribution(models.TextChoices):
+    HARDWARE = "hardware", "Hardware"
+    SYSTEM_SOFTWARE = "system_software", "System software"
+    APPLICATION = "application", "Application"
+    UNKNOWN = "unknown", "Unknown"
+    NONE = "none", "None"
+
+
+class Severity(models.TextChoices):
+    FATAL = "fatal", "Fatal"
+    ERROR = "error", "Error"
+    WARNING = "warning", "Warning"
+
+
+class RecommendationAction(models.TextChoices):
+    RESTART = "restart", "Restart"
+    RESTART_EXCLUDING = "restart_excluding", "Restart excluding nodes"
+    STOP = "stop", "Stop"
+    NONE = "none", "Nothing (record only)"
+
+
+class StragglerAction(models.TextChoices):
+    RECORD = "record", "Record only"
+    RESTART_EXCLUDING = "restart_excluding", "Restart excluding the slow node"
+
+
+class RecommendationStatus(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    READY = "ready", "Ready"
+    CLAIMED = "claimed", "Claimed"
+    EXECUTED = "executed", "Executed"
+    SKIPPED = "skipped", "Skipped (already done)"
+    FAILED = "failed", "Failed"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+OPEN_RECOMMENDATION_STATUSES = frozenset(
+    {
+        RecommendationStatus.PROPOSED,
+        RecommendationStatus.AWAITING_APPROVAL,
+        RecommendationStatus.READY,
+        RecommendationStatus.CLAIMED,
+    }
+)
+
+# Which status may follow which. Every change of status goes through
+# ``Recommendation.transition`` which enforces this table with a conditional UPDATE.
+RECOMMENDATION_TRANSITIONS: dict[str, frozenset[str]] = {
+    RecommendationStatus.PROPOSED: frozenset(
+        {
+            RecommendationStatus.AWAITING_APPROVAL,
+            RecommendationStatus.READY,
+            RecommendationStatus.SUPERSEDED,
+            RecommendationStatus.EXPIRED,
+        }
+    ),
+    RecommendationStatus.AWAITING_APPROVAL: frozenset(
+        {
+            RecommendationStatus.READY,
+            RecommendationStatus.REJECTED,
+            RecommendationStatus.SUPERSEDED,
+            RecommendationStatus.EXPIRED,
+        }
+    ),
+    RecommendationStatus.READY: frozenset(
+        {
+            RecommendationStatus.CLAIMED,
+            RecommendationStatus.SUPERSEDED,
+            RecommendationStatus.EXPIRED,
+        }
+    ),
+    RecommendationStatus.CLAIMED: frozenset(
+        {
+            RecommendationStatus.READY,  # the controller's lease ran out
+            RecommendationStatus.EXECUTED,
+            RecommendationStatus.SKIPPED,
+            RecommendationStatus.FAILED,
+        }
+    ),
+}
+
+
+class AuditKind(models.TextChoices):
+    DETECTED = "detected", "Detected"
+    ATTRIBUTED = "attributed", "Attributed"
+    RECOMMENDED = "recommended", "Recommended"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    SUPERSEDED = "superseded", "Superseded"
+    EXPIRED = "expired", "Expired"
+    CLAIMED = "claimed", "Claimed by a controller"
+    LEASE_EXPIRED = "lease_expired", "Controller lease expired"
+    DISPATCHED = "dispatched", "Dispatched"
+    SCHEDULER_ACTION = "scheduler_action", "Scheduler action"
+    ACTION_SKIPPED = "action_skipped", "Action skipped (already done)"
+    ACTION_FAILED = "action_failed", "Action failed"
+    WATCHDOG_RELEASED = "watchdog_released", "Released by the watchdog"
+    STATE_CHANGED = "state_changed", "Scheduler state changed"
+    RESTART_ALLOCATED = "restart_allocated", "Restart allocated"
+    PROGRESS_RESUMED = "progress_resumed", "Progress resumed"
+    CHECKPOINT_SAVED = "checkpoint_saved", "Checkpoint saved"
+    TRAINING_COMPLETED = "training_completed", "Training completed"
+    STOPPED = "stopped", "Stopped"
+    INPUT_IGNORED = "input_ignored", "Input ignored"

@@ -1,0 +1,1 @@
+"""Failure detection. Pure Python: nothing in this package imports Django."""

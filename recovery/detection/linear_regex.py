@@ -1,0 +1,70 @@
+"""Compile user-supplied patterns with RE2, a linear-time engine.
+
+RE2 has no backreferences or lookaround, so no pattern, however it is written, can make a
+match take more than linear time in the length of the line. Patterns that need those
+features are refused with the engine's reason rather than run on a backtracking engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import re2
+
+MAX_PATTERN_LENGTH = 4000
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+
+
+class PatternError(ValueError):
+    """A pattern that cannot be used, with a message meant for the person who wrote it."""
+
+
+def compile_linear(pattern: str) -> re2._Regexp:
+    """Compile ``pattern`` with RE2 or raise ``PatternError`` explaining why it cannot be."""
+    if not pattern or not pattern.strip():
+        raise PatternError("The pattern is empty.")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise PatternError(
+            f"The pattern is {len(pattern)} characters long; the limit is {MAX_PATTERN_LENGTH}."
+        )
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else "invalid pattern"
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise PatternError(
+            f"The pattern does not compile with the linear-time engine (RE2): {reason}. "
+            "Backreferences and lookaround are not supported."
+        ) from None
+
+
+@dataclass(frozen=True)
+class ExampleMismatch:
+    line: str
+    expected_match: bool
+
+
+def check_examples(
+    compiled: re2._Regexp, examples: Iterable[str], counter_examples: Iterable[str]
+) -> list[ExampleMismatch]:
+    """Return every example the pattern misses and every counter-example it matches."""
+    mismatches = [
+        ExampleMismatch(line, expected_match=True)
+        for line in examples
+        if compiled.search(line) is None
+    ]
+    mismatches += [
+        ExampleMismatch(line, expected_match=False)
+        for line in counter_examples
+        if compiled.search(line) is not None
+    ]
+    return mismatches
+
+
+def example_lines(text: str) -> list[str]:
+    """Split an admin text area into example lines, ignoring blank ones."""
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]

@@ -1,0 +1,21 @@
+from recovery.models.anomaly import Anomaly, Verdict
+from recovery.models.audit import AppendOnlyError, AuditEvent
+from recovery.models.cluster import Cluster, Node
+from recovery.models.detection_pattern import DetectionPattern
+from recovery.models.policy import Policy
+from recovery.models.recommendation import Recommendation
+from recovery.models.workload import Attempt, Workload
+
+__all__ = [
+    "Anomaly",
+    "AppendOnlyError",
+    "Attempt",
+    "AuditEvent",
+    "Cluster",
+    "DetectionPattern",
+    "Node",
+    "Policy",
+    "Recommendation",
+    "Verdict",
+    "Workload",
+]

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from recovery.choices import AnomalyKind, Attribution, FailureCategory, Severity
+from recovery.models.workload import Attempt, Workload
+
+
+class Anomaly(models.Model):
+    """Something wrong with a workload: a crash, a hang or a straggler, with its evidence.
+
+    A flood of identical lines is one anomaly with ``occurrences`` and the ranks and nodes
+    involved. ``fingerprint`` makes recording idempotent: the same finding seen again by a
+    re-delivered task updates the count instead of adding a row.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="anomalies")
+    attempt = models.ForeignKey(
+        Attempt, on_delete=models.CASCADE, null=True, blank=True, related_name="anomalies"
+    )
+    kind = models.CharField(max_length=16, choices=AnomalyKind.choices)
+    category = models.CharField(max_length=32, choices=FailureCategory.choices, blank=True)
+    attribution = models.CharField(
+        max_length=32, choices=Attribution.choices, default=Attribution.UNKNOWN
+    )
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.ERROR)
+    signature = models.CharField(max_length=128, blank=True, help_text="Matched signature name.")
+    evidence_line = models.TextField(blank=True, help_text="The line that decided the category.")
+    evidence_excerpt = models.TextField(blank=True)
+    implicated_nodes = models.JSONField(default=list, blank=True)
+    implicated_ranks = models.JSONField(default=list, blank=True)
+    occurrences = models.PositiveIntegerField(default=1)
+    details = models.JSONField(default=dict, blank=True, help_text="Secondary findings.")
+    fingerprint = models.CharField(max_length=64)
+    evidence_at = models.DateTimeField(help_text="When the evidence was produced.")
+    detected_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-detected_at", "-id"]
+        verbose_name_plural = "anomalies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workload", "attempt", "fingerprint"], name="anomaly_fingerprint_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["category", "detected_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.category or ''} on {self.workload}".strip()
+
+    @property
+    def detection_latency_seconds(self) -> float:
+        return (self.detected_at - self.evidence_at).total_seconds()
+
+
+class Verdict(models.Model):
+    """An attribution of an anomaly to a layer, by the built-in rules or an external provider."""
+
+    BUILTIN_PROVIDER = "builtin"
+
+    anomaly = models.ForeignKey(Anomaly, on_delete=models.CASCADE, related_name="verdicts")
+    provider = models.CharField(max_length=64, default=BUILTIN_PROVIDER)
+    attribution = models.CharField(max_length=32, choices=Attribution.choices)
+    confidence = models.FloatField(validators=[MinValueValidator(0.0), MaxValueValidator(1.0)])
+    implicated_nodes = models.JSONField(default=list, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(confidence__gte=0.0) & models.Q(confidence__lte=1.0),
+                name="verdict_confidence_range",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.attribution} ({self.confidence:.0%})"

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+from recovery.choices import ClusterMode, Connection, NodeHealth, SchedulerKind
+
+cluster_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+    "Use letters, digits, '.', '_' or '-', starting with a letter or digit (at most 63).",
+)
+
+
+class Cluster(models.Model):
+    """A scheduler the system watches, and how far it may act on it."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[cluster_name_validator])
+    scheduler_kind = models.CharField(
+        max_length=16, choices=SchedulerKind.choices, default=SchedulerKind.SLURM
+    )
+    connection = models.CharField(
+        max_length=16, choices=Connection.choices, default=Connection.LOCAL
+    )
+    connection_settings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Transport details, e.g. SSH host, port, user and known_hosts file.",
+    )
+    mode = models.CharField(
+        max_length=16,
+        choices=ClusterMode.choices,
+        default=ClusterMode.MONITOR,
+        help_text="New clusters start in monitor mode: nothing acts without an approval.",
+    )
+    acknowledge_scheduler_actions = models.BooleanField(
+        default=False,
+        help_text="Action mode executes automatically only when this is also set.",
+    )
+    environment = models.CharField(
+        max_length=63, blank=True, help_text="Label such as prod or staging, used by policies."
+    )
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def acts_automatically(self) -> bool:
+        """Whether a recommendation may reach the scheduler without an operator's approval."""
+        return self.mode == ClusterMode.ACTION and self.acknowledge_scheduler_actions
+
+
+class Node(models.Model):
+    """A compute node as the scheduler reports it, plus what recovery has learnt about it."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=128)
+    scheduler_state = models.CharField(max_length=64, blank=True)
+    state_reason = models.CharField(max_length=255, blank=True)
+    health = models.CharField(max_length=16, choices=NodeHealth.choices, default=NodeHealth.UNKNOWN)
+    times_implicated = models.PositiveIntegerField(default=0)
+    last_implicated_at = models.DateTimeField(null=True, blank=True)
+    excluded_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_per_cluster")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+    def is_excluded(self, at: datetime | None = None) -> bool:
+        at = at or timezone.now()
+        return self.excluded_until is not None and self.excluded_until > at

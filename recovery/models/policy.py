@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from recovery.choices import Attribution, FailureCategory, RecommendationAction, StragglerAction
+from recovery.detection.linear_regex import PatternError, compile_linear
+from recovery.models.cluster import Cluster
+
+
+def default_exclusion_attributions() -> list[str]:
+    return [Attribution.HARDWARE.value]
+
+
+def default_exclusion_categories() -> list[str]:
+    return [FailureCategory.GPU_HARDWARE.value, FailureCategory.INTERCONNECT.value]
+
+
+class Policy(models.Model):
+    """What an anomaly leads to, for the workloads in its scope.
+
+    The scope is a cluster, an environment and a partition, each optional; for a workload the
+    enabled policy matching the most of them wins.
+    """
+
+    name = models.CharField(max_length=128, unique=True)
+    enabled = models.BooleanField(default=True)
+    cluster = models.ForeignKey(
+        Cluster,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="policies",
+        help_text="Empty: every cluster.",
+    )
+    environment = models.CharField(max_length=63, blank=True, help_text="Empty: any.")
+    partition = models.CharField(max_length=64, blank=True, help_text="Empty: any.")
+
+    crash_action = models.CharField(
+        max_length=24,
+        choices=RecommendationAction.choices,
+        default=RecommendationAction.RESTART,
+        help_text="What a crash leads to; implicated nodes are excluded as configured below.",
+    )
+    exclude_on_attributions = models.JSONField(
+        default=default_exclusion_attributions,
+        blank=True,
+        help_text="Attributions whose implicated nodes are excluded from the next attempt.",
+    )
+    exclude_on_categories = models.JSONField(
+        default=default_exclusion_categories,
+        blank=True,
+        help_text="Failure categories whose implicated nodes are excluded.",
+    )
+    exclusion_hours = models.PositiveIntegerField(
+        default=24, validators=[MinValueValidator(1), MaxValueValidator(24 * 90)]
+    )
+    max_attempts = models.PositiveIntegerField(
+        default=10, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    max_attempts_without_checkpoint = models.PositiveIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Stop after this many consecutive attempts that saved no new checkpoint.",
+    )
+    stop_on_application_fault = models.BooleanField(
+        default=False,
+        help_text="Stop at once on an application fault a restart cannot fix.",
+    )
+    hang_timeout_minutes = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(24 * 60)],
+        help_text="Shortest silence that counts as a hang.",
+    )
+    hang_step_time_factor = models.FloatField(
+        default=10.0,
+        validators=[MinValueValidator(1.0), MaxValueValidator(1000.0)],
+        help_text="A hang is also no progress for this many times the job's median step time.",
+    )
+    straggler_threshold_percent = models.PositiveIntegerField(
+        default=20, validators=[MinValueValidator(1), MaxValueValidator(99)]
+    )
+    straggler_window_minutes = models.PositiveIntegerField(
+        default=10, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
+    )
+    straggler_action = models.CharField(
+        max_length=24, choices=StragglerAction.choices, default=StragglerAction.RECORD
+    )
+    suspect_node_workloads = models.PositiveIntegerField(
+        default=3,
+        validators=[MinValueValidator(2), MaxValueValidator(1000)],
+        help_text="A node implicated in this many workloads within the window is suspect.",
+    )
+    suspect_window_hours = models.PositiveIntegerField(
+        default=24, validators=[MinValueValidator(1), MaxValueValidator(24 * 90)]
+    )
+    blast_radius_percent = models.PositiveIntegerField(
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Never exclude or restart more than this share of the cluster in the window.",
+    )
+    blast_radius_window_minutes = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
+    )
+    decision_timeout_seconds = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(5), MaxValueValidator(24 * 3600)],
+        help_text="The watchdog releases a job held for a decision after this long.",
+    )
+    recommendation_ttl_minutes = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(7 * 24 * 60)],
+        help_text="A ready recommendation nobody executed expires after this long.",
+    )
+    progress_pattern = models.TextField(
+        blank=True,
+        help_text="Optional RE2 pattern with a named group 'step' replacing the built-in ones.",
+    )
+    checkpoint_pattern = models.TextField(
+        blank=True, help_text="Optional RE2 pattern for checkpoint-saved lines."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "policies"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def specificity(self) -> int:
+        return sum(bool(part) for part in (self.cluster_id, self.environment, self.partition))
+
+    def clean(self) -> None:
+        super().clean()
+        errors: dict[str, str] = {}
+        errors.update(
+            _check_choice_list(
+                "exclude_on_attributions",
+                self.exclude_on_attributions,
+                {a.value for a in Attribution if a != Attribution.NONE},
+            )
+        )
+        errors.update(
+            _check_choice_list(
+                "exclude_on_categories",
+                self.exclude_on_categories,
+                {c.value for c in FailureCategory if c != FailureCategory.HEALTHY},
+            )
+        )
+        if self.crash_action == RecommendationAction.RESTART_EXCLUDING and not (
+            self.exclude_on_attributions or self.exclude_on_categories
+        ):
+            errors["crash_action"] = (
+                "Restarting with exclusions needs at least one attribution or category "
+                "whose nodes are excluded."
+            )
+        for field in ("progress_pattern", "checkpoint_pattern"):
+            value = getattr(self, field)
+            if not value:
+                continue
+            try:
+                compiled = compile_linear(value)
+            except PatternError as exc:
+                errors[field] = str(exc)
+                continue
+            if field == "progress_pattern" and "step" not in compiled.groupindex:
+                errors[field] = "The progress pattern needs a named group (?P<step>...)."
+        if self.policy_with_same_scope().exists():
+            errors["__all__"] = (
+                "Another policy already has this cluster, environment and partition; "
+                "edit that one instead."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+    def policy_with_same_scope(self) -> models.QuerySet[Policy]:
+        return Policy.objects.filter(
+            cluster_id=self.cluster_id, environment=self.environment, partition=self.partition
+        ).exclude(pk=self.pk)
+
+
+def _check_choice_list(field: str, value: object, allowed: set[str]) -> dict[str, str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return {field: 'Give a list of names, e.g. ["hardware"].'}
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        return {
+            field: f"Unknown value(s): {', '.join(unknown)}. Allowed: {', '.join(sorted(allowed))}."
+        }
+    return {}

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from recovery.choices import (
+    OPEN_RECOMMENDATION_STATUSES,
+    RECOMMENDATION_TRANSITIONS,
+    RecommendationAction,
+    RecommendationStatus,
+)
+from recovery.models.anomaly import Anomaly
+from recovery.models.workload import Attempt, Workload
+
+
+class InvalidTransition(Exception):
+    """The recommendation is not in a status from which the requested change is allowed."""
+
+
+class Recommendation(models.Model):
+    """What the policy engine advises for a workload, and how far that advice has gone.
+
+    Recorded before anything acts on it. Status changes are conditional UPDATEs, so two
+    controllers or two operators racing on one recommendation cannot both succeed.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="recommendations")
+    attempt = models.ForeignKey(
+        Attempt, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    anomaly = models.ForeignKey(
+        Anomaly, on_delete=models.SET_NULL, null=True, blank=True, related_name="recommendations"
+    )
+    action = models.CharField(max_length=24, choices=RecommendationAction.choices)
+    excluded_nodes = models.JSONField(default=list, blank=True)
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=24, choices=RecommendationStatus.choices, default=RecommendationStatus.PROPOSED
+    )
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+    idempotency_key = models.CharField(max_length=128, unique=True)
+    lease_owner = models.CharField(max_length=150, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Deadline for execution once ready."
+    )
+    result = models.JSONField(default=dict, blank=True)
+    superseded_by = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("decide_recommendation", "Can approve or reject recommendations")]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"]),
+            models.Index(fields=["workload", "status"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} {self.workload} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_RECOMMENDATION_STATUSES
+
+    def transition(self, new_status: str, **changes: Any) -> None:
+        """Move to ``new_status`` if, and only if, the row is still in the status we hold.
+
+        Raises ``InvalidTransition`` when the table forbids the change or another process
+        changed the row first; the instance is refreshed in that case.
+        """
+        allowed = RECOMMENDATION_TRANSITIONS.get(self.status, frozenset())
+        if new_status not in allowed:
+            raise InvalidTransition(f"cannot go from {self.status} to {new_status}")
+        changes["status"] = new_status
+        changes["updated_at"] = timezone.now()
+        updated = Recommendation.objects.filter(pk=self.pk, status=self.status).update(**changes)
+        if updated != 1:
+            self.refresh_from_db()
+            raise InvalidTransition(f"the recommendation is now {self.status}")
+        for field, value in changes.items():
+            setattr(self, field, value)

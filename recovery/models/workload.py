@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from django.db import models
+
+from recovery.choices import AttemptExitState, OptInMode, WorkloadState
+from recovery.models.cluster import Cluster
+
+
+class Workload(models.Model):
+    """One scheduler job, across all of its attempts.
+
+    Identified by cluster, job id and submit time: Slurm reuses job ids after a wrap-around or
+    a controller reset, and a new job must never inherit an old one's history.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workloads")
+    job_id = models.CharField(max_length=64)
+    submit_time = models.DateTimeField()
+    name = models.CharField(max_length=255, blank=True)
+    user = models.CharField(max_length=64, blank=True)
+    partition = models.CharField(max_length=64, blank=True)
+    workflow_id = models.CharField(
+        max_length=128, blank=True, help_text="Groups related jobs, e.g. a chain of submissions."
+    )
+    opted_in = models.BooleanField(default=False)
+    opt_in_error = models.CharField(
+        max_length=255, blank=True, help_text="Why the job comment did not opt the job in."
+    )
+    opt_in_settings = models.JSONField(default=dict, blank=True)
+    environment = models.CharField(max_length=63, blank=True)
+    opt_in_mode = models.CharField(
+        max_length=16, choices=OptInMode.choices, default=OptInMode.OBSERVE
+    )
+    state = models.CharField(
+        max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING
+    )
+    state_reason = models.CharField(max_length=255, blank=True)
+    current_attempt = models.PositiveIntegerField(default=0)
+    last_progress_step = models.BigIntegerField(null=True, blank=True)
+    last_progress_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submit_time", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "job_id", "submit_time"], name="workload_identity"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "state"]),
+            models.Index(fields=["workflow_id"]),
+        ]
+
+    def __str__(self) -> str:
+        label = f"{self.cluster.name}:{self.job_id}"
+        return f"{label} {self.name}" if self.name else label
+
+
+class Attempt(models.Model):
+    """One allocation of a workload: the first run or a restart."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    nodes = models.JSONField(default=list, blank=True, help_text="Node names, expanded.")
+    excluded_nodes = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_state = models.CharField(
+        max_length=16, choices=AttemptExitState.choices, default=AttemptExitState.RUNNING
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    produced_checkpoint = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["workload", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "number"], name="attempt_number_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload} attempt {self.number}"

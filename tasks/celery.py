@@ -1,0 +1,12 @@
+"""The Celery application. Its configuration, beat schedule included, is in settings (CELERY_*)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workload_recovery.settings")
+
+app = Celery("workload_recovery", include=["tasks.maintenance"])
+app.config_from_object("django.conf:settings", namespace="CELERY")
