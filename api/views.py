@@ -13,10 +13,13 @@ from recovery.health import service_statuses
 @api_view(["GET"])
 @permission_classes([AllowAny])
 def health(request: Request) -> Response:
-    """Liveness for load balancers: 200 when the database and Redis answer, else 503."""
+    """Liveness for load balancers: 200 when the database and Redis answer, else 503.
+
+    Anonymous callers learn only which service is down; error details need a login.
+    """
     statuses = service_statuses()
     healthy = all(status.ok for status in statuses)
-    return Response(
-        {"healthy": healthy, "services": [asdict(status) for status in statuses]},
-        status=200 if healthy else 503,
-    )
+    services = [asdict(status) for status in statuses]
+    if not request.user.is_authenticated:
+        services = [{"name": s["name"], "ok": s["ok"]} for s in services]
+    return Response({"healthy": healthy, "services": services}, status=200 if healthy else 503)

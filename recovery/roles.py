@@ -1,6 +1,12 @@
-"""The Console roles, backed by Django groups created in a migration."""
+"""The Console roles, backed by Django groups: viewer, operator and admin.
+
+``ROLE_PERMISSIONS`` is the one definition of what each role may do. Migration 0003 applies
+it; ``sync_roles`` can apply it again (after new models, or in a freshly flushed database).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
@@ -10,6 +16,48 @@ ADMIN = "admin"
 ROLES = (VIEWER, OPERATOR, ADMIN)
 
 DECIDE_PERMISSION = "recovery.decide_recommendation"
+
+_VIEWABLE = [
+    "cluster",
+    "node",
+    "workload",
+    "attempt",
+    "anomaly",
+    "verdict",
+    "recommendation",
+    "auditevent",
+    "policy",
+    "detectionpattern",
+]
+_ADMIN_EDITABLE = ["cluster", "node", "workload", "policy", "detectionpattern"]
+_VIEW = [f"view_{model}" for model in _VIEWABLE]
+_DECIDE = ["decide_recommendation"]
+_EDIT = [f"{verb}_{model}" for model in _ADMIN_EDITABLE for verb in ("add", "change", "delete")]
+
+# Codenames of permissions in the ``recovery`` app, per role.
+ROLE_PERMISSIONS: dict[str, list[str]] = {
+    VIEWER: _VIEW,
+    OPERATOR: _VIEW + _DECIDE,
+    ADMIN: _VIEW + _DECIDE + _EDIT,
+}
+
+
+def sync_roles(group_model: Any, permission_model: Any) -> None:
+    """Create the role groups and give each exactly its permissions.
+
+    Takes the model classes so a migration can pass its historical models.
+    """
+    for role, codenames in ROLE_PERMISSIONS.items():
+        permissions = list(
+            permission_model.objects.filter(
+                content_type__app_label="recovery", codename__in=codenames
+            )
+        )
+        missing = set(codenames) - {permission.codename for permission in permissions}
+        if missing:
+            raise RuntimeError(f"permissions missing for role {role}: {sorted(missing)}")
+        group, _ = group_model.objects.get_or_create(name=role)
+        group.permissions.set(permissions)
 
 
 def can_decide(user: AbstractBaseUser | AnonymousUser) -> bool:

@@ -112,7 +112,17 @@ def parse_database_url(url: str, *, base_dir: Path) -> dict[str, object]:
         file_path = Path(path)
         if not file_path.is_absolute():
             file_path = base_dir / file_path
-        return {"ENGINE": _ENGINES[scheme], "NAME": str(file_path)}
+        return {
+            "ENGINE": _ENGINES[scheme],
+            "NAME": str(file_path),
+            # Web, worker and beat share the file: wait for locks instead of failing, and let
+            # readers proceed while one process writes.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
 
     name = unquote(parts.path.lstrip("/"))
     if not name:

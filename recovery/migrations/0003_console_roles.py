@@ -3,19 +3,7 @@
 from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-VIEW_MODELS = [
-    "cluster",
-    "node",
-    "workload",
-    "attempt",
-    "anomaly",
-    "verdict",
-    "recommendation",
-    "auditevent",
-    "policy",
-    "detectionpattern",
-]
-ADMIN_CHANGE_MODELS = ["cluster", "node", "workload", "policy", "detectionpattern"]
+from recovery.roles import ROLES, sync_roles
 
 
 def create_roles(apps, schema_editor):
@@ -24,39 +12,11 @@ def create_roles(apps, schema_editor):
         app_config.models_module = True
         create_permissions(app_config, apps=apps, verbosity=0)
         app_config.models_module = None
-
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-
-    def perms(codenames):
-        found = list(
-            Permission.objects.filter(content_type__app_label="recovery", codename__in=codenames)
-        )
-        missing = set(codenames) - {p.codename for p in found}
-        if missing:
-            raise RuntimeError(f"permissions missing: {sorted(missing)}")
-        return found
-
-    view = [f"view_{model}" for model in VIEW_MODELS]
-    decide = ["decide_recommendation"]
-    change = [
-        f"{action}_{model}"
-        for model in ADMIN_CHANGE_MODELS
-        for action in ("add", "change", "delete")
-    ]
-
-    viewer, _ = Group.objects.get_or_create(name="viewer")
-    viewer.permissions.set(perms(view))
-    operator, _ = Group.objects.get_or_create(name="operator")
-    operator.permissions.set(perms(view + decide))
-    admin, _ = Group.objects.get_or_create(name="admin")
-    admin.permissions.set(perms(view + decide + change))
+    sync_roles(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
 
 
 def remove_roles(apps, schema_editor):
-    apps.get_model("auth", "Group").objects.filter(
-        name__in=["viewer", "operator", "admin"]
-    ).delete()
+    apps.get_model("auth", "Group").objects.filter(name__in=ROLES).delete()
 
 
 class Migration(migrations.Migration):

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+from django.db.backends.mysql.operations import DatabaseOperations as MySQLOperations
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from recovery.models import AuditEvent
+from recovery.roles import ADMIN, OPERATOR, VIEWER, sync_roles
+
+TEST_PASSWORD = "correct horse battery staple 42"
+
+
+@pytest.fixture(autouse=True)
+def _static_files_without_manifest(settings: SettingsWrapper) -> None:
+    # Tests render templates and serve assets without running collectstatic first.
+    settings.WHITENOISE_USE_FINDERS = True
+    settings.WHITENOISE_AUTOREFRESH = True
+    settings.STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_audit_trail_with_truncate() -> Iterator[None]:
+    """Let transactional tests empty the audit table on MySQL.
+
+    Django's test flush uses DELETE, which the append-only trigger refuses; TRUNCATE does not
+    fire row triggers. Only the tests' flush is changed: ``manage.py flush`` stays refused.
+    """
+    original = MySQLOperations.sql_flush
+    table = AuditEvent._meta.db_table
+
+    def sql_flush(self: MySQLOperations, style: Any, tables: list[str], **kwargs: Any) -> list[str]:
+        statements = original(self, style, tables, **kwargs)
+        return [
+            f"TRUNCATE {self.quote_name(table)};"
+            if statement.startswith("DELETE") and table in statement
+            else statement
+            for statement in statements
+        ]
+
+    MySQLOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+    yield
+    MySQLOperations.sql_flush = original  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., User]:
+    def make(username: str, role: str | None = None, **extra: object) -> User:
+        user = User.objects.create_user(username=username, password=TEST_PASSWORD, **extra)
+        if role is not None:
+            if not Group.objects.filter(name=role).exists():
+                # A transactional test before this one flushed the groups the migration made.
+                sync_roles(Group, Permission)
+            user.groups.add(Group.objects.get(name=role))
+        return user
+
+    return make
+
+
+@pytest.fixture
+def viewer(make_user: Callable[..., User]) -> User:
+    return make_user("vera", VIEWER)
+
+
+@pytest.fixture
+def operator(make_user: Callable[..., User]) -> User:
+    return make_user("otto", OPERATOR)
+
+
+@pytest.fixture
+def site_admin(make_user: Callable[..., User]) -> User:
+    return make_user("ada", ADMIN, is_staff=True)
+
+
+@pytest.fixture
+def outsider(make_user: Callable[..., User]) -> User:
+    """Logged in, but in no Console role."""
+    return make_user("oscar")

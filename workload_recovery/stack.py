@@ -1,0 +1,175 @@
+"""Run web, worker and beat together in the foreground, and stop all of them together.
+
+Used by ``manage.py run_stack`` and ``manage.py demo``. In production each role runs as its
+own service (see deploy/Procfile); this is for a laptop or a single small host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+
+logger = logging.getLogger(__name__)
+
+
+class StackError(RuntimeError):
+    """Something the stack needs is missing; the message says what."""
+
+
+@dataclass
+class Process:
+    name: str
+    argv: list[str]
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+def redis_answers(url: str, timeout_seconds: float = 1.0) -> bool:
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=timeout_seconds, socket_timeout=timeout_seconds
+    )
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_local_redis(work_dir: Path) -> tuple[str, Process]:
+    """Start a private redis-server on a free loopback port, keeping nothing on disk."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise StackError(
+            "No Redis answers and redis-server is not installed "
+            "(Debian: apt-get install redis-server), or set REDIS_URL."
+        )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    process = Process(
+        "redis",
+        [
+            binary,
+            "--bind", "127.0.0.1",
+            "--port", str(port),
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(work_dir),
+        ],
+    )  # fmt: skip
+    start(process)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while not redis_answers(url, 0.2):
+        if process.popen is not None and process.popen.poll() is not None:
+            raise StackError(f"redis-server exited with code {process.popen.returncode}")
+        if time.monotonic() > deadline:
+            raise StackError("redis-server did not answer within 10 s")
+        time.sleep(0.1)
+    return url, process
+
+
+def role_processes(host: str, port: int, *, concurrency: int = 2) -> list[Process]:
+    python = sys.executable
+    bin_dir = Path(python).parent
+    celery = str(bin_dir / "celery")
+    return [
+        Process(
+            "web",
+            [python, "-m", "daphne", "-b", host, "-p", str(port),
+             "workload_recovery.asgi:application"],
+        ),
+        Process(
+            "worker",
+            [celery, "-A", "tasks", "worker", "--loglevel", "INFO",
+             "--concurrency", str(concurrency), "-n", f"worker-{os.getpid()}@%h"],
+        ),
+        Process("beat", [celery, "-A", "tasks", "beat", "--loglevel", "INFO"]),
+    ]  # fmt: skip
+
+
+def start(process: Process, env: dict[str, str] | None = None) -> None:
+    # Each child leads its own process group so a stop reaches its children too
+    # (celery's pool processes), and so Ctrl-C is handled here once, not in every child.
+    process.popen = subprocess.Popen(process.argv, env=env, start_new_session=True)
+
+
+def stop_all(processes: list[Process], grace_seconds: float = 10.0) -> None:
+    running = [p for p in processes if p.popen is not None and p.popen.poll() is None]
+    for process in running:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for process in running:
+        assert process.popen is not None
+        try:
+            process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.popen.wait()
+
+
+def _signal_group(process: Process, signum: int) -> None:
+    assert process.popen is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.popen.pid, signum)
+
+
+def supervise(
+    processes: list[Process],
+    env: dict[str, str],
+    *,
+    on_started: Callable[[], None] | None = None,
+) -> int:
+    """Start the processes and wait; stop them all on SIGINT/SIGTERM or when one exits."""
+    stopping = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {
+        signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    exit_code = 0
+    try:
+        for process in processes:
+            start(process, env)
+        if on_started is not None:
+            on_started()
+        while not stopping:
+            for process in processes:
+                assert process.popen is not None
+                code = process.popen.poll()
+                if code is not None:
+                    exit_code = code or 1
+                    stopping = True
+                    break
+            time.sleep(0.5)
+    finally:
+        stop_all(processes)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return exit_code
+
+
+def redis_url_for_display(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
