@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -48,7 +50,7 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
         {
             "workload": workload,
             "attempts": workload.attempts.all(),
-            "anomalies": workload.anomalies.prefetch_related("verdicts"),
+            "anomalies": workload.anomalies.select_related("attempt").prefetch_related("verdicts"),
             "recommendations": workload.recommendations.all(),
             "events": workload_trail(workload),
             "decision_form": DecisionForm(),
@@ -66,8 +68,10 @@ def approvals(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@login_required
 def decide(request: HttpRequest, recommendation_id: int, decision: str) -> HttpResponse:
+    if not request.user.is_authenticated:
+        # After logging in, land on the queue: the decision URL itself only takes POST.
+        return redirect_to_login(reverse("console:approvals"))
     if not can_decide(request.user):
         raise PermissionDenied("Only operators may approve or reject recommendations.")
     get_object_or_404(Recommendation, pk=recommendation_id)

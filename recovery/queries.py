@@ -25,6 +25,7 @@ def fleet_workloads(
             latest_anomaly_category=Subquery(latest_anomaly.values("category")[:1]),
             latest_anomaly_kind=Subquery(latest_anomaly.values("kind")[:1]),
             pending_action=Subquery(pending.values("action")[:1]),
+            pending_recommendation_id=Subquery(pending.values("pk")[:1]),
         )
         .order_by("-submit_time", "-id")
     )

@@ -10,7 +10,7 @@ from django.urls import reverse
 from recovery.choices import AuditKind, RecommendationStatus
 from recovery.models import AuditEvent, Recommendation
 from tests.conftest import TEST_PASSWORD
-from tests.factories import RecommendationFactory, WorkloadFactory
+from tests.factories import AnomalyFactory, RecommendationFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +59,15 @@ def test_the_fleet_lists_workloads(viewer: User) -> None:
     assert "llama-70b-pretrain" in body
     assert "48213" in body
     assert reverse("console:workload", args=[workload.pk]) in body
+
+
+def test_the_fleet_shows_labels_and_links_the_pending_decision(viewer: User) -> None:
+    recommendation = RecommendationFactory()
+    AnomalyFactory(workload=recommendation.workload)
+    body = logged_in(viewer).get(reverse("console:fleet")).content.decode()
+    assert "GPU hardware" in body
+    assert "Restart excluding nodes: awaiting approval" in body
+    assert f"#recommendation-{recommendation.pk}" in body
 
 
 def test_the_fleet_filters_by_search(viewer: User) -> None:
@@ -110,6 +119,8 @@ def test_an_anonymous_decision_is_sent_to_log_in() -> None:
     recommendation = RecommendationFactory()
     response = Client().post(reverse("console:approve", args=[recommendation.pk]))
     assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+    assert "next=/approvals/" in response["Location"]
     assert Recommendation.objects.get().status == RecommendationStatus.AWAITING_APPROVAL
 
 

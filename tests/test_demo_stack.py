@@ -1,0 +1,125 @@
+"""`manage.py demo` serves the Console with web, worker and beat, and stops them all on Ctrl-C."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from workload_recovery.stack import free_port
+
+BASE_DIR = Path(settings.BASE_DIR)
+DEMO_PASSWORD = "demo password for tests"
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """PIDs whose environment contains ``marker`` (the demo's private var directory)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"demo exited early with code {process.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {seconds} s")
+
+
+def test_the_demo_serves_the_seeded_fleet_and_stops_everything(tmp_path: Path) -> None:
+    """
+    GIVEN no Redis at REDIS_URL and an empty SQLite database
+    WHEN `manage.py demo` runs
+    THEN it starts a private Redis, seeds, serves the login page and the seeded fleet,
+    AND on SIGINT every process it started is gone
+    """
+    port = free_port()
+    redis_port = free_port()
+    marker = str(tmp_path / "var")
+    env = {
+        **os.environ,
+        "WR_VAR_DIR": marker,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "DEMO_PASSWORD": DEMO_PASSWORD,
+        "PORT": str(port),
+    }
+    env.pop("DEBUG", None)
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo"],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{base}/accounts/login/", demo, seconds=120)
+        assert len(processes_with_marker(marker)) >= 4  # demo, web, worker, beat
+
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        login_page = opener.open(f"{base}/accounts/login/").read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page)
+        assert token, "the login page has no CSRF token"
+        form = urllib.parse.urlencode(
+            {
+                "csrfmiddlewaretoken": token.group(1),
+                "username": "operator",
+                "password": DEMO_PASSWORD,
+            }
+        ).encode()
+        fleet = opener.open(f"{base}/accounts/login/", data=form)
+        assert fleet.geturl() == f"{base}/"
+        body = fleet.read().decode()
+        assert "demo-a100" in body
+        assert body.count('href="/workloads/') >= 10
+
+        css = opener.open(f"{base}/static/console/console.css")
+        assert css.status == 200
+        health = opener.open(f"{base}/api/v1/health/").read().decode()
+        assert '"healthy":true' in health
+    finally:
+        demo.send_signal(signal.SIGINT)
+        try:
+            output, _ = demo.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            output, _ = demo.communicate()
+            pytest.fail("demo did not stop within 60 s of SIGINT")
+    text = output.decode(errors="replace")
+    assert "log in at" in text
+    deadline = time.monotonic() + 10
+    while processes_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with_marker(marker) == [], "processes left running after the demo stopped"
+    # redis-server rewrites its environment for its process title: check its port instead.
+    private_redis = re.search(r"Started a private Redis at redis://127\.0\.0\.1:(\d+)/", text)
+    assert private_redis, text[-3000:]
+    assert int(private_redis.group(1)) != redis_port
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(private_redis.group(1))), timeout=2).close()
