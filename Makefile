@@ -1,7 +1,7 @@
 # Workload Recovery: `make demo` runs the Console with workers on an embedded default;
 # `make test` runs every test against real MariaDB and Redis.
 
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
