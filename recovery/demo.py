@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -191,7 +191,35 @@ def _log_time(at: datetime) -> str:
 
 
 @dataclass(frozen=True)
+class _Pace:
+    """How a training run advances: ``step_seconds`` a step and a checkpoint every ``every``
+    steps, written to ``path(step)`` ``save_seconds`` after that step."""
+
+    step_seconds: float
+    every: int
+    path: Callable[[int], str]
+    save_seconds: int = 40
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One attempt as a story tells it: its number, its nodes, when it started, and the nodes
+    kept out of it."""
+
+    number: int
+    nodes: Sequence[str]
+    started_at: datetime
+    excluded: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
 class _Progress:
+    """How far ``run`` got: its last step, its last checkpoint (and whether it saved one
+    itself); with the step it began at and its ``pace``, so that a restart can resume it."""
+
+    run: _Run
+    pace: _Pace
+    start_step: int
     step: int
     at: datetime
     checkpoint_step: int | None
@@ -318,9 +346,21 @@ class _Story:
             **{"from": old, "to": new, "scheduler_state": scheduler_state, **extra},
         )
 
-    def finish(self, **fields: Any) -> None:
-        """Final workload fields (state, attempts, progress), set on a new workload only."""
-        self._final = fields
+    def finish(
+        self, state: str, attempt: int, progress: _Progress | None = None, reason: str = ""
+    ) -> None:
+        """Final workload state, current attempt and progress, set on a new workload only."""
+        self._final = {"state": state}
+        if reason:
+            self._final["state_reason"] = reason
+        self._final["current_attempt"] = attempt
+        if progress is not None:
+            self._final.update(
+                last_progress_step=progress.step,
+                last_progress_at=progress.at,
+                last_checkpoint_step=progress.checkpoint_step,
+                last_checkpoint_at=progress.checkpoint_at,
+            )
 
     def flush(self) -> None:
         if not self.created:
@@ -334,6 +374,135 @@ class _Story:
             self.b.summary.events += 1
 
     # attempts and training progress
+
+    def start(self, nodes: Sequence[str], after_submit: timedelta) -> _Run:
+        """The first attempt starts running on ``nodes``, ``after_submit`` the submission."""
+        at = self.workload.submit_time + after_submit
+        self.state(at, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+        return _Run(1, nodes, at)
+
+    def end_attempt(
+        self,
+        run: _Run,
+        ended_at: datetime,
+        exit_state: str,
+        *,
+        exit_code: int | None = None,
+        progress: _Progress | None = None,
+        noticed_after: timedelta | None = None,
+        pending_reason: str = "",
+    ) -> Attempt:
+        """``run`` ended at ``ended_at``; ``noticed_after`` that, the poller sees the job failed
+        in the Slurm state of the same name (or, if requeued, pending for ``pending_reason``)."""
+        attempt = self.attempt(
+            run.number,
+            run.nodes,
+            run.started_at,
+            ended_at=ended_at,
+            exit_state=exit_state,
+            exit_code=exit_code,
+            excluded=run.excluded,
+            produced_checkpoint=progress is not None and progress.saved,
+        )
+        if noticed_after is not None:
+            at = ended_at + noticed_after
+            if exit_state == AttemptExitState.REQUEUED:
+                self.state(at, run.number, "running", "requeued", "PENDING", reason=pending_reason)
+            else:
+                self.state(at, run.number, "running", "failed", exit_state.upper())
+        return attempt
+
+    def restart(
+        self,
+        number: int,
+        nodes: Sequence[str],
+        at: datetime,
+        *,
+        recommendation: Recommendation | None = None,
+        excluded: Sequence[str] = (),
+        requeued_by: str = "",
+        was: str = "failed",
+    ) -> _Run:
+        """Attempt ``number`` is allocated ``nodes`` at ``at``, carrying out ``recommendation``
+        or requeued by ``requeued_by``."""
+        self.state(at, number, was, "running", "RUNNING", nodes=hostlist(nodes))
+        allocation: dict[str, Any] = {}
+        if recommendation is not None:
+            allocation["recommendation"] = recommendation.pk
+        allocation["nodes"] = list(nodes)
+        if excluded:
+            allocation["excluded_nodes"] = list(excluded)
+        if requeued_by:
+            allocation["requeued_by"] = requeued_by
+        self.event(AuditKind.RESTART_ALLOCATED, POLLER, at, number, **allocation)
+        return _Run(number, nodes, at, excluded)
+
+    def resume(
+        self,
+        run: _Run,
+        after: _Progress,
+        *,
+        warm_up: timedelta,
+        until: datetime | None = None,
+        to_step: int | None = None,
+    ) -> _Progress:
+        """``warm_up`` after ``run`` starts, the training of ``after`` goes on at its pace from
+        its last checkpoint (with none, from where that earlier run began)."""
+        checkpoint = (
+            after.checkpoint_step or after.start_step,
+            after.checkpoint_at or after.run.started_at,
+        )
+        return self.train(
+            run,
+            after.pace,
+            start_step=checkpoint[0],
+            start=run.started_at + warm_up,
+            until=until,
+            to_step=to_step,
+            checkpoint=checkpoint,
+            resumed=True,
+        )
+
+    def keep_running(self, progress: _Progress) -> Attempt:
+        """The run of ``progress`` is still going, and so is the workload."""
+        run = progress.run
+        attempt = self.attempt(
+            run.number,
+            run.nodes,
+            run.started_at,
+            excluded=run.excluded,
+            produced_checkpoint=progress.saved,
+        )
+        self.finish(WorkloadState.RUNNING, run.number, progress)
+        return attempt
+
+    def complete(
+        self, progress: _Progress, *, ended_after: timedelta, noticed_after: timedelta
+    ) -> None:
+        """The run of ``progress`` exits 0 ``ended_after`` its last step and the workload is
+        done; the poller sees it ``noticed_after`` that."""
+        run = progress.run
+        end = progress.at + ended_after
+        self.attempt(
+            run.number,
+            run.nodes,
+            run.started_at,
+            ended_at=end,
+            exit_state=AttemptExitState.COMPLETED,
+            exit_code=0,
+            excluded=run.excluded,
+            produced_checkpoint=progress.saved,
+        )
+        self.event(
+            AuditKind.TRAINING_COMPLETED,
+            POLLER,
+            end,
+            run.number,
+            exit_code=0,
+            final_step=progress.step,
+        )
+        self.state(end + noticed_after, run.number, "running", "completed", "COMPLETED")
+        self.finish(WorkloadState.COMPLETED, run.number, progress, reason="COMPLETED (exit code 0)")
 
     def attempt(
         self,
@@ -365,24 +534,23 @@ class _Story:
 
     def train(
         self,
-        attempt: int,
+        run: _Run,
+        pace: _Pace,
         *,
-        start_step: int,
         start: datetime,
-        step_seconds: float,
-        every: int,
-        path: Callable[[int], str],
+        start_step: int = 0,
         until: datetime | None = None,
         to_step: int | None = None,
         checkpoint: tuple[int, datetime] | None = None,
         resumed: bool = False,
-        save_seconds: int = 40,
     ) -> _Progress:
-        """Steps from ``start_step`` at ``step_seconds`` each, with a checkpoint every ``every``.
+        """Steps of ``run`` from ``start_step`` at ``start``, at ``pace``.
 
         Runs until the time ``until`` or up to the step ``to_step``; emits the
         checkpoint_saved events (and progress_resumed for a restart) on the way.
         """
+        attempt = run.number
+        step_seconds, every, save_seconds = pace.step_seconds, pace.every, pace.save_seconds
         if to_step is not None:
             end_step = to_step
         elif until is not None:
@@ -407,10 +575,12 @@ class _Story:
             if until is not None and at > until:
                 break
             self.event(
-                AuditKind.CHECKPOINT_SAVED, DETECTOR, at, attempt, step=step, path=path(step)
+                AuditKind.CHECKPOINT_SAVED, DETECTOR, at, attempt, step=step, path=pace.path(step)
             )
             checkpoint_step, checkpoint_at, saved = step, at, True
-        return _Progress(end_step, last_at, checkpoint_step, checkpoint_at, saved)
+        return _Progress(
+            run, pace, start_step, end_step, last_at, checkpoint_step, checkpoint_at, saved
+        )
 
     # findings
 
@@ -419,7 +589,6 @@ class _Story:
         attempt: Attempt,
         *,
         key: str,
-        kind: str,
         category: str,
         attribution: str,
         confidence: float,
@@ -427,6 +596,7 @@ class _Story:
         evidence_line: str,
         excerpt: Sequence[str],
         evidence_at: datetime,
+        kind: str = AnomalyKind.CRASH,
         severity: str = Severity.ERROR,
         nodes: Sequence[str] = (),
         ranks: Sequence[int] = (),
@@ -526,8 +696,8 @@ class _Story:
         *,
         action: str,
         reason: str,
-        at: datetime,
         status: str,
+        at: datetime | None = None,
         excluded: Sequence[str] = (),
         decided_by: str = "",
         decided_at: datetime | None = None,
@@ -537,10 +707,15 @@ class _Story:
     ) -> Recommendation:
         """A recommendation and the events of its way to ``status``.
 
-        Monitor mode: recommended, then approved or rejected by ``decided_by``; action mode:
-        ready at once. Executed and skipped ones are dispatched, claimed by the controller and
-        carried out (or found already done).
+        Made at ``at``, by default two seconds after ``anomaly`` was detected. Monitor mode:
+        recommended, then approved or rejected by ``decided_by``; action mode: ready at once.
+        Executed and skipped ones are dispatched, claimed by the controller and carried out (or
+        found already done).
         """
+        if at is None:
+            if anomaly is None:
+                raise ValueError("a recommendation without an anomaly needs at")
+            at = anomaly.detected_at + timedelta(seconds=2)
         monitor = self.cluster.mode == ClusterMode.MONITOR
         excluded = list(excluded)
         key = f"demo:{self.cluster.name}:{self.job}:{attempt.number}:{n}"
@@ -929,31 +1104,22 @@ def _seed_a100(b: _Builder) -> None:
 
 LLAMA70B_STEP = 9.6
 LLAMA70B_EVERY = 500
-LLAMA70B_CKPT = _megatron_ckpt("/lustre/ckpt/llama-70b-pretrain-v3")
+LLAMA70B_PACE = _Pace(
+    LLAMA70B_STEP, LLAMA70B_EVERY, _megatron_ckpt("/lustre/ckpt/llama-70b-pretrain-v3")
+)
 
 
 def _llama70b_first(s: _Story) -> None:
     """48188: a full 24 h allocation that ends at the time limit; the workflow goes on."""
-    nodes = a100(*range(1, 9))
-    start = s.workload.submit_time + timedelta(minutes=2, seconds=11)
-    end = start + timedelta(hours=24)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
-    progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=6),
-        step_seconds=LLAMA70B_STEP,
-        every=LLAMA70B_EVERY,
-        path=LLAMA70B_CKPT,
-        until=end,
-    )
-    attempt = s.attempt(
-        1,
-        nodes,
-        start,
-        ended_at=end + timedelta(seconds=2),
-        exit_state=AttemptExitState.TIMEOUT,
-        produced_checkpoint=progress.saved,
+    run = s.start(a100(*range(1, 9)), timedelta(minutes=2, seconds=11))
+    end = run.started_at + timedelta(hours=24)
+    progress = s.train(run, LLAMA70B_PACE, start=run.started_at + timedelta(minutes=6), until=end)
+    attempt = s.end_attempt(
+        run,
+        end + timedelta(seconds=2),
+        AttemptExitState.TIMEOUT,
+        progress=progress,
+        noticed_after=timedelta(seconds=38),
     )
     line = (
         f"slurmstepd: error: *** JOB {s.job} ON gpu-a100-001 CANCELLED AT "
@@ -962,7 +1128,6 @@ def _llama70b_first(s: _Story) -> None:
     s.anomaly(
         attempt,
         key="time-limit",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.SCHEDULER_EVENT,
         attribution=Attribution.APPLICATION,
         confidence=0.9,
@@ -986,15 +1151,11 @@ def _llama70b_first(s: _Story) -> None:
         details={"time_limit": "1-00:00:00", "continued_by": "48213"},
         rule="slurm_time_limit_is_application",
     )
-    s.state(end + timedelta(seconds=40), 1, "running", "failed", "TIMEOUT")
     s.finish(
-        state=WorkloadState.FAILED,
-        state_reason="TIMEOUT (time limit 1-00:00:00); continued by job 48213",
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-        last_checkpoint_step=progress.checkpoint_step,
-        last_checkpoint_at=progress.checkpoint_at,
+        WorkloadState.FAILED,
+        1,
+        progress,
+        reason="TIMEOUT (time limit 1-00:00:00); continued by job 48213",
     )
 
 
@@ -1003,28 +1164,24 @@ def _llama70b_xid(s: _Story) -> None:
     approved restart without gpu-a100-007, training resumes and saves new checkpoints."""
     b = s.b
     nodes1 = a100(*range(1, 9))
-    start1 = s.workload.submit_time + timedelta(minutes=1, seconds=4)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes1))
+    run1 = s.start(nodes1, timedelta(minutes=1, seconds=4))
     # Resumes from the last checkpoint of job 48188 (24 h at 9.6 s a step, 6 min start-up).
     previous = int((24 * 3600 - 6 * 60) // LLAMA70B_STEP) // LLAMA70B_EVERY * LLAMA70B_EVERY
     failure = b.ago(hours=10, minutes=12, seconds=b.rng.randint(0, 50))
     progress1 = s.train(
-        1,
+        run1,
+        LLAMA70B_PACE,
         start_step=previous,
-        start=start1 + timedelta(minutes=7),
-        step_seconds=LLAMA70B_STEP,
-        every=LLAMA70B_EVERY,
-        path=LLAMA70B_CKPT,
+        start=run1.started_at + timedelta(minutes=7),
         until=failure,
     )
     node_fail = failure + timedelta(seconds=661)
-    attempt1 = s.attempt(
-        1,
-        nodes1,
-        start1,
-        ended_at=node_fail + timedelta(seconds=1),
-        exit_state=AttemptExitState.NODE_FAIL,
-        produced_checkpoint=progress1.saved,
+    attempt1 = s.end_attempt(
+        run1,
+        node_fail + timedelta(seconds=1),
+        AttemptExitState.NODE_FAIL,
+        progress=progress1,
+        noticed_after=timedelta(seconds=19),
     )
     bad = "gpu-a100-007"
     bad_rank = 6 * GPUS_PER_NODE + 2  # GPU 2 of the seventh node
@@ -1034,7 +1191,6 @@ def _llama70b_xid(s: _Story) -> None:
     xid = s.anomaly(
         attempt1,
         key="xid79",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.GPU_HARDWARE,
         attribution=Attribution.HARDWARE,
         confidence=0.97,
@@ -1067,7 +1223,6 @@ def _llama70b_xid(s: _Story) -> None:
     s.anomaly(
         attempt1,
         key="nccl-watchdog",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.NCCL_TIMEOUT,
         attribution=Attribution.HARDWARE,
         confidence=0.85,
@@ -1114,7 +1269,6 @@ def _llama70b_xid(s: _Story) -> None:
     s.anomaly(
         attempt1,
         key="node-fail",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.SCHEDULER_EVENT,
         attribution=Attribution.HARDWARE,
         confidence=0.9,
@@ -1133,7 +1287,6 @@ def _llama70b_xid(s: _Story) -> None:
         details={"scheduler_state": "NODE_FAIL", "node_reason": "Xid 79 GPU fell off the bus"},
         rule="node_failure_is_hardware",
     )
-    s.state(node_fail + timedelta(seconds=20), 1, "running", "failed", "NODE_FAIL")
     approved_at = failure + timedelta(minutes=13, seconds=22)
     rec = s.recommend(
         1,
@@ -1145,7 +1298,6 @@ def _llama70b_xid(s: _Story) -> None:
             f"Xid 79 (GPU has fallen off the bus) on {bad} is a hardware fault. Restart from "
             f"checkpoint {progress1.checkpoint_step} without {bad}."
         ),
-        at=xid.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.EXECUTED,
         decided_by=OPERATOR,
         decided_at=approved_at,
@@ -1154,77 +1306,25 @@ def _llama70b_xid(s: _Story) -> None:
     )
     requeued_at = approved_at + timedelta(seconds=12)
     s.state(requeued_at, 1, "failed", "requeued", "PENDING", reason="BeginTime")
-    start2 = approved_at + timedelta(minutes=2, seconds=31)
-    nodes2 = a100(1, 2, 3, 4, 5, 6, 8, 9)
-    s.state(start2, 2, "requeued", "running", "RUNNING", nodes=hostlist(nodes2))
-    s.event(
-        AuditKind.RESTART_ALLOCATED,
-        POLLER,
-        start2,
+    run2 = s.restart(
         2,
-        recommendation=rec.pk,
-        nodes=nodes2,
-        excluded_nodes=[bad],
+        a100(1, 2, 3, 4, 5, 6, 8, 9),
+        approved_at + timedelta(minutes=2, seconds=31),
+        recommendation=rec,
+        excluded=[bad],
+        was="requeued",
     )
-    checkpoint = (progress1.checkpoint_step or previous, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=6, seconds=12),
-        step_seconds=LLAMA70B_STEP,
-        every=LLAMA70B_EVERY,
-        path=LLAMA70B_CKPT,
-        until=b.ago(seconds=b.rng.randint(4, 20)),
-        checkpoint=checkpoint,
-        resumed=True,
-    )
-    s.attempt(2, nodes2, start2, excluded=[bad], produced_checkpoint=progress2.saved)
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=progress2.checkpoint_step,
-        last_checkpoint_at=progress2.checkpoint_at,
-    )
+    until = b.ago(seconds=b.rng.randint(4, 20))
+    progress2 = s.resume(run2, progress1, warm_up=timedelta(minutes=6, seconds=12), until=until)
+    s.keep_running(progress2)
 
 
 def _whisper(s: _Story) -> None:
     """48191: healthy run to the end."""
-    nodes = a100(9, 10)
-    start = s.workload.submit_time + timedelta(seconds=38)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
-    progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=3),
-        step_seconds=0.85,
-        every=5000,
-        path=_hf_ckpt("/lustre/scratch/apatel/whisper-distill"),
-        to_step=30000,
-        save_seconds=25,
-    )
-    end = progress.at + timedelta(seconds=55)
-    s.attempt(
-        1,
-        nodes,
-        start,
-        ended_at=end,
-        exit_state=AttemptExitState.COMPLETED,
-        exit_code=0,
-        produced_checkpoint=progress.saved,
-    )
-    s.event(AuditKind.TRAINING_COMPLETED, POLLER, end, 1, exit_code=0, final_step=progress.step)
-    s.state(end + timedelta(seconds=15), 1, "running", "completed", "COMPLETED")
-    s.finish(
-        state=WorkloadState.COMPLETED,
-        state_reason="COMPLETED (exit code 0)",
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-        last_checkpoint_step=progress.checkpoint_step,
-        last_checkpoint_at=progress.checkpoint_at,
-    )
+    pace = _Pace(0.85, 5000, _hf_ckpt("/lustre/scratch/apatel/whisper-distill"), save_seconds=25)
+    run = s.start(a100(9, 10), timedelta(seconds=38))
+    progress = s.train(run, pace, start=run.started_at + timedelta(minutes=3), to_step=30000)
+    s.complete(progress, ended_after=timedelta(seconds=55), noticed_after=timedelta(seconds=15))
 
 
 def _deepseek_ib(s: _Story) -> None:
@@ -1232,28 +1332,18 @@ def _deepseek_ib(s: _Story) -> None:
     it, and the recommendation to keep gpu-a100-014 out waits for an operator."""
     b = s.b
     nodes = a100(11, 14)
-    start = s.workload.submit_time + timedelta(minutes=2, seconds=47)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    pace = _Pace(4.1, 1000, _megatron_ckpt("/lustre/ckpt/deepseek-moe-16b"), save_seconds=30)
+    run = s.start(nodes, timedelta(minutes=2, seconds=47))
     failure = b.ago(hours=1, minutes=36, seconds=b.rng.randint(0, 40))
-    progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=4),
-        step_seconds=4.1,
-        every=1000,
-        path=_megatron_ckpt("/lustre/ckpt/deepseek-moe-16b"),
-        until=failure,
-        save_seconds=30,
-    )
-    end = failure + timedelta(seconds=74)
-    attempt = s.attempt(
-        1,
-        nodes,
-        start,
-        ended_at=end,
-        exit_state=AttemptExitState.REQUEUED,
+    progress = s.train(run, pace, start=run.started_at + timedelta(minutes=4), until=failure)
+    attempt = s.end_attempt(
+        run,
+        failure + timedelta(seconds=74),
+        AttemptExitState.REQUEUED,
         exit_code=1,
-        produced_checkpoint=progress.saved,
+        progress=progress,
+        noticed_after=timedelta(seconds=10),
+        pending_reason="Priority",
     )
     host = "gpu-a100-014"
     ib_line = (
@@ -1263,7 +1353,6 @@ def _deepseek_ib(s: _Story) -> None:
     ib = s.anomaly(
         attempt,
         key="ib-retry-exceeded",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.INTERCONNECT,
         attribution=Attribution.HARDWARE,
         confidence=0.8,
@@ -1293,7 +1382,6 @@ def _deepseek_ib(s: _Story) -> None:
     s.anomaly(
         attempt,
         key="nccl-remote-error",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.NCCL_ERROR,
         attribution=Attribution.HARDWARE,
         confidence=0.7,
@@ -1319,7 +1407,6 @@ def _deepseek_ib(s: _Story) -> None:
         rule="nccl_error_follows_ib_error",
         earlier_verdict=(Attribution.SYSTEM_SOFTWARE, 0.5, "nccl_error_default"),
     )
-    s.state(end + timedelta(seconds=10), 1, "running", "requeued", "PENDING", reason="Priority")
     s.recommend(
         1,
         attempt,
@@ -1331,17 +1418,13 @@ def _deepseek_ib(s: _Story) -> None:
             f"requeued itself; keep {host} out of the next attempt and resume from checkpoint "
             f"{progress.checkpoint_step}."
         ),
-        at=ib.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.AWAITING_APPROVAL,
     )
     s.finish(
-        state=WorkloadState.REQUEUED,
-        state_reason="Requeued by the job (exit code 1); pending: Priority",
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-        last_checkpoint_step=progress.checkpoint_step,
-        last_checkpoint_at=progress.checkpoint_at,
+        WorkloadState.REQUEUED,
+        1,
+        progress,
+        reason="Requeued by the job (exit code 1); pending: Priority",
     )
 
 
@@ -1357,20 +1440,10 @@ def _megatron_iteration(at: datetime, step: int, loss: str, grad_norm: str) -> s
 def _llama13b_nan(s: _Story) -> None:
     """48201: the loss diverges to NaN at the same iteration twice; restart, then stop."""
     nodes = a100(9, 10)
-    path = _megatron_ckpt("/lustre/ckpt/llama-13b-math-cpt")
-    start1 = s.workload.submit_time + timedelta(seconds=52)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    pace = _Pace(4.1, 500, _megatron_ckpt("/lustre/ckpt/llama-13b-math-cpt"), save_seconds=20)
+    run1 = s.start(nodes, timedelta(seconds=52))
     nan_step = 3187
-    progress1 = s.train(
-        1,
-        start_step=0,
-        start=start1 + timedelta(minutes=3),
-        step_seconds=4.1,
-        every=500,
-        path=path,
-        to_step=nan_step,
-        save_seconds=20,
-    )
+    progress1 = s.train(run1, pace, start=run1.started_at + timedelta(minutes=3), to_step=nan_step)
 
     def nan_anomaly(attempt: Attempt, at: datetime, key: str) -> Anomaly:
         line = (
@@ -1381,7 +1454,6 @@ def _llama13b_nan(s: _Story) -> None:
         return s.anomaly(
             attempt,
             key=key,
-            kind=AnomalyKind.CRASH,
             category=FailureCategory.NAN_DIVERGENCE,
             attribution=Attribution.APPLICATION,
             confidence=0.9,
@@ -1413,18 +1485,15 @@ def _llama13b_nan(s: _Story) -> None:
         )
 
     failure1 = progress1.at + timedelta(seconds=4)
-    end1 = failure1 + timedelta(seconds=31)
-    attempt1 = s.attempt(
-        1,
-        nodes,
-        start1,
-        ended_at=end1,
-        exit_state=AttemptExitState.FAILED,
+    attempt1 = s.end_attempt(
+        run1,
+        failure1 + timedelta(seconds=31),
+        AttemptExitState.FAILED,
         exit_code=1,
-        produced_checkpoint=progress1.saved,
+        progress=progress1,
+        noticed_after=timedelta(seconds=8),
     )
     nan1 = nan_anomaly(attempt1, failure1, "nan-1")
-    s.state(end1 + timedelta(seconds=8), 1, "running", "failed", "FAILED")
     approved1 = failure1 + timedelta(minutes=6, seconds=40)
     rec1 = s.recommend(
         1,
@@ -1435,41 +1504,25 @@ def _llama13b_nan(s: _Story) -> None:
             f"Loss diverged to NaN at iteration {nan_step + 1}. First occurrence: restart from "
             f"checkpoint {progress1.checkpoint_step} (1 of 3 attempts without a new checkpoint)."
         ),
-        at=nan1.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.EXECUTED,
         decided_by=OPERATOR,
         decided_at=approved1,
         note="One retry; if it diverges again we stop and lower the LR.",
     )
-    start2 = approved1 + timedelta(minutes=1, seconds=5)
-    s.state(start2, 2, "failed", "running", "RUNNING", nodes=hostlist(nodes))
-    s.event(AuditKind.RESTART_ALLOCATED, POLLER, start2, 2, recommendation=rec1.pk, nodes=nodes)
-    checkpoint = (progress1.checkpoint_step or 0, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=2, seconds=40),
-        step_seconds=4.1,
-        every=500,
-        path=path,
-        to_step=nan_step,
-        checkpoint=checkpoint,
-        resumed=True,
-        save_seconds=20,
+    run2 = s.restart(2, nodes, approved1 + timedelta(minutes=1, seconds=5), recommendation=rec1)
+    progress2 = s.resume(
+        run2, progress1, warm_up=timedelta(minutes=2, seconds=40), to_step=nan_step
     )
     failure2 = progress2.at + timedelta(seconds=4)
-    end2 = failure2 + timedelta(seconds=29)
-    attempt2 = s.attempt(
-        2,
-        nodes,
-        start2,
-        ended_at=end2,
-        exit_state=AttemptExitState.FAILED,
+    attempt2 = s.end_attempt(
+        run2,
+        failure2 + timedelta(seconds=29),
+        AttemptExitState.FAILED,
         exit_code=1,
-        produced_checkpoint=progress2.saved,
+        progress=progress2,
+        noticed_after=timedelta(seconds=8),
     )
     nan2 = nan_anomaly(attempt2, failure2, "nan-2")
-    s.state(end2 + timedelta(seconds=8), 2, "running", "failed", "FAILED")
     s.recommend(
         1,
         attempt2,
@@ -1477,22 +1530,20 @@ def _llama13b_nan(s: _Story) -> None:
         action=RecommendationAction.STOP,
         reason=(
             f"NaN at iteration {nan_step + 1} again after resuming from checkpoint "
-            f"{checkpoint[0]}: the divergence is deterministic, a restart cannot fix it."
+            f"{progress2.checkpoint_step}: the divergence is deterministic, a restart cannot "
+            "fix it."
         ),
-        at=nan2.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.EXECUTED,
         decided_by=ADMIN,
         decided_at=failure2 + timedelta(minutes=9, seconds=12),
         note="Stopping; jnovak will relaunch with lr 1.5e-5.",
     )
+    # No checkpoint since the resumed one: progress2 still names it.
     s.finish(
-        state=WorkloadState.STOPPED,
-        state_reason="Stopped by recovery: deterministic NaN at iteration 3188",
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=checkpoint[0],
-        last_checkpoint_at=checkpoint[1],
+        WorkloadState.STOPPED,
+        2,
+        progress2,
+        reason="Stopped by recovery: deterministic NaN at iteration 3188",
     )
 
 
@@ -1500,28 +1551,21 @@ def _neox_storage(s: _Story) -> None:
     """48205: a checkpoint write hits a stale Lustre file handle; one restart, then done."""
     nodes = a100(12, 13)
     path = _deepspeed_ckpt("/lustre/scratch/ckpt/gpt-neox-20b")
-    start1 = s.workload.submit_time + timedelta(minutes=1, seconds=18)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    run1 = s.start(nodes, timedelta(minutes=1, seconds=18))
     progress1 = s.train(
-        1,
-        start_step=0,
-        start=start1 + timedelta(minutes=5),
-        step_seconds=3.0,
-        every=1000,
-        path=path,
+        run1,
+        _Pace(3.0, 1000, path, save_seconds=45),
+        start=run1.started_at + timedelta(minutes=5),
         to_step=5999,
-        save_seconds=45,
     )
     failure = progress1.at + timedelta(seconds=9)
-    end1 = failure + timedelta(seconds=22)
-    attempt1 = s.attempt(
-        1,
-        nodes,
-        start1,
-        ended_at=end1,
-        exit_state=AttemptExitState.FAILED,
+    attempt1 = s.end_attempt(
+        run1,
+        failure + timedelta(seconds=22),
+        AttemptExitState.FAILED,
         exit_code=1,
-        produced_checkpoint=progress1.saved,
+        progress=progress1,
+        noticed_after=timedelta(seconds=9),
     )
     target = f"{path(6000)}/mp_rank_00_model_states.pt"
     line = "OSError: [Errno 116] Stale file handle"
@@ -1529,7 +1573,6 @@ def _neox_storage(s: _Story) -> None:
     io = s.anomaly(
         attempt1,
         key="stale-handle",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.STORAGE_IO,
         attribution=Attribution.SYSTEM_SOFTWARE,
         confidence=0.8,
@@ -1551,7 +1594,6 @@ def _neox_storage(s: _Story) -> None:
         details={"path": target, "filesystem": "lustre scratch"},
         rule="storage_errno_is_system_software",
     )
-    s.state(end1 + timedelta(seconds=9), 1, "running", "failed", "FAILED")
     approved = failure + timedelta(minutes=4, seconds=3)
     rec = s.recommend(
         1,
@@ -1562,75 +1604,34 @@ def _neox_storage(s: _Story) -> None:
             "Checkpoint write failed with a stale Lustre file handle (OST0007 reconnecting). "
             f"Restart from checkpoint {progress1.checkpoint_step}; no node is implicated."
         ),
-        at=io.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.EXECUTED,
         decided_by=OPERATOR,
         decided_at=approved,
         note="Storage team confirms OST0007 failed over and is back.",
     )
-    start2 = approved + timedelta(minutes=1, seconds=2)
-    s.state(start2, 2, "failed", "running", "RUNNING", nodes=hostlist(nodes))
-    s.event(AuditKind.RESTART_ALLOCATED, POLLER, start2, 2, recommendation=rec.pk, nodes=nodes)
-    checkpoint = (progress1.checkpoint_step or 0, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=4, seconds=30),
-        step_seconds=3.0,
-        every=1000,
-        path=path,
-        to_step=13000,
-        checkpoint=checkpoint,
-        resumed=True,
-        save_seconds=45,
-    )
-    end2 = progress2.at + timedelta(seconds=70)
-    s.attempt(
-        2,
-        nodes,
-        start2,
-        ended_at=end2,
-        exit_state=AttemptExitState.COMPLETED,
-        exit_code=0,
-        produced_checkpoint=progress2.saved,
-    )
-    s.event(AuditKind.TRAINING_COMPLETED, POLLER, end2, 2, exit_code=0, final_step=progress2.step)
-    s.state(end2 + timedelta(seconds=12), 2, "running", "completed", "COMPLETED")
-    s.finish(
-        state=WorkloadState.COMPLETED,
-        state_reason="COMPLETED (exit code 0)",
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=progress2.checkpoint_step,
-        last_checkpoint_at=progress2.checkpoint_at,
-    )
+    run2 = s.restart(2, nodes, approved + timedelta(minutes=1, seconds=2), recommendation=rec)
+    progress2 = s.resume(run2, progress1, warm_up=timedelta(minutes=4, seconds=30), to_step=13000)
+    s.complete(progress2, ended_after=timedelta(seconds=70), noticed_after=timedelta(seconds=12))
 
 
 def _mistral_oom(s: _Story) -> None:
     """48209: CUDA out of memory at 32k context on the first steps; the operator rejects a
     restart that would fail the same way."""
-    nodes = a100(15, 16)
-    start = s.workload.submit_time + timedelta(seconds=44)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    run = s.start(a100(15, 16), timedelta(seconds=44))
     progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=3, seconds=20),
-        step_seconds=6.3,
-        every=500,
-        path=_hf_ckpt("/lustre/scratch/emartin/mistral-sft-32k"),
+        run,
+        _Pace(6.3, 500, _hf_ckpt("/lustre/scratch/emartin/mistral-sft-32k")),
+        start=run.started_at + timedelta(minutes=3, seconds=20),
         to_step=37,
     )
     failure = progress.at + timedelta(seconds=5)
-    end = failure + timedelta(seconds=38)
-    attempt = s.attempt(
-        1,
-        nodes,
-        start,
-        ended_at=end,
-        exit_state=AttemptExitState.FAILED,
+    attempt = s.end_attempt(
+        run,
+        failure + timedelta(seconds=38),
+        AttemptExitState.FAILED,
         exit_code=1,
+        progress=progress,
+        noticed_after=timedelta(seconds=11),
     )
     line = (
         "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -1645,7 +1646,6 @@ def _mistral_oom(s: _Story) -> None:
     oom = s.anomaly(
         attempt,
         key="cuda-oom",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.GPU_OOM,
         attribution=Attribution.APPLICATION,
         confidence=0.95,
@@ -1668,83 +1668,52 @@ def _mistral_oom(s: _Story) -> None:
         details={"tried_to_allocate": "2.00 GiB", "max_seq_len": 32768, "step": 38},
         rule="cuda_oom_is_application",
     )
-    s.state(end + timedelta(seconds=11), 1, "running", "failed", "FAILED")
     s.recommend(
         1,
         attempt,
         oom,
         action=RecommendationAction.RESTART,
         reason="CUDA out of memory on 5 of 16 ranks at step 38; policy restarts crashes.",
-        at=oom.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.REJECTED,
         decided_by=OPERATOR,
         decided_at=failure + timedelta(minutes=11, seconds=27),
         note="Deterministic OOM at 32k context; emartin is lowering the micro-batch. No restart.",
     )
-    s.finish(
-        state=WorkloadState.FAILED,
-        state_reason="FAILED (exit code 1)",
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-    )
+    s.finish(WorkloadState.FAILED, 1, progress, reason="FAILED (exit code 1)")
 
 
 def _sdxl_healthy(s: _Story) -> None:
     """48216: a healthy fine-tune, still running."""
-    nodes = a100(16)
-    start = s.workload.submit_time + timedelta(minutes=1, seconds=3)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    run = s.start(a100(16), timedelta(minutes=1, seconds=3))
     progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=2),
-        step_seconds=1.45,
-        every=10000,
-        path=_hf_ckpt("/lustre/scratch/tnguyen/sdxl-product"),
+        run,
+        _Pace(1.45, 10000, _hf_ckpt("/lustre/scratch/tnguyen/sdxl-product"), save_seconds=18),
+        start=run.started_at + timedelta(minutes=2),
         until=s.b.ago(seconds=s.rng.randint(3, 15)),
-        save_seconds=18,
     )
-    s.attempt(1, nodes, start, produced_checkpoint=progress.saved)
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-        last_checkpoint_step=progress.checkpoint_step,
-        last_checkpoint_at=progress.checkpoint_at,
-    )
+    s.keep_running(progress)
 
 
 def _mixtral_straggler(s: _Story) -> None:
     """48221: GPU 2 of gpu-a100-012 runs with hardware slowdown; the whole job slows to its pace.
     Restarting without the node waits for approval."""
     b = s.b
-    nodes = a100(12, 13)
     path = _megatron_ckpt("/lustre/ckpt/mixtral-sft-r4")
-    start = s.workload.submit_time + timedelta(minutes=1, seconds=40)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    run = s.start(a100(12, 13), timedelta(minutes=1, seconds=40))
     slow_from = b.ago(minutes=52)
     fast = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=4),
-        step_seconds=2.2,
-        every=2000,
-        path=path,
-        until=slow_from,
+        run, _Pace(2.2, 2000, path), start=run.started_at + timedelta(minutes=4), until=slow_from
     )
     slow = s.train(
-        1,
+        run,
+        _Pace(3.05, 2000, path),
         start_step=fast.step,
         start=fast.at,
-        step_seconds=3.05,
-        every=2000,
-        path=path,
         until=b.ago(seconds=b.rng.randint(2, 9)),
         checkpoint=(fast.checkpoint_step, fast.checkpoint_at) if fast.checkpoint_step else None,
     )
-    attempt = s.attempt(1, nodes, start, produced_checkpoint=fast.saved or slow.saved)
+    # The attempt produced a checkpoint if it saved one at either pace.
+    attempt = s.keep_running(replace(slow, saved=fast.saved or slow.saved))
     evidence_at = slow_from + timedelta(minutes=10)
     step_at = slow.step - 3
     line = (
@@ -1794,16 +1763,7 @@ def _mixtral_straggler(s: _Story) -> None:
             "HW slowdown, SM clock 1005 MHz); the whole job runs at its pace. Restart from "
             f"checkpoint {slow.checkpoint_step} without gpu-a100-012."
         ),
-        at=straggler.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.AWAITING_APPROVAL,
-    )
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=1,
-        last_progress_step=slow.step,
-        last_progress_at=slow.at,
-        last_checkpoint_step=slow.checkpoint_step,
-        last_checkpoint_at=slow.checkpoint_at,
     )
 
 
@@ -1811,7 +1771,6 @@ def _qwen_illegal_access(s: _Story) -> None:
     """48224: an illegal memory access at the same step in two attempts (the job requeues
     itself); the restart advice is superseded by advice to stop, awaiting approval."""
     nodes = a100(10, 15)
-    path = _deepspeed_ckpt("/lustre/scratch/ychoi/qwen2-72b-sft")
     bad_step = 1230
 
     def illegal_access(attempt: Attempt, at: datetime, key: str, confidence: float) -> Anomaly:
@@ -1819,7 +1778,6 @@ def _qwen_illegal_access(s: _Story) -> None:
         return s.anomaly(
             attempt,
             key=key,
-            kind=AnomalyKind.CRASH,
             category=FailureCategory.CUDA_ERROR_APP,
             attribution=Attribution.APPLICATION if confidence > 0.6 else Attribution.UNKNOWN,
             confidence=confidence,
@@ -1847,28 +1805,19 @@ def _qwen_illegal_access(s: _Story) -> None:
             ),
         )
 
-    start1 = s.workload.submit_time + timedelta(seconds=57)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
-    progress1 = s.train(
-        1,
-        start_step=0,
-        start=start1 + timedelta(minutes=8),
-        step_seconds=11.0,
-        every=250,
-        path=path,
-        to_step=bad_step,
-        save_seconds=60,
-    )
+    pace = _Pace(11.0, 250, _deepspeed_ckpt("/lustre/scratch/ychoi/qwen2-72b-sft"), save_seconds=60)
+    run1 = s.start(nodes, timedelta(seconds=57))
+    progress1 = s.train(run1, pace, start=run1.started_at + timedelta(minutes=8), to_step=bad_step)
     failure1 = progress1.at + timedelta(seconds=7)
     end1 = failure1 + timedelta(seconds=45)
-    attempt1 = s.attempt(
-        1,
-        nodes,
-        start1,
-        ended_at=end1,
-        exit_state=AttemptExitState.REQUEUED,
+    attempt1 = s.end_attempt(
+        run1,
+        end1,
+        AttemptExitState.REQUEUED,
         exit_code=1,
-        produced_checkpoint=progress1.saved,
+        progress=progress1,
+        noticed_after=timedelta(seconds=6),
+        pending_reason="BeginTime",
     )
     first = illegal_access(attempt1, failure1, "illegal-access-1", 0.55)
     rec1 = s.recommend(
@@ -1880,36 +1829,22 @@ def _qwen_illegal_access(s: _Story) -> None:
             f"CUDA illegal memory access in flash-attn on rank 13 at step {bad_step + 1}; "
             f"restart from checkpoint {progress1.checkpoint_step}."
         ),
-        at=first.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.SUPERSEDED,
     )
-    s.state(end1 + timedelta(seconds=6), 1, "running", "requeued", "PENDING", reason="BeginTime")
     start2 = end1 + timedelta(minutes=2, seconds=14)
-    s.state(start2, 2, "requeued", "running", "RUNNING", nodes=hostlist(nodes))
-    s.event(AuditKind.RESTART_ALLOCATED, POLLER, start2, 2, nodes=nodes, requeued_by="job")
-    checkpoint = (progress1.checkpoint_step or 0, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=7, seconds=30),
-        step_seconds=11.0,
-        every=250,
-        path=path,
-        to_step=bad_step,
-        checkpoint=checkpoint,
-        resumed=True,
-        save_seconds=60,
+    run2 = s.restart(2, nodes, start2, requeued_by="job", was="requeued")
+    progress2 = s.resume(
+        run2, progress1, warm_up=timedelta(minutes=7, seconds=30), to_step=bad_step
     )
     failure2 = progress2.at + timedelta(seconds=7)
-    end2 = failure2 + timedelta(seconds=44)
-    attempt2 = s.attempt(
-        2,
-        nodes,
-        start2,
-        ended_at=end2,
-        exit_state=AttemptExitState.REQUEUED,
+    attempt2 = s.end_attempt(
+        run2,
+        failure2 + timedelta(seconds=44),
+        AttemptExitState.REQUEUED,
         exit_code=1,
-        produced_checkpoint=progress2.saved,
+        progress=progress2,
+        noticed_after=timedelta(seconds=6),
+        pending_reason="Priority",
     )
     second = illegal_access(attempt2, failure2, "illegal-access-2", 0.8)
     segv_line = (
@@ -1919,7 +1854,6 @@ def _qwen_illegal_access(s: _Story) -> None:
     s.anomaly(
         attempt2,
         key="segv-teardown",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.SEGFAULT,
         attribution=Attribution.UNKNOWN,
         confidence=0.5,
@@ -1941,7 +1875,6 @@ def _qwen_illegal_access(s: _Story) -> None:
         details={"signal": "SIGSEGV", "during": "teardown after the CUDA error"},
         rule="segfault_default_unknown",
     )
-    s.state(end2 + timedelta(seconds=6), 2, "running", "requeued", "PENDING", reason="Priority")
     rec2 = s.recommend(
         1,
         attempt2,
@@ -1949,21 +1882,18 @@ def _qwen_illegal_access(s: _Story) -> None:
         action=RecommendationAction.STOP,
         reason=(
             f"The same CUDA illegal memory access at step {bad_step + 1} in 2 attempts in a row, "
-            f"no new checkpoint since step {checkpoint[0]}: an application fault a restart "
-            "cannot fix. The job keeps requeueing itself; stop it."
+            f"no new checkpoint since step {progress2.checkpoint_step}: an application fault a "
+            "restart cannot fix. The job keeps requeueing itself; stop it."
         ),
         at=second.detected_at + timedelta(seconds=3),
         status=RecommendationStatus.AWAITING_APPROVAL,
     )
     s.supersede(rec1, rec2, second.detected_at + timedelta(seconds=3), 2)
     s.finish(
-        state=WorkloadState.REQUEUED,
-        state_reason="Requeued by the job (exit code 1); pending: Priority",
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=checkpoint[0],
-        last_checkpoint_at=checkpoint[1],
+        WorkloadState.REQUEUED,
+        2,
+        progress2,
+        reason="Requeued by the job (exit code 1); pending: Priority",
     )
 
 
@@ -1972,20 +1902,19 @@ def _vit_hang(s: _Story) -> None:
     b = s.b
     nodes = a100(15)
     steps_per_epoch = 5004
-    start = s.workload.submit_time + timedelta(minutes=1, seconds=2)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+
+    def path(step: int) -> str:
+        return f"/nfs/filer-02/okoval/vit-h-14/checkpoint-{step // 5004 - 1}.pth.tar"
+
+    run = s.start(nodes, timedelta(minutes=1, seconds=2))
     silent_since = b.ago(minutes=47, seconds=b.rng.randint(0, 30))
     progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=3),
-        step_seconds=0.72,
-        every=steps_per_epoch,
-        path=lambda step: f"/nfs/filer-02/okoval/vit-h-14/checkpoint-{step // 5004 - 1}.pth.tar",
+        run,
+        _Pace(0.72, steps_per_epoch, path, save_seconds=15),
+        start=run.started_at + timedelta(minutes=3),
         until=silent_since,
-        save_seconds=15,
     )
-    attempt = s.attempt(1, nodes, start, produced_checkpoint=progress.saved)
+    attempt = s.keep_running(progress)
     epoch, batch = divmod(progress.step, steps_per_epoch)
 
     def timm_line(batch_index: int, loss: str, avg: str) -> str:
@@ -2037,34 +1966,25 @@ def _vit_hang(s: _Story) -> None:
             "workers are blocked on NFS filer-02. Restart from checkpoint "
             f"{progress.checkpoint_step} once the filer answers."
         ),
-        at=hang.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.AWAITING_APPROVAL,
-    )
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-        last_checkpoint_step=progress.checkpoint_step,
-        last_checkpoint_at=progress.checkpoint_at,
     )
 
 
 def _bert_keyerror(s: _Story) -> None:
     """48233: a dataset column is missing; the approved stop finds the job already failed."""
-    nodes = a100(10)
-    start = s.workload.submit_time + timedelta(seconds=31)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
-    failure = start + timedelta(minutes=2, seconds=48)
-    end = failure + timedelta(seconds=6)
-    attempt = s.attempt(
-        1, nodes, start, ended_at=end, exit_state=AttemptExitState.FAILED, exit_code=1
+    run = s.start(a100(10), timedelta(seconds=31))
+    failure = run.started_at + timedelta(minutes=2, seconds=48)
+    attempt = s.end_attempt(
+        run,
+        failure + timedelta(seconds=6),
+        AttemptExitState.FAILED,
+        exit_code=1,
+        noticed_after=timedelta(seconds=9),
     )
     line = "KeyError: 'text'"
     error = s.anomaly(
         attempt,
         key="keyerror",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.APP_EXCEPTION,
         attribution=Attribution.APPLICATION,
         confidence=0.9,
@@ -2087,30 +2007,24 @@ def _bert_keyerror(s: _Story) -> None:
         details={"exception": "KeyError", "step": 0},
         rule="python_exception_is_application",
     )
-    s.state(end + timedelta(seconds=9), 1, "running", "failed", "FAILED")
     s.recommend(
         1,
         attempt,
         error,
         action=RecommendationAction.STOP,
         reason="KeyError before the first step: a configuration error a restart cannot fix.",
-        at=error.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.SKIPPED,
         decided_by=OPERATOR,
         decided_at=failure + timedelta(minutes=3, seconds=10),
         note="Agreed, no retries.",
         skipped_reason=f"job {s.job} is already FAILED; nothing to cancel",
     )
-    s.finish(
-        state=WorkloadState.FAILED,
-        state_reason="FAILED (exit code 1)",
-        current_attempt=1,
-    )
+    s.finish(WorkloadState.FAILED, 1, reason="FAILED (exit code 1)")
 
 
 def _not_opted_in(s: _Story) -> None:
     """48236: pending for resources, listed as not opted in because of a malformed comment."""
-    s.finish(state=WorkloadState.PENDING, state_reason="Resources", current_attempt=0)
+    s.finish(WorkloadState.PENDING, 0, reason="Resources")
 
 
 # --- demo-h100: action mode -----------------------------------------------------------------
@@ -2192,30 +2106,18 @@ def _llama31_ib(s: _Story) -> None:
     """91402: local catastrophic error on the IB adapter of gpu-h100-005; restarted without it
     automatically, productive again minutes later."""
     b = s.b
-    path = _megatron_ckpt("/weka/ckpt/llama31-70b-cpt-code")
-    nodes1 = h100(2, 3, 4, 5)
-    start1 = s.workload.submit_time + timedelta(minutes=1, seconds=9)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes1))
+    pace = _Pace(5.2, 1000, _megatron_ckpt("/weka/ckpt/llama31-70b-cpt-code"), save_seconds=25)
+    run1 = s.start(h100(2, 3, 4, 5), timedelta(minutes=1, seconds=9))
     failure = b.ago(hours=6, minutes=18, seconds=b.rng.randint(0, 40))
-    progress1 = s.train(
-        1,
-        start_step=0,
-        start=start1 + timedelta(minutes=5),
-        step_seconds=5.2,
-        every=1000,
-        path=path,
-        until=failure,
-        save_seconds=25,
-    )
+    progress1 = s.train(run1, pace, start=run1.started_at + timedelta(minutes=5), until=failure)
     end1 = failure + timedelta(seconds=19)
-    attempt1 = s.attempt(
-        1,
-        nodes1,
-        start1,
-        ended_at=end1,
-        exit_state=AttemptExitState.FAILED,
+    attempt1 = s.end_attempt(
+        run1,
+        end1,
+        AttemptExitState.FAILED,
         exit_code=1,
-        produced_checkpoint=progress1.saved,
+        progress=progress1,
+        noticed_after=timedelta(seconds=5),
     )
     host = "gpu-h100-005"
     line = (
@@ -2225,7 +2127,6 @@ def _llama31_ib(s: _Story) -> None:
     ib = s.anomaly(
         attempt1,
         key="ib-catastrophic",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.INTERCONNECT,
         attribution=Attribution.HARDWARE,
         confidence=0.93,
@@ -2251,7 +2152,6 @@ def _llama31_ib(s: _Story) -> None:
         details={"ib_device": "mlx5_0", "event": "IBV_EVENT_DEVICE_FATAL"},
         rule="ib_catastrophic_error_is_hardware",
     )
-    s.state(end1 + timedelta(seconds=5), 1, "running", "failed", "FAILED")
     rec = s.recommend(
         1,
         attempt1,
@@ -2268,66 +2168,26 @@ def _llama31_ib(s: _Story) -> None:
         state_before="FAILED",
     )
     start2 = rec.created_at + timedelta(seconds=38)
-    nodes2 = h100(1, 2, 3, 4)
-    s.state(start2, 2, "failed", "running", "RUNNING", nodes=hostlist(nodes2))
-    s.event(
-        AuditKind.RESTART_ALLOCATED,
-        POLLER,
-        start2,
-        2,
-        recommendation=rec.pk,
-        nodes=nodes2,
-        excluded_nodes=[host],
-    )
-    checkpoint = (progress1.checkpoint_step or 0, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=4, seconds=50),
-        step_seconds=5.2,
-        every=1000,
-        path=path,
-        until=b.ago(seconds=b.rng.randint(2, 12)),
-        checkpoint=checkpoint,
-        resumed=True,
-        save_seconds=25,
-    )
-    s.attempt(2, nodes2, start2, excluded=[host], produced_checkpoint=progress2.saved)
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=progress2.checkpoint_step,
-        last_checkpoint_at=progress2.checkpoint_at,
-    )
+    run2 = s.restart(2, h100(1, 2, 3, 4), start2, recommendation=rec, excluded=[host])
+    until = b.ago(seconds=b.rng.randint(2, 12))
+    progress2 = s.resume(run2, progress1, warm_up=timedelta(minutes=4, seconds=50), until=until)
+    s.keep_running(progress2)
 
 
 def _gemma_host_oom(s: _Story) -> None:
     """91410: data loader workers OOM-killed by the cgroup; restarted automatically, completed."""
     nodes = h100(6, 7)
-    path = _hf_ckpt("/weka/scratch/apatel/gemma-2-27b-sft")
-    start1 = s.workload.submit_time + timedelta(seconds=26)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
-    progress1 = s.train(
-        1,
-        start_step=0,
-        start=start1 + timedelta(minutes=3),
-        step_seconds=3.4,
-        every=500,
-        path=path,
-        to_step=2093,
-        save_seconds=30,
-    )
+    pace = _Pace(3.4, 500, _hf_ckpt("/weka/scratch/apatel/gemma-2-27b-sft"), save_seconds=30)
+    run1 = s.start(nodes, timedelta(seconds=26))
+    progress1 = s.train(run1, pace, start=run1.started_at + timedelta(minutes=3), to_step=2093)
     failure = progress1.at + timedelta(seconds=3)
     end1 = failure + timedelta(seconds=12)
-    attempt1 = s.attempt(
-        1,
-        nodes,
-        start1,
-        ended_at=end1,
-        exit_state=AttemptExitState.OUT_OF_MEMORY,
-        produced_checkpoint=progress1.saved,
+    attempt1 = s.end_attempt(
+        run1,
+        end1,
+        AttemptExitState.OUT_OF_MEMORY,
+        progress=progress1,
+        noticed_after=timedelta(seconds=4),
     )
     line = (
         f"slurmstepd: error: Detected 1 oom_kill event in StepId={s.job}.0. Some of the step "
@@ -2336,7 +2196,6 @@ def _gemma_host_oom(s: _Story) -> None:
     oom = s.anomaly(
         attempt1,
         key="host-oom",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.HOST_OOM,
         attribution=Attribution.APPLICATION,
         confidence=0.85,
@@ -2356,7 +2215,6 @@ def _gemma_host_oom(s: _Story) -> None:
         details={"cgroup": "step", "killed": "pt_data_worker"},
         rule="host_oom_is_application",
     )
-    s.state(end1 + timedelta(seconds=4), 1, "running", "failed", "OUT_OF_MEMORY")
     rec = s.recommend(
         1,
         attempt1,
@@ -2370,43 +2228,9 @@ def _gemma_host_oom(s: _Story) -> None:
         status=RecommendationStatus.EXECUTED,
         state_before="OUT_OF_MEMORY",
     )
-    start2 = rec.created_at + timedelta(seconds=41)
-    s.state(start2, 2, "failed", "running", "RUNNING", nodes=hostlist(nodes))
-    s.event(AuditKind.RESTART_ALLOCATED, POLLER, start2, 2, recommendation=rec.pk, nodes=nodes)
-    checkpoint = (progress1.checkpoint_step or 0, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=2, seconds=45),
-        step_seconds=3.4,
-        every=500,
-        path=path,
-        to_step=6000,
-        checkpoint=checkpoint,
-        resumed=True,
-        save_seconds=30,
-    )
-    end2 = progress2.at + timedelta(seconds=48)
-    s.attempt(
-        2,
-        nodes,
-        start2,
-        ended_at=end2,
-        exit_state=AttemptExitState.COMPLETED,
-        exit_code=0,
-        produced_checkpoint=progress2.saved,
-    )
-    s.event(AuditKind.TRAINING_COMPLETED, POLLER, end2, 2, exit_code=0, final_step=progress2.step)
-    s.state(end2 + timedelta(seconds=9), 2, "running", "completed", "COMPLETED")
-    s.finish(
-        state=WorkloadState.COMPLETED,
-        state_reason="COMPLETED (exit code 0)",
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=progress2.checkpoint_step,
-        last_checkpoint_at=progress2.checkpoint_at,
-    )
+    run2 = s.restart(2, nodes, rec.created_at + timedelta(seconds=41), recommendation=rec)
+    progress2 = s.resume(run2, progress1, warm_up=timedelta(minutes=2, seconds=45), to_step=6000)
+    s.complete(progress2, ended_after=timedelta(seconds=48), noticed_after=timedelta(seconds=9))
 
 
 def _dit_watchdog(s: _Story) -> None:
@@ -2414,29 +2238,17 @@ def _dit_watchdog(s: _Story) -> None:
     time, the watchdog lets Slurm requeue the job normally, and the recommendation expires."""
     b = s.b
     nodes = h100(6, 7)
-    path = _megatron_ckpt("/weka/ckpt/dit-xl-video")
-    start1 = s.workload.submit_time + timedelta(minutes=3, seconds=15)
-    s.state(start1, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    pace = _Pace(7.5, 500, _megatron_ckpt("/weka/ckpt/dit-xl-video"), save_seconds=35)
+    run1 = s.start(nodes, timedelta(minutes=3, seconds=15))
     failure = b.ago(hours=3, minutes=12, seconds=b.rng.randint(0, 40))
-    progress1 = s.train(
-        1,
-        start_step=0,
-        start=start1 + timedelta(minutes=4),
-        step_seconds=7.5,
-        every=500,
-        path=path,
-        until=failure,
-        save_seconds=35,
-    )
-    end1 = failure + timedelta(seconds=27)
-    attempt1 = s.attempt(
-        1,
-        nodes,
-        start1,
-        ended_at=end1,
-        exit_state=AttemptExitState.REQUEUED,
+    progress1 = s.train(run1, pace, start=run1.started_at + timedelta(minutes=4), until=failure)
+    # The poller sees the job requeued only once the watchdog lets it go (below).
+    attempt1 = s.end_attempt(
+        run1,
+        failure + timedelta(seconds=27),
+        AttemptExitState.REQUEUED,
         exit_code=1,
-        produced_checkpoint=progress1.saved,
+        progress=progress1,
     )
     host = "gpu-h100-006"
     line = (
@@ -2447,7 +2259,6 @@ def _dit_watchdog(s: _Story) -> None:
     error = s.anomaly(
         attempt1,
         key="nccl-shm",
-        kind=AnomalyKind.CRASH,
         category=FailureCategory.NCCL_ERROR,
         attribution=Attribution.SYSTEM_SOFTWARE,
         confidence=0.7,
@@ -2481,7 +2292,6 @@ def _dit_watchdog(s: _Story) -> None:
             "NCCL could not create a shared memory segment on gpu-h100-006 (/dev/shm full). "
             f"Restart from checkpoint {progress1.checkpoint_step}."
         ),
-        at=error.detected_at + timedelta(seconds=2),
         status=RecommendationStatus.EXPIRED,
     )
     released_at = error.detected_at + timedelta(seconds=300)
@@ -2494,52 +2304,27 @@ def _dit_watchdog(s: _Story) -> None:
         reason="no controller claimed the recommendation within 300 s; normal scheduling proceeds",
     )
     s.state(released_at + timedelta(seconds=4), 1, "running", "requeued", "PENDING")
-    start2 = released_at + timedelta(seconds=66)
-    s.state(start2, 2, "requeued", "running", "RUNNING", nodes=hostlist(nodes))
-    s.event(AuditKind.RESTART_ALLOCATED, POLLER, start2, 2, nodes=nodes, requeued_by="slurm")
     if rec.expires_at is not None:
         s.event(AuditKind.EXPIRED, WATCHDOG, rec.expires_at, 2, recommendation=rec.pk)
-    checkpoint = (progress1.checkpoint_step or 0, progress1.checkpoint_at or start1)
-    progress2 = s.train(
-        2,
-        start_step=checkpoint[0],
-        start=start2 + timedelta(minutes=3, seconds=30),
-        step_seconds=7.5,
-        every=500,
-        path=path,
-        until=b.ago(seconds=b.rng.randint(2, 12)),
-        checkpoint=checkpoint,
-        resumed=True,
-        save_seconds=35,
-    )
-    s.attempt(2, nodes, start2, produced_checkpoint=progress2.saved)
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=2,
-        last_progress_step=progress2.step,
-        last_progress_at=progress2.at,
-        last_checkpoint_step=progress2.checkpoint_step,
-        last_checkpoint_at=progress2.checkpoint_at,
-    )
+    start2 = released_at + timedelta(seconds=66)
+    run2 = s.restart(2, nodes, start2, requeued_by="slurm", was="requeued")
+    until = b.ago(seconds=b.rng.randint(2, 12))
+    progress2 = s.resume(run2, progress1, warm_up=timedelta(minutes=3, seconds=30), until=until)
+    s.keep_running(progress2)
 
 
 def _longctx_thermal(s: _Story) -> None:
     """91423: one GPU in thermal slowdown; recorded only (the straggler policy is record)."""
     b = s.b
     nodes = h100(8)
-    start = s.workload.submit_time + timedelta(minutes=2, seconds=2)
-    s.state(start, 1, "pending", "running", "RUNNING", nodes=hostlist(nodes))
+    run = s.start(nodes, timedelta(minutes=2, seconds=2))
     progress = s.train(
-        1,
-        start_step=0,
-        start=start + timedelta(minutes=2),
-        step_seconds=2.6,
-        every=2000,
-        path=_hf_ckpt("/weka/scratch/okoval/llama3-8b-longctx"),
+        run,
+        _Pace(2.6, 2000, _hf_ckpt("/weka/scratch/okoval/llama3-8b-longctx"), save_seconds=15),
+        start=run.started_at + timedelta(minutes=2),
         until=b.ago(seconds=b.rng.randint(2, 12)),
-        save_seconds=15,
     )
-    attempt = s.attempt(1, nodes, start, produced_checkpoint=progress.saved)
+    attempt = s.keep_running(progress)
     line = "            HW Thermal Slowdown           : Active"
     s.anomaly(
         attempt,
@@ -2575,12 +2360,4 @@ def _longctx_thermal(s: _Story) -> None:
             "straggler_action": "record",
         },
         rule="sustained_throughput_drop_with_thermal_slowdown",
-    )
-    s.finish(
-        state=WorkloadState.RUNNING,
-        current_attempt=1,
-        last_progress_step=progress.step,
-        last_progress_at=progress.at,
-        last_checkpoint_step=progress.checkpoint_step,
-        last_checkpoint_at=progress.checkpoint_at,
     )
