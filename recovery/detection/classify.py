@@ -1,0 +1,107 @@
+"""Root cause, not the loudest line: one verdict for a whole log.
+
+A failed 64-rank job prints 63 collective timeouts and one real cause. Findings are ranked by
+how likely their category is to be the cause (hardware over the symptoms it produces, see
+``CATEGORY_PRIORITY``), then by which came first. Wrappers (a launcher saying a child died)
+rank below any exception they could be wrapping, so they only decide when they are all there is.
+Warnings (corrected PCIe errors, thermal slowdown) never make a log failed on their own, and
+failures followed by continued training progress were recovered: the log is healthy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recovery.detection.findings import CRASH, HEALTHY, Finding
+from recovery.detection.scanner import ScanResult, scan_text
+
+# Training that advanced this many progress lines past the last failure line recovered from it.
+RECOVERED_AFTER_PROGRESS_LINES = 3
+
+
+@dataclass
+class Classification:
+    category: str
+    attribution: str
+    kind: str | None
+    evidence: str
+    signature: str = ""
+    nodes: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    count: int = 0
+    first_line: int | None = None
+    excerpt: str = ""
+    secondary: list[dict[str, Any]] = field(default_factory=list)
+    recovered: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return self.category == HEALTHY
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "attribution": self.attribution,
+            "kind": self.kind,
+            "evidence": self.evidence,
+            "signature": self.signature,
+            "nodes": self.nodes,
+            "ranks": self.ranks,
+            "count": self.count,
+            "first_line": self.first_line,
+            "secondary": self.secondary,
+            "recovered": self.recovered,
+        }
+
+
+def classify_scan(result: ScanResult) -> Classification:
+    failures = [f for f in result.findings if f.severity != "warning"]
+    if not failures:
+        return _healthy(result.findings, recovered=False)
+    if result.progress_after_last_failure >= RECOVERED_AFTER_PROGRESS_LINES:
+        return _healthy(result.findings, recovered=True)
+    primary = max(failures, key=lambda f: (f.detail["priority"], -(f.first_line or 0)))
+    others = [f for f in result.findings if f is not primary]
+    return Classification(
+        category=primary.category,
+        attribution=primary.attribution,
+        kind=CRASH,
+        evidence=primary.evidence,
+        signature=primary.signature,
+        nodes=list(primary.nodes),
+        ranks=list(primary.ranks),
+        count=primary.count,
+        first_line=primary.first_line,
+        excerpt=str(primary.detail.get("excerpt", "")),
+        secondary=[_summary(f) for f in others],
+    )
+
+
+def classify_text(text: str | bytes, **options: Any) -> Classification:
+    return classify_scan(scan_text(text, **options))
+
+
+def _healthy(findings: list[Finding], *, recovered: bool) -> Classification:
+    return Classification(
+        category=HEALTHY,
+        attribution="none",
+        kind=None,
+        evidence="",
+        secondary=[_summary(f) for f in findings],
+        recovered=recovered,
+    )
+
+
+def _summary(finding: Finding) -> dict[str, Any]:
+    return {
+        "category": finding.category,
+        "attribution": finding.attribution,
+        "severity": finding.severity,
+        "signature": finding.signature,
+        "evidence": finding.evidence[:300],
+        "count": finding.count,
+        "first_line": finding.first_line,
+        "nodes": finding.nodes[:32],
+        "ranks": finding.ranks[:64],
+    }

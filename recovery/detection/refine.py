@@ -1,0 +1,77 @@
+"""What one matched line means, beyond its signature's defaults.
+
+A signature gives the category and attribution when nothing else decides. Some lines carry the
+deciding detail themselves: the Xid code, whether a CUDA error surfaced in the application's
+own traceback or asynchronously in a watchdog, which Python exception ended the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recovery.detection.linear_regex import compile_linear
+from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
+
+_XID_CODE = compile_linear(r"NVRM: Xid \([^)]*\): (\d+)")
+_SYNC_CUDA_EXCEPTION = compile_linear(
+    r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_]*(?:Error|Exception): CUDA error"
+)
+_EXCEPTION_NAME = compile_linear(
+    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Z][A-Za-z0-9_]*)?(?:Error|Exception))(?::\s|:$|$)"
+)
+_DIGITS = compile_linear(r"\d+")
+_HEX = compile_linear(r"0x[0-9a-fA-F]+")
+
+
+@dataclass(frozen=True)
+class Refined:
+    category: str
+    attribution: str
+    severity: str
+    priority: int
+    discriminator: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def refine(signature: Signature, message: str) -> Refined | None:
+    """Category, attribution and severity of this occurrence; None to ignore the line."""
+    base = Refined(
+        category=signature.category,
+        attribution=signature.attribution,
+        severity=signature.severity,
+        priority=signature.priority,
+    )
+    if signature.name == "nvidia-xid":
+        return _refine_xid(base, message)
+    if signature.name == "cuda-error-kernel":
+        if _SYNC_CUDA_EXCEPTION.search(message) is not None:
+            # Raised in the application's own call stack: a code bug is in view.
+            return Refined(**{**base.__dict__, "attribution": "application"})
+        return base
+    if signature.name == GENERIC_EXCEPTION:
+        found = _EXCEPTION_NAME.search(message)
+        name = found.group(1) if found else "Exception"
+        short = _HEX.sub("0x_", _DIGITS.sub("N", message))[:160]
+        return Refined(**{**base.__dict__, "discriminator": short, "detail": {"exception": name}})
+    return base
+
+
+def _refine_xid(base: Refined, message: str) -> Refined:
+    from recovery.detection.signals import XID_MEANINGS
+
+    found = _XID_CODE.search(message)
+    if found is None:
+        return base
+    code = int(found.group(1))
+    meaning = XID_MEANINGS.get(code)
+    if meaning is None:
+        return Refined(**{**base.__dict__, "discriminator": str(code), "detail": {"xid": code}})
+    return Refined(
+        category=meaning.category,
+        attribution=meaning.attribution,
+        severity=meaning.severity,
+        priority=CATEGORY_PRIORITY.get(meaning.category, base.priority),
+        discriminator=str(code),
+        detail={"xid": code, "xid_meaning": meaning.description},
+    )

@@ -1,0 +1,395 @@
+"""Streaming log scanner: bytes in, findings and progress out, in bounded memory.
+
+Feed it chunks read from any byte offset; it keeps the partial last line for the next chunk,
+locates candidate lines for the whole chunk in one pass of a multi-pattern engine, and only
+decodes and parses those. Lines longer than ``max_line_bytes`` are examined around the match;
+a line with no newline for longer than ``max_carry_bytes`` is cut, so memory stays flat however
+the input is shaped. Undecodable bytes are replaced, never fatal.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from recovery.detection import progress as progress_module
+from recovery.detection.engine import Locator, LocatorPattern
+from recovery.detection.findings import CRASH, Finding
+from recovery.detection.normalize import LineContext, parse_line, strip_ansi
+from recovery.detection.refine import refine
+from recovery.detection.signature_set import SignatureSet
+from recovery.detection.signatures import CATEGORY_PRIORITY, Signature
+
+PROGRESS_ID = 1_000_000
+CHECKPOINT_ID = 1_000_001
+
+MAX_RANKS_KEPT = 4096
+MAX_NODES_KEPT = 1024
+MAX_PROGRESS_KEPT = 2000
+MAX_CHECKPOINTS_KEPT = 200
+EXCERPT_CONTEXT_LINES = 3
+MAX_EXCERPT_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    line: int
+    step: int
+    rank: int | None
+    node: str | None
+    at: datetime | None
+    loss: float | None
+    throughput: float | None
+    step_time_seconds: float | None
+
+
+@dataclass(frozen=True)
+class CheckpointPoint:
+    line: int
+    step: int | None
+    path: str | None
+    at: datetime | None
+    completed: bool
+
+
+@dataclass
+class Occurrences:
+    """Everything seen of one signature (and discriminator) in a log."""
+
+    signature: Signature
+    category: str
+    attribution: str
+    severity: str
+    priority: int
+    evidence: str
+    first_line: int
+    excerpt: str
+    at: datetime | None
+    detail: dict[str, Any]
+    count: int = 0
+    last_line: int = 0
+    ranks: set[int] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+
+    def add(self, line: int, context: LineContext) -> None:
+        self.count += 1
+        self.last_line = line
+        if context.rank is not None and len(self.ranks) < MAX_RANKS_KEPT:
+            self.ranks.add(context.rank)
+        if context.node and len(self.nodes) < MAX_NODES_KEPT:
+            self.nodes.add(context.node)
+
+    def to_finding(self) -> Finding:
+        return Finding(
+            kind=CRASH,
+            category=self.category,
+            attribution=self.attribution,
+            severity=self.severity,
+            signature=self.signature.name,
+            evidence=self.evidence,
+            source="log",
+            count=self.count,
+            first_line=self.first_line,
+            nodes=sorted(self.nodes),
+            ranks=sorted(self.ranks),
+            at=self.at,
+            detail={
+                **self.detail,
+                "role": self.signature.role,
+                "priority": self.priority,
+                "last_line": self.last_line,
+                "excerpt": self.excerpt,
+            },
+        )
+
+
+@dataclass
+class ScanResult:
+    findings: list[Finding]
+    progress: list[ProgressPoint]
+    checkpoints: list[CheckpointPoint]
+    lines: int
+    bytes: int
+    progress_lines: int
+    checkpoint_lines: int
+    progress_after_last_failure: int
+    engine: str
+
+
+class LogScanner:
+    def __init__(
+        self,
+        signatures: SignatureSet | None = None,
+        *,
+        parser: progress_module.ProgressParser | None = None,
+        engine: str = "auto",
+        max_line_bytes: int = 64 * 1024,
+        max_carry_bytes: int = 1024 * 1024,
+        track_progress: bool = True,
+    ) -> None:
+        self.signatures = signatures or SignatureSet.builtin()
+        self.parser = parser or _default_parser()
+        self.track_progress = track_progress
+        extra: tuple[LocatorPattern, ...] = ()
+        if track_progress:
+            extra = tuple(
+                [LocatorPattern(PROGRESS_ID, hint, True) for hint in self.parser.progress_hints]
+                + [
+                    LocatorPattern(CHECKPOINT_ID, hint, True)
+                    for hint in self.parser.checkpoint_hints
+                ]
+            )
+        self.locator: Locator = self.signatures.locator(engine, extra)
+        self.max_line_bytes = max_line_bytes
+        self.max_carry_bytes = max_carry_bytes
+        self._carry = b""
+        self._line = 0  # number of newlines consumed so far
+        self._bytes = 0
+        self._occurrences: dict[tuple[str, str], Occurrences] = {}
+        self._progress: deque[ProgressPoint] = deque(maxlen=MAX_PROGRESS_KEPT)
+        self._checkpoints: deque[CheckpointPoint] = deque(maxlen=MAX_CHECKPOINTS_KEPT)
+        self._progress_lines = 0
+        self._checkpoint_lines = 0
+        self._last_failure_step: int | None = None
+        self._failure_seen = False
+        self._progress_after_failure = 0
+        self._last_step: int | None = None
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed(self, data: bytes) -> None:
+        """Scan the complete lines in ``carry + data``; keep the unfinished last line."""
+        if not data:
+            return
+        self._bytes += len(data)
+        buffer = self._carry + data if self._carry else data
+        cut = buffer.rfind(b"\n") + 1
+        if cut == 0:
+            if len(buffer) <= self.max_carry_bytes:
+                self._carry = buffer
+                return
+            cut = len(buffer)  # a line with no end in sight: examine what we have
+        self._carry = buffer[cut:]
+        if len(self._carry) > self.max_carry_bytes:
+            self._carry = self._carry[-self.max_carry_bytes :]
+        self._scan_block(buffer[:cut])
+
+    def finish(self) -> ScanResult:
+        """Scan what is left (a last line without newline) and return the result."""
+        if self._carry:
+            block, self._carry = self._carry, b""
+            self._scan_block(block + b"\n", counts_line=False)
+        return self.result()
+
+    def result(self) -> ScanResult:
+        findings = [o.to_finding() for o in self._occurrences.values()]
+        findings.sort(key=lambda f: (-f.detail["priority"], f.first_line or 0))
+        return ScanResult(
+            findings=findings,
+            progress=list(self._progress),
+            checkpoints=list(self._checkpoints),
+            lines=self._line,
+            bytes=self._bytes,
+            progress_lines=self._progress_lines,
+            checkpoint_lines=self._checkpoint_lines,
+            progress_after_last_failure=self._progress_after_failure,
+            engine=self.locator.name,
+        )
+
+    # ------------------------------------------------------------------ scanning
+
+    def _scan_block(self, block: bytes, counts_line: bool = True) -> None:
+        block = strip_ansi(block)
+        hits = self.locator.locate(block)
+        base_line = self._line
+        if counts_line:
+            self._line += block.count(b"\n")
+        else:
+            self._line += max(block.count(b"\n") - 1, 0)
+        if not hits:
+            return
+        segments: dict[int, tuple[int, set[int], int]] = {}
+        for pattern_id, end in hits:
+            position = min(max(end - 1, 0), len(block) - 1)
+            if block[position] in b"\r\n" and position > 0:
+                position -= 1
+            start = max(block.rfind(b"\n", 0, position + 1), block.rfind(b"\r", 0, position + 1))
+            start += 1
+            known = segments.get(start)
+            if known is None:
+                segments[start] = (position, {pattern_id}, end)
+            else:
+                known[1].add(pattern_id)
+        line = base_line
+        cursor = 0
+        for start in sorted(segments):
+            line += block.count(b"\n", cursor, start)
+            cursor = start
+            position, pattern_ids, match_end = segments[start]
+            stop = _segment_end(block, position)
+            raw = block[start:stop]
+            if len(raw) > self.max_line_bytes:
+                relative = match_end - start
+                window = self.max_line_bytes // 2
+                raw = raw[max(relative - window, 0) : relative + window]
+            self._examine(block, start, stop, line + 1, raw, pattern_ids)
+
+    def _examine(
+        self,
+        block: bytes,
+        start: int,
+        stop: int,
+        line_number: int,
+        raw: bytes,
+        pattern_ids: set[int],
+    ) -> None:
+        text = raw.decode("utf-8", errors="replace")
+        context = parse_line(text)
+        if not self.locator.reports_every_pattern and self.track_progress:
+            pattern_ids = pattern_ids | {PROGRESS_ID, CHECKPOINT_ID}
+        if PROGRESS_ID in pattern_ids:
+            self._record_progress(line_number, context)
+        if CHECKPOINT_ID in pattern_ids:
+            self._record_checkpoint(line_number, context)
+        if self.locator.reports_every_pattern:
+            signature_ids = [i for i in pattern_ids if i < PROGRESS_ID]
+            if not signature_ids:
+                return
+        else:
+            signature_ids = list(range(len(self.signatures.signatures)))
+        best = self._best_signature(signature_ids, context.message, text)
+        if best is None:
+            return
+        signature, match_text = best
+        refined = refine(signature, context.message or match_text)
+        if refined is None:
+            return
+        key = (signature.name, refined.discriminator)
+        occurrences = self._occurrences.get(key)
+        if occurrences is None:
+            occurrences = Occurrences(
+                signature=signature,
+                category=refined.category,
+                attribution=refined.attribution,
+                severity=refined.severity,
+                priority=refined.priority,
+                evidence=(context.message or text.strip())[:1000],
+                first_line=line_number,
+                excerpt=_excerpt(block, start, stop),
+                at=context.at,
+                detail=refined.detail,
+            )
+            self._occurrences[key] = occurrences
+        occurrences.add(line_number, context)
+        if refined.severity != "warning":
+            self._failure_seen = True
+            self._last_failure_step = self._last_step
+            self._progress_after_failure = 0
+
+    def _best_signature(
+        self, signature_ids: list[int], message: str, text: str
+    ) -> tuple[Signature, str] | None:
+        confirmed: list[int] = []
+        for index in signature_ids:
+            compiled = self.signatures.compiled[index]
+            if compiled.search(message) is not None or compiled.search(text) is not None:
+                confirmed.append(index)
+        if not confirmed:
+            return None
+        specific = [i for i in confirmed if not self.signatures.is_generic(i)]
+        candidates = specific or confirmed
+        signatures = self.signatures.signatures
+        best = max(candidates, key=lambda i: signatures[i].priority)
+        return signatures[best], text
+
+    def _record_progress(self, line_number: int, context: LineContext) -> None:
+        parsed = self.parser.parse_progress(context.message)
+        if parsed is None:
+            return
+        self._progress_lines += 1
+        self._progress.append(
+            ProgressPoint(
+                line=line_number,
+                step=parsed.step,
+                rank=context.rank,
+                node=context.node,
+                at=context.at,
+                loss=parsed.loss,
+                throughput=parsed.throughput,
+                step_time_seconds=parsed.step_time_seconds,
+            )
+        )
+        if self._failure_seen and (
+            self._last_failure_step is None or parsed.step > self._last_failure_step
+        ):
+            self._progress_after_failure += 1
+        self._last_step = (
+            parsed.step if self._last_step is None else max(self._last_step, parsed.step)
+        )
+
+    def _record_checkpoint(self, line_number: int, context: LineContext) -> None:
+        saved = self.parser.parse_checkpoint(context.message)
+        started = None if saved else self.parser.parse_checkpoint_started(context.message)
+        found = saved or started
+        if found is None:
+            return
+        self._checkpoint_lines += 1
+        self._checkpoints.append(
+            CheckpointPoint(
+                line=line_number,
+                step=found.step,
+                path=found.path,
+                at=context.at,
+                completed=saved is not None,
+            )
+        )
+
+
+_default: progress_module.ProgressParser | None = None
+
+
+def _default_parser() -> progress_module.ProgressParser:
+    global _default
+    if _default is None:
+        _default = progress_module.ProgressParser()
+    return _default
+
+
+def _segment_end(block: bytes, position: int) -> int:
+    newline = block.find(b"\n", position)
+    carriage = block.find(b"\r", position)
+    ends = [e for e in (newline, carriage) if e != -1]
+    return min(ends) if ends else len(block)
+
+
+def _excerpt(block: bytes, start: int, stop: int) -> str:
+    begin = start
+    for _ in range(EXCERPT_CONTEXT_LINES):
+        previous = block.rfind(b"\n", 0, max(begin - 1, 0))
+        if previous == -1:
+            begin = 0
+            break
+        begin = previous + 1
+    end = stop
+    for _ in range(EXCERPT_CONTEXT_LINES):
+        following = block.find(b"\n", end + 1)
+        if following == -1:
+            end = len(block)
+            break
+        end = following
+    text = block[begin:end].decode("utf-8", errors="replace")
+    if len(text) > MAX_EXCERPT_CHARS:
+        text = text[:MAX_EXCERPT_CHARS]
+    return text.replace("\r", "\n")
+
+
+def scan_text(text: str | bytes, **options: Any) -> ScanResult:
+    """Scan a whole log held in memory."""
+    scanner = LogScanner(**options)
+    scanner.feed(text.encode("utf-8", errors="replace") if isinstance(text, str) else text)
+    return scanner.finish()
+
+
+__all__ = ["CATEGORY_PRIORITY", "LogScanner", "ScanResult", "scan_text"]

@@ -1,0 +1,124 @@
+"""Streaming: chunks from any offset, partial lines, CRLF, colours, binary and enormous lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery.detection.classify import classify_scan, classify_text
+from recovery.detection.engine import hyperscan_available
+from recovery.detection.scanner import LogScanner, scan_text
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, GPU has fallen off the bus."
+TIMEOUT = (
+    "[rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=52817, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+    "Timeout(ms)=600000) ran for 600041 milliseconds before timing out."
+)
+PROGRESS = (
+    " iteration {step:8d}/  250000 | consumed samples: {samples} | elapsed time per iteration "
+    "(ms): 8654.2 | learning rate: 9.150E-06 | global batch size:  1024 | lm loss: 2.504220E+00 "
+    "| loss scale: 1.0 | grad norm: 0.231 | number of skipped iterations:   0 | number of nan "
+    "iterations:   0 |"
+)
+ENGINES = ["re2", "hyperscan"] if hyperscan_available() else ["re2"]
+
+
+def healthy_lines(count: int) -> list[str]:
+    lines = []
+    for step in range(1, count + 1):
+        lines.append(PROGRESS.format(step=step, samples=step * 1024))
+        lines.append(
+            f"gpu-001:1234:1290 [{step % 8}] NCCL INFO Channel 00/24 : 0[0] -> 1[1] via P2P"
+        )
+    return lines
+
+
+def scan_in_chunks(data: bytes, size: int, engine: str = "auto") -> LogScanner:
+    scanner = LogScanner(engine=engine)
+    for start in range(0, len(data), size):
+        scanner.feed(data[start : start + size])
+    return scanner
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_chunk_boundary_gives_the_same_findings(engine: str) -> None:
+    text = "\n".join([*healthy_lines(5), XID, *healthy_lines(2), "KeyError: 'input_ids'"]) + "\n"
+    data = text.encode()
+    expected = scan_text(data, engine=engine)
+    for size in [1, 2, 7, 64, 333, len(data)]:
+        result = scan_in_chunks(data, size, engine).finish()
+        assert [(f.signature, f.first_line, f.count) for f in result.findings] == [
+            (f.signature, f.first_line, f.count) for f in expected.findings
+        ], f"chunk size {size}"
+        assert result.lines == expected.lines == text.count("\n")
+
+
+def test_the_line_numbers_point_at_the_evidence() -> None:
+    lines = [*healthy_lines(10), XID]
+    result = scan_text("\n".join(lines) + "\n")
+    (xid,) = [f for f in result.findings if f.signature == "nvidia-xid"]
+    assert xid.first_line == len(lines)
+    assert xid.detail["xid"] == 79
+
+
+def test_it_understands_crlf_ansi_colours_and_prefixes() -> None:
+    text = (
+        "\x1b[31m2024-05-07T15:51:09.140Z [rank7]: torch.OutOfMemoryError: CUDA out of\x1b[0m"
+        " memory. Tried to allocate 2.00 GiB\r\n"
+    )
+    verdict = classify_text(text)
+    assert verdict.category == "gpu_oom"
+    assert verdict.ranks == [7]
+    assert "\x1b" not in verdict.evidence
+    assert verdict.evidence.startswith("torch.OutOfMemoryError")
+
+
+def test_a_last_line_without_newline_is_scanned_at_the_end() -> None:
+    scanner = LogScanner()
+    scanner.feed(b"step 1\nOSError: [Errno 116] Stale ")
+    assert scanner.result().findings == []
+    scanner.feed(b"file handle")
+    verdict = classify_scan(scanner.finish())
+    assert verdict.category == "storage_io"
+
+
+def test_undecodable_bytes_do_not_stop_the_scan() -> None:
+    data = b"\xff\xfe\x00garbage\x80\x81\n" + bytes(range(256)) + b"\n" + XID.encode() + b"\n"
+    verdict = classify_scan(scan_text(data))
+    assert verdict.category == "gpu_hardware"
+
+
+def test_a_line_of_megabytes_is_handled_in_bounded_memory() -> None:
+    huge = b"x" * (5 * 1024 * 1024) + b" RuntimeError: CUDA error: an illegal memory access"
+    scanner = LogScanner(max_carry_bytes=1024 * 1024)
+    for start in range(0, len(huge), 256 * 1024):
+        scanner.feed(huge[start : start + 256 * 1024])
+        assert len(scanner._carry) <= 1024 * 1024
+    scanner.feed(b"\n" + XID.encode() + b"\n")
+    result = scanner.finish()
+    assert "nvidia-xid" in {f.signature for f in result.findings}
+    assert all(len(f.evidence) <= 1000 for f in result.findings)
+
+
+def test_a_flood_of_identical_lines_is_one_finding_with_a_count() -> None:
+    text = "\n".join(XID for _ in range(100_000)) + "\n"
+    result = scan_text(text)
+    (finding,) = result.findings
+    assert finding.count == 100_000
+    assert finding.first_line == 1
+    assert finding.detail["last_line"] == 100_000
+
+
+def test_progress_and_checkpoints_are_tracked() -> None:
+    text = "\n".join(
+        [
+            *healthy_lines(3),
+            "successfully saved checkpoint from iteration       3 to /ckpt/llama",
+            *[PROGRESS.format(step=s, samples=s) for s in (4, 5)],
+        ]
+    )
+    result = scan_text(text)
+    assert [p.step for p in result.progress] == [1, 2, 3, 4, 5]
+    saved = [c for c in result.checkpoints if c.completed]
+    assert [c.step for c in saved] == [3]
+    assert result.findings == []
