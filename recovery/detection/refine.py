@@ -21,6 +21,14 @@ _EXCEPTION_NAME = compile_linear(
     r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Z][A-Za-z0-9_]*)?(?:Error|Exception))(?::\s|:$|$)"
 )
 _DIGITS = compile_linear(r"\d+")
+# Errors a program reports and then deals with are not failures.
+_HANDLED = compile_linear(
+    r"(?i)(?:\bretry(?:ing)?\b|will be retried|\bretries\b|attempt \d+ of \d+|"
+    r"\brecovered\b|\bignor(?:ed|ing)\b|falling back|fallback to)"
+)
+_HANDLED_CATEGORIES = frozenset(
+    {"nccl_error", "nccl_timeout", "storage_io", "app_exception", "interconnect", "cuda_error_app"}
+)
 _HEX = compile_linear(r"0x[0-9a-fA-F]+")
 
 
@@ -42,6 +50,8 @@ def refine(signature: Signature, message: str) -> Refined | None:
         severity=signature.severity,
         priority=signature.priority,
     )
+    if signature.category in _HANDLED_CATEGORIES and _HANDLED.search(message) is not None:
+        return Refined(**{**base.__dict__, "severity": "warning", "detail": {"handled": True}})
     if signature.name == "nvidia-xid":
         return _refine_xid(base, message)
     if signature.name == "cuda-error-kernel":

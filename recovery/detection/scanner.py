@@ -10,7 +10,7 @@ the input is shaped. Undecodable bytes are replaced, never fatal.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from recovery.detection.findings import CRASH, Finding
 from recovery.detection.normalize import LineContext, parse_line, strip_ansi
 from recovery.detection.refine import refine
 from recovery.detection.signature_set import SignatureSet
-from recovery.detection.signatures import CATEGORY_PRIORITY, Signature
+from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
 
 PROGRESS_ID = 1_000_000
 CHECKPOINT_ID = 1_000_001
@@ -30,6 +30,8 @@ MAX_NODES_KEPT = 1024
 MAX_PROGRESS_KEPT = 2000
 MAX_CHECKPOINTS_KEPT = 200
 EXCERPT_CONTEXT_LINES = 3
+IGNORED_EXCEPTION = "python-exception-ignored"
+IGNORED_EXCEPTION_REACH = 12  # lines from "Exception ignored in" to the exception it names
 MAX_EXCERPT_CHARS = 4000
 
 
@@ -156,6 +158,7 @@ class LogScanner:
         self._failure_seen = False
         self._progress_after_failure = 0
         self._last_step: int | None = None
+        self._ignored_exception_line = -IGNORED_EXCEPTION_REACH - 1
 
     # ------------------------------------------------------------------ feeding
 
@@ -266,6 +269,14 @@ class LogScanner:
         refined = refine(signature, context.message or match_text)
         if refined is None:
             return
+        if signature.name == IGNORED_EXCEPTION:
+            self._ignored_exception_line = line_number
+        elif (
+            signature.name in (GENERIC_EXCEPTION, "python-traceback")
+            and line_number - self._ignored_exception_line <= IGNORED_EXCEPTION_REACH
+        ):
+            # The exception Python just said it ignored (typically at interpreter shutdown).
+            refined = replace(refined, severity="warning")
         key = (signature.name, refined.discriminator)
         occurrences = self._occurrences.get(key)
         if occurrences is None:
@@ -301,7 +312,8 @@ class LogScanner:
         specific = [i for i in confirmed if not self.signatures.is_generic(i)]
         candidates = specific or confirmed
         signatures = self.signatures.signatures
-        best = max(candidates, key=lambda i: signatures[i].priority)
+        # Ties go to the signature declared first, so the verdict never depends on set order.
+        best = max(candidates, key=lambda i: (signatures[i].priority, -i))
         return signatures[best], text
 
     def _record_progress(self, line_number: int, context: LineContext) -> None:

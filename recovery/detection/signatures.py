@@ -234,6 +234,7 @@ SIGNATURES: list[Signature] = [
             "mlx5_core 0000:3b:00.0 ib0: Link up",
             "mlx5_core 0000:5e:00.0: firmware version: 28.39.1002",
         ],
+        priority=92,
     ),
     _sig(
         "ib-async-event-failed",
@@ -261,6 +262,7 @@ SIGNATURES: list[Signature] = [
         ],
         ["NVLink bandwidth test passed", "NCCL INFO Channel 00/24 : 0[0] -> 1[1] via P2P/NVLink"],
         caseless=True,
+        priority=92,
     ),
     _sig(
         "nccl-remote-error",
@@ -733,6 +735,170 @@ SIGNATURES: list[Signature] = [
         severity="error",
         priority=8,
         description="A Python traceback whose exception line was not captured.",
+    ),
+    # ------------------------------------------------------------------ more, by category
+    _sig(
+        "nvidia-driver-unreachable",
+        "gpu_hardware",
+        "hardware",
+        r"(?:NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver|"
+        r"Retired Pages Pending\s*:\s*Yes|Pending Page Blacklist\s*:\s*Yes|"
+        r"[Dd]etected (?:an? )?(?:uncorrectable|double-bit|DBE) ECC)",
+        [
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.",
+            "        Pending Page Blacklist          : Yes",
+        ],
+        [
+            "        Pending Page Blacklist          : No",
+            "NVIDIA-SMI 535.104.05   Driver Version: 535.104.05",
+        ],
+    ),
+    _sig(
+        "cuda-device-unavailable",
+        "cuda_error_app",
+        "system_software",
+        r"(?:CUDA-capable device\(s\) is/are busy or unavailable|all CUDA-capable devices are busy|"
+        r"lib(?:cudart|cublas|cublasLt|cudnn|nccl|cuda|cufft|curand|cusparse|nvrtc)[A-Za-z0-9_]*"
+        r"\.so[.0-9]*: cannot open shared object file|CUDNN_STATUS_NOT_INITIALIZED)",
+        [
+            "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+            "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory",
+        ],
+        ["Found libcudart.so.12 in /usr/local/cuda/lib64"],
+        priority=77,
+    ),
+    _sig(
+        "ib-completion-status",
+        "interconnect",
+        "unknown",
+        r"(?:NET/IB ?: Got completion from peer \S+ with status=|IBV_WC_[A-Z_]+_ERR|"
+        r"NET/IB ?: .*(?:failed|error)|Cable unplugged|port module event: .*(?:unplugged|error)|"
+        r"NET/OFI .*(?:failed|error)|fi_[a-z_]+ failed|libfabric.*(?:error|failed))",
+        [
+            "NCCL WARN NET/IB: Got completion from peer 10.0.0.2<45678> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RECV(128) reqSize=0 vendor_err=129 req_type=Recv hca mlx5_1",
+            "mlx5_core 0000:5e:00.0: Port module event: module 0, Cable unplugged",
+        ],
+        [
+            "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.2.3<0>",
+            "Port module event: module 0, Cable plugged",
+        ],
+    ),
+    _sig(
+        "nccl-error-legacy",
+        "nccl_error",
+        "unknown",
+        r"(?:NCCL Error \d+: |NCCL WARN Duplicate GPU detected|"
+        r"NCCL WARN Error : ring \d+ does not loop back|ncclCommInitRank failed|"
+        r"Connection closed by peer|Connection reset by peer.*(?:nccl|NCCL|gloo|c10d)|"
+        r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed|Read error|Timed out))",
+        [
+            "RuntimeError: NCCL Error 2: unhandled system error",
+            "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000",
+            "RuntimeError: [/opt/conda/conda-bld/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.3]:36472",
+        ],
+        ["NCCL INFO Connected all rings"],
+        priority=54,
+    ),
+    _sig(
+        "distributed-setup-timeout",
+        "nccl_timeout",
+        "unknown",
+        r"(?:Timed out after \d+ seconds waiting for clients|RendezvousTimeoutError|"
+        r"Timeout at NCCL work: \d+|Timed out waiting for barrier|"
+        r"monitoredBarrier.*(?:timed out|failed)|failed to reach monitoredBarrier)",
+        [
+            "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+            "[PG 0 Rank 2] Timeout at NCCL work: 52817, last enqueued NCCL work: 52818, last completed NCCL work: 52816.",
+        ],
+        ["barrier() completed in 0.2 s"],
+        role=SYMPTOM,
+    ),
+    _sig(
+        "srun-out-of-memory",
+        "host_oom",
+        "application",
+        r"(?:task \d+: Out Of Memory|DefaultCPUAllocator: can't allocate memory|"
+        r"insufficient shared memory \(shm\)|Unexpected bus error encountered in worker)",
+        [
+            "srun: error: gpu-a100-003: task 5: Out Of Memory",
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:83] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 3221225472 bytes. Error code 12 (Cannot allocate memory)",
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+        ],
+        ["srun: error: gpu-a100-003: task 5: Exited with exit code 1"],
+        priority=85,
+    ),
+    _sig(
+        "storage-remote",
+        "storage_io",
+        "system_software",
+        r"(?:unable to lock file|ReadTimeoutError: Read timeout on endpoint|"
+        r"EndpointConnectionError: Could not connect to the endpoint|"
+        r"failed finding central directory|Unable to open file \(file read failed|"
+        r"Bad file descriptor.*(?:checkpoint|ckpt)|OSError: \[Errno 5\])",
+        [
+            "BlockingIOError: [Errno 11] Unable to synchronously open file (unable to lock file, errno = 11, error message = 'Resource temporarily unavailable')",
+            "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+            'botocore.exceptions.ReadTimeoutError: Read timeout on endpoint URL: "https://s3.us-east-1.amazonaws.com/bucket/shard-0001.tar"',
+        ],
+        ["Opened zip archive with central directory at offset 12"],
+    ),
+    _sig(
+        "slurm-killed-stuck",
+        "scheduler_event",
+        "system_software",
+        r"(?:DUE TO JOB NOT ENDING WITH SIGNALS|srun: error: Unable to allocate resources|"
+        r"this job is timed[- ]out|job (?:has )?timed out after)",
+        [
+            "slurmstepd: error: *** JOB 4211 STEPD TERMINATED ON node01 AT 2025-03-02T10:00:00 DUE TO JOB NOT ENDING WITH SIGNALS ***",
+            "srun: error: Unable to allocate resources: Requested node configuration is not available",
+        ],
+        ["srun: job 4211 has been allocated resources"],
+    ),
+    _sig(
+        "submitit-timeout",
+        "scheduler_event",
+        "application",
+        r"(?:this job is timed[- ]out|Job has timed out|timed out, requeuing)",
+        [
+            "submitit WARNING (2023-01-01 00:00:00,000) - Caught signal SIGUSR2 on node12: this job is timed-out."
+        ],
+        ["Job has not timed out. Ran 1 minutes out of requested 20 minutes."],
+    ),
+    _sig(
+        "signal-exit-codes",
+        "segfault",
+        "unknown",
+        r"(?:exited on signal 11|exit code 139|exited with code 139|"
+        r"(?:with|by) signal 11\b|killed by signal: Segmentation fault)",
+        [
+            "mpirun noticed that process rank 3 with PID 0 on node gpu-1 exited on signal 11 (Segmentation fault).",
+            "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",
+            "Process finished with exit code 139",
+        ],
+        ["exit code 1", "exited on signal 15 (Terminated)"],
+    ),
+    _sig(
+        "loss-divergence-extra",
+        "nan_divergence",
+        "application",
+        r"(?:NaN in local grad norm|found NaN in|[Gg]rad(?:ient)?[_ ]norm (?:is|became) (?:nan|NaN|inf)|"
+        r"[Ll]oss (?:spike|diverged|exploded)|training diverged)",
+        [
+            "Rerun state machine: found NaN in local grad norm in backward pass before data-parallel communication collective",
+            "Gradient norm is nan at step 1200, aborting",
+        ],
+        ["grad norm: 0.98", "no NaN found in batch"],
+    ),
+    _sig(
+        "python-exception-ignored",
+        "app_exception",
+        "application",
+        r"(?:Exception ignored in|Error in atexit\._run_exitfuncs)",
+        ["Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>"],
+        ["Exception raised from checkTimeout"],
+        severity="warning",
+        priority=5,
+        description="Python reporting an exception it ignored, usually at shutdown: not a failure.",
     ),
     # ------------------------------------------------------------------ wrappers
     _sig(

@@ -139,3 +139,26 @@ def test_xid_codes_decide_category_and_attribution() -> None:
     nvlink = classify_text("NVRM: Xid (PCI:0000:4e:00): 74, pid=1201, NVLink: fatal error\n")
     assert nvlink.category == "interconnect"
     assert nvlink.attribution == "hardware"
+
+
+def test_an_exception_python_ignored_at_shutdown_is_not_a_failure() -> None:
+    text = "\n".join(
+        [
+            " iteration     1000/     1000 | lm loss: 1.9 |",
+            "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>",
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py", line 1479',
+            "AttributeError: 'NoneType' object has no attribute 'python_exit_status'",
+        ]
+    )
+    assert classify_text(text).healthy
+
+
+def test_an_error_the_program_retries_is_not_a_failure() -> None:
+    text = (
+        "gpu-001:1:2 [0] NCCL WARN Net : Connect to 10.0.0.2<4242> failed : Connection refused, "
+        "retrying\n"
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai'): Max "
+        "retries exceeded, will retry in 10 s\n"
+    )
+    assert classify_text(text).healthy
