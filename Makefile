@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test lint format clean bench bench-detect
 
 install: $(STAMP)
 
@@ -25,6 +25,12 @@ demo: install
 test: install
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
+
+# Benchmarks print their figures next to a reference measured in the same run.
+bench: bench-detect
+
+bench-detect: install
+	$(BIN)/python -m bench.detect
 
 lint: install
 	$(BIN)/ruff check .

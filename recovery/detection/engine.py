@@ -9,9 +9,13 @@ extracted with the pattern's own RE2 object, so both engines give the same findi
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import re2
@@ -78,34 +82,53 @@ class HyperscanLocator:
         import hyperscan
 
         self._hs = hyperscan
-        accepted, rejected = [], []
-        for pattern in patterns:
-            try:
-                self._compile([pattern])
-            except hyperscan.error as exc:
-                logger.info("pattern %s left to RE2: %s", pattern.id, exc)
-                rejected.append(pattern)
-            else:
-                accepted.append(pattern)
-        self._database = self._compile(accepted) if accepted else None
+        accepted, rejected = list(patterns), []
+        try:
+            self._database = self._compile(accepted) if accepted else None
+        except hyperscan.error:
+            # Find the patterns Hyperscan cannot take, one by one, only when there are some.
+            accepted = []
+            for pattern in patterns:
+                try:
+                    self._compile([pattern])
+                except hyperscan.error as exc:
+                    logger.info("pattern %s left to RE2: %s", pattern.id, exc)
+                    rejected.append(pattern)
+                else:
+                    accepted.append(pattern)
+            self._database = self._compile(accepted) if accepted else None
         # Patterns Hyperscan cannot compile still run, on RE2.
         self._fallback = RE2Locator(rejected) if rejected else None
         self.reports_every_pattern = self._fallback is None
 
     def _compile(self, patterns: Sequence[LocatorPattern]) -> object:
         hs = self._hs
+        expressions = [p.pattern.encode() for p in patterns]
+        ids = [p.id for p in patterns]
+        flags = [
+            hs.HS_FLAG_MULTILINE
+            | hs.HS_FLAG_ALLOWEMPTY
+            | (hs.HS_FLAG_CASELESS if p.caseless else 0)
+            for p in patterns
+        ]
+        cached = _cache_path(expressions, ids, flags)
+        if cached is not None and cached.exists():
+            try:
+                loaded = hs.loadb(cached.read_bytes(), mode=hs.HS_MODE_BLOCK)
+                loaded.scratch = hs.Scratch(loaded)
+                return loaded
+            except (OSError, hs.error):
+                pass  # a stale or foreign file: compile afresh
         database = hs.Database(mode=hs.HS_MODE_BLOCK)
-        database.compile(
-            expressions=[p.pattern.encode() for p in patterns],
-            ids=[p.id for p in patterns],
-            elements=len(patterns),
-            flags=[
-                hs.HS_FLAG_MULTILINE
-                | hs.HS_FLAG_ALLOWEMPTY
-                | (hs.HS_FLAG_CASELESS if p.caseless else 0)
-                for p in patterns
-            ],
-        )
+        database.compile(expressions=expressions, ids=ids, elements=len(patterns), flags=flags)
+        if cached is not None:
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+                temporary.write_bytes(hs.dumpb(database))
+                temporary.replace(cached)
+            except OSError:
+                pass  # caching is an optimisation; a read-only home must not break scanning
         return database
 
     def locate(self, data: bytes) -> list[tuple[int, int]]:
@@ -122,6 +145,18 @@ class HyperscanLocator:
         if self._fallback is not None:
             found.extend(self._fallback.locate(data))
         return found
+
+
+def _cache_path(expressions: list[bytes], ids: list[int], flags: list[int]) -> Path | None:
+    """Where a compiled database for exactly these patterns is kept between runs."""
+    import hyperscan
+
+    root = os.environ.get("WR_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    base = Path(root) if root else Path.home() / ".cache"
+    digest = hashlib.sha256(
+        repr((hyperscan.__version__, platform.machine(), expressions, ids, flags)).encode()
+    ).hexdigest()[:32]
+    return base / "workload-recovery" / f"hyperscan-{digest}.db"
 
 
 def hyperscan_available() -> bool:

@@ -68,3 +68,9 @@ def check_examples(
 def example_lines(text: str) -> list[str]:
     """Split an admin text area into example lines, ignoring blank ones."""
     return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+
+
+def compile_linear_bytes(pattern: str) -> re2._Regexp:
+    """Compile ``pattern`` with RE2 for searching bytes (chunks of log files)."""
+    compile_linear(pattern)  # the same checks and messages as for text
+    return re2.compile(pattern.encode(), _OPTIONS)

@@ -17,13 +17,27 @@ from typing import Any
 from recovery.detection import progress as progress_module
 from recovery.detection.engine import Locator, LocatorPattern
 from recovery.detection.findings import CRASH, Finding
+from recovery.detection.linear_regex import compile_linear_bytes
 from recovery.detection.normalize import LineContext, parse_line, strip_ansi
-from recovery.detection.refine import refine
+from recovery.detection.refine import Refined, refine
 from recovery.detection.signature_set import SignatureSet
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
 
-PROGRESS_ID = 1_000_000
-CHECKPOINT_ID = 1_000_001
+CHECKPOINT_ID = 1_000_000
+LINE_CACHE_SIZE = 4096
+PROGRESS_WINDOW_BYTES = 8 * 1024
+# Lines that may report a finished or started checkpoint save. Literal phrases, so the engine
+# finds them at full speed; lines that merely mention checkpointing (torch.utils.checkpoint
+# warnings) are not examined. The parser decides; a test checks this covers its examples.
+CHECKPOINT_SAVE_HINT = (
+    r"(?i)sav(?:e|ed|ing) (?:the |a |new |best |last |latest |final |model )?"
+    r"(?:checkpoint|ckpt|model)"
+    r"|(?:checkpoint|ckpt)s? (?:(?:was|is|has|have|been|successfully) )*"
+    r"(?:saved|written|stored|persisted)"
+    r"|(?:checkpoint|ckpt) save|is ready now|finalized successfully"
+    r"|(?:wrote|written|writing|stored|persisted) (?:the |a |new |best |last |latest |final |"
+    r"model |distributed |sharded )*(?:checkpoint|ckpt|model)"
+)
 
 MAX_RANKS_KEPT = 4096
 MAX_NODES_KEPT = 1024
@@ -121,6 +135,14 @@ class ScanResult:
 
 
 class LogScanner:
+    """Scan a log incrementally; ``result()`` may be called at any time.
+
+    Failure lines are all examined (identical lines only once). Progress is sampled: after each
+    block, the last ``progress_samples_per_block`` progress lines are parsed, which is what
+    hang and straggler detection need (the latest step, per rank) at a cost that does not grow
+    with the number of progress lines. Checkpoint lines are all examined.
+    """
+
     def __init__(
         self,
         signatures: SignatureSet | None = None,
@@ -130,6 +152,7 @@ class LogScanner:
         max_line_bytes: int = 64 * 1024,
         max_carry_bytes: int = 1024 * 1024,
         track_progress: bool = True,
+        progress_samples_per_block: int = 4,
     ) -> None:
         self.signatures = signatures or SignatureSet.builtin()
         self.parser = parser or _default_parser()
@@ -137,25 +160,26 @@ class LogScanner:
         extra: tuple[LocatorPattern, ...] = ()
         if track_progress:
             extra = tuple(
-                [LocatorPattern(PROGRESS_ID, hint, True) for hint in self.parser.progress_hints]
-                + [
-                    LocatorPattern(CHECKPOINT_ID, hint, True)
-                    for hint in self.parser.checkpoint_hints
-                ]
+                LocatorPattern(CHECKPOINT_ID, hint, True)
+                for hint in (CHECKPOINT_SAVE_HINT, *self.parser.checkpoint_hints[1:])
+            )
+            self._progress_hint = compile_linear_bytes(
+                "|".join(f"(?:{hint})" for hint in self.parser.progress_hints)
             )
         self.locator: Locator = self.signatures.locator(engine, extra)
         self.max_line_bytes = max_line_bytes
         self.max_carry_bytes = max_carry_bytes
+        self.progress_samples_per_block = progress_samples_per_block
         self._carry = b""
-        self._line = 0  # number of newlines consumed so far
+        self._line = 0  # newlines consumed so far
         self._bytes = 0
         self._occurrences: dict[tuple[str, str], Occurrences] = {}
+        self._line_cache: dict[bytes, tuple[LineContext, Signature, Refined] | None] = {}
         self._progress: deque[ProgressPoint] = deque(maxlen=MAX_PROGRESS_KEPT)
         self._checkpoints: deque[CheckpointPoint] = deque(maxlen=MAX_CHECKPOINTS_KEPT)
-        self._progress_lines = 0
-        self._checkpoint_lines = 0
-        self._last_failure_step: int | None = None
-        self._failure_seen = False
+        self._last_failure_line = 0
+        self._last_failure_offset: int | None = None  # in the block being scanned
+        self._failure_step: int | None = None
         self._progress_after_failure = 0
         self._last_step: int | None = None
         self._ignored_exception_line = -IGNORED_EXCEPTION_REACH - 1
@@ -195,8 +219,8 @@ class LogScanner:
             checkpoints=list(self._checkpoints),
             lines=self._line,
             bytes=self._bytes,
-            progress_lines=self._progress_lines,
-            checkpoint_lines=self._checkpoint_lines,
+            progress_lines=len(self._progress),
+            checkpoint_lines=len(self._checkpoints),
             progress_after_last_failure=self._progress_after_failure,
             engine=self.locator.name,
         )
@@ -207,27 +231,37 @@ class LogScanner:
         block = strip_ansi(block)
         hits = self.locator.locate(block)
         base_line = self._line
-        if counts_line:
-            self._line += block.count(b"\n")
-        else:
-            self._line += max(block.count(b"\n") - 1, 0)
-        if not hits:
-            return
+        newlines = block.count(b"\n")
+        self._line += newlines if counts_line else max(newlines - 1, 0)
+        self._last_failure_offset = None
+        if hits:
+            self._examine_hits(block, base_line, newlines, hits)
+        if self.track_progress:
+            self._sample_progress(block, base_line, newlines)
+
+    def _examine_hits(
+        self, block: bytes, base_line: int, block_lines: int, hits: list[tuple[int, int]]
+    ) -> None:
         segments: dict[int, tuple[int, set[int], int]] = {}
         for pattern_id, end in hits:
             position = min(max(end - 1, 0), len(block) - 1)
             if block[position] in b"\r\n" and position > 0:
                 position -= 1
-            start = max(block.rfind(b"\n", 0, position + 1), block.rfind(b"\r", 0, position + 1))
-            start += 1
+            start = _line_start(block, position + 1)
             known = segments.get(start)
             if known is None:
                 segments[start] = (position, {pattern_id}, end)
             else:
                 known[1].add(pattern_id)
-        line = base_line
-        cursor = 0
-        for start in sorted(segments):
+        starts = sorted(segments)
+        # Count newlines from whichever end of the block is nearer the hits.
+        if starts[0] > len(block) - starts[0]:
+            line = base_line + block_lines - block.count(b"\n", starts[0])
+            cursor = starts[0]
+        else:
+            line = base_line
+            cursor = 0
+        for start in starts:
             line += block.count(b"\n", cursor, start)
             cursor = start
             position, pattern_ids, match_end = segments[start]
@@ -248,27 +282,15 @@ class LogScanner:
         raw: bytes,
         pattern_ids: set[int],
     ) -> None:
-        text = raw.decode("utf-8", errors="replace")
-        context = parse_line(text)
-        if not self.locator.reports_every_pattern and self.track_progress:
-            pattern_ids = pattern_ids | {PROGRESS_ID, CHECKPOINT_ID}
-        if PROGRESS_ID in pattern_ids:
-            self._record_progress(line_number, context)
-        if CHECKPOINT_ID in pattern_ids:
-            self._record_checkpoint(line_number, context)
-        if self.locator.reports_every_pattern:
-            signature_ids = [i for i in pattern_ids if i < PROGRESS_ID]
-            if not signature_ids:
-                return
-        else:
-            signature_ids = list(range(len(self.signatures.signatures)))
-        best = self._best_signature(signature_ids, context.message, text)
-        if best is None:
+        exhaustive = not self.locator.reports_every_pattern
+        if CHECKPOINT_ID in pattern_ids or (exhaustive and self.track_progress):
+            self._record_checkpoint(line_number, parse_line(_decode(raw)))
+        if not exhaustive and all(i >= CHECKPOINT_ID for i in pattern_ids):
             return
-        signature, match_text = best
-        refined = refine(signature, context.message or match_text)
-        if refined is None:
+        analysed = self._analyse(raw, pattern_ids)
+        if analysed is None:
             return
+        context, signature, refined = analysed
         if signature.name == IGNORED_EXCEPTION:
             self._ignored_exception_line = line_number
         elif (
@@ -286,7 +308,7 @@ class LogScanner:
                 attribution=refined.attribution,
                 severity=refined.severity,
                 priority=refined.priority,
-                evidence=(context.message or text.strip())[:1000],
+                evidence=context.message[:1000],
                 first_line=line_number,
                 excerpt=_excerpt(block, start, stop),
                 at=context.at,
@@ -295,13 +317,36 @@ class LogScanner:
             self._occurrences[key] = occurrences
         occurrences.add(line_number, context)
         if refined.severity != "warning":
-            self._failure_seen = True
-            self._last_failure_step = self._last_step
+            self._last_failure_line = line_number
+            self._last_failure_offset = start
             self._progress_after_failure = 0
+
+    def _analyse(
+        self, raw: bytes, pattern_ids: set[int]
+    ) -> tuple[LineContext, Signature, Refined] | None:
+        """Context, best signature and meaning of one line; identical lines are analysed once."""
+        if raw in self._line_cache:
+            return self._line_cache[raw]
+        text = _decode(raw)
+        context = parse_line(text)
+        if self.locator.reports_every_pattern:
+            signature_ids = [i for i in pattern_ids if i < CHECKPOINT_ID]
+        else:
+            signature_ids = list(range(len(self.signatures.signatures)))
+        analysed = None
+        best = self._best_signature(signature_ids, context.message, text) if signature_ids else None
+        if best is not None:
+            refined = refine(best, context.message or text)
+            if refined is not None:
+                analysed = (context, best, refined)
+        if len(self._line_cache) >= LINE_CACHE_SIZE:
+            self._line_cache.clear()
+        self._line_cache[raw] = analysed
+        return analysed
 
     def _best_signature(
         self, signature_ids: list[int], message: str, text: str
-    ) -> tuple[Signature, str] | None:
+    ) -> Signature | None:
         confirmed: list[int] = []
         for index in signature_ids:
             compiled = self.signatures.compiled[index]
@@ -314,32 +359,93 @@ class LogScanner:
         signatures = self.signatures.signatures
         # Ties go to the signature declared first, so the verdict never depends on set order.
         best = max(candidates, key=lambda i: (signatures[i].priority, -i))
-        return signatures[best], text
+        return signatures[best]
 
-    def _record_progress(self, line_number: int, context: LineContext) -> None:
-        parsed = self.parser.parse_progress(context.message)
-        if parsed is None:
+    # ------------------------------------------------------------------ progress
+
+    def _sample_progress(self, block: bytes, base_line: int, block_lines: int) -> None:
+        """Parse the last few progress lines of the block, and the one before a failure."""
+        if self._last_failure_offset is not None:
+            before = self._last_progress_before(block, self._last_failure_offset)
+            self._failure_step = before.step if before is not None else self._last_step
+        samples = self._last_progress_lines(block, self.progress_samples_per_block)
+        if not samples:
             return
-        self._progress_lines += 1
-        self._progress.append(
-            ProgressPoint(
-                line=line_number,
-                step=parsed.step,
-                rank=context.rank,
-                node=context.node,
-                at=context.at,
-                loss=parsed.loss,
-                throughput=parsed.throughput,
-                step_time_seconds=parsed.step_time_seconds,
+        for start, parsed, context in reversed(samples):
+            # Samples sit near the end of the block: count the newlines after them, not before.
+            line_number = base_line + block_lines - block.count(b"\n", start) + 1
+            self._progress.append(
+                ProgressPoint(
+                    line=line_number,
+                    step=parsed.step,
+                    rank=context.rank,
+                    node=context.node,
+                    at=context.at,
+                    loss=parsed.loss,
+                    throughput=parsed.throughput,
+                    step_time_seconds=parsed.step_time_seconds,
+                )
             )
+            if line_number > self._last_failure_line and (
+                self._failure_step is None or parsed.step > self._failure_step
+            ):
+                self._progress_after_failure += 1
+            previous = self._last_step
+            self._last_step = parsed.step if previous is None else max(previous, parsed.step)
+
+    def _last_progress_lines(
+        self, block: bytes, wanted: int
+    ) -> list[tuple[int, progress_module.Progress, LineContext]]:
+        """Up to ``wanted`` parsed progress lines, last first, searching back from the end."""
+        found: list[tuple[int, progress_module.Progress, LineContext]] = []
+        end = len(block)
+        window = PROGRESS_WINDOW_BYTES
+        while end > 0 and len(found) < wanted:
+            begin = max(block.rfind(b"\n", 0, max(end - window, 0)) + 1, 0)
+            starts = sorted(
+                {
+                    _line_start(block, m.start())
+                    for m in self._progress_hint.finditer(block, begin, end)
+                },
+                reverse=True,
+            )
+            for start in starts:
+                parsed = self._parse_progress_at(block, start)
+                if parsed is not None:
+                    found.append((start, *parsed))
+                    if len(found) >= wanted:
+                        break
+            end = begin
+            window *= 4
+        return found
+
+    def _last_progress_before(self, block: bytes, offset: int) -> progress_module.Progress | None:
+        begin = max(offset - PROGRESS_WINDOW_BYTES, 0)
+        starts = sorted(
+            {
+                _line_start(block, m.start())
+                for m in self._progress_hint.finditer(block, begin, offset)
+            },
+            reverse=True,
         )
-        if self._failure_seen and (
-            self._last_failure_step is None or parsed.step > self._last_failure_step
-        ):
-            self._progress_after_failure += 1
-        self._last_step = (
-            parsed.step if self._last_step is None else max(self._last_step, parsed.step)
-        )
+        for start in starts:
+            parsed = self._parse_progress_at(block, start)
+            if parsed is not None:
+                return parsed[0]
+        return None
+
+    def _progress_line_starts(self, block: bytes, begin: int, end: int) -> list[int]:
+        """Starts of the lines in ``block[begin:end]`` the progress hint matches, last first."""
+        matches = self._progress_hint.finditer(block, begin, end)
+        return sorted({_line_start(block, match.start()) for match in matches}, reverse=True)
+
+    def _parse_progress_at(
+        self, block: bytes, start: int
+    ) -> tuple[progress_module.Progress, LineContext] | None:
+        raw = block[start : _segment_end(block, start)][: self.max_line_bytes]
+        context = parse_line(_decode(raw))
+        parsed = self.parser.parse_progress(context.message)
+        return None if parsed is None else (parsed, context)
 
     def _record_checkpoint(self, line_number: int, context: LineContext) -> None:
         saved = self.parser.parse_checkpoint(context.message)
@@ -347,7 +453,6 @@ class LogScanner:
         found = saved or started
         if found is None:
             return
-        self._checkpoint_lines += 1
         self._checkpoints.append(
             CheckpointPoint(
                 line=line_number,
@@ -369,11 +474,22 @@ def _default_parser() -> progress_module.ProgressParser:
     return _default
 
 
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _line_start(block: bytes, position: int) -> int:
+    """Start of the line (or of the carriage-return segment) holding ``position - 1``."""
+    newline = block.rfind(b"\n", 0, position)
+    carriage = block.rfind(b"\r", newline + 1, position)  # only within this line
+    return max(newline, carriage) + 1
+
+
 def _segment_end(block: bytes, position: int) -> int:
     newline = block.find(b"\n", position)
-    carriage = block.find(b"\r", position)
-    ends = [e for e in (newline, carriage) if e != -1]
-    return min(ends) if ends else len(block)
+    end = len(block) if newline == -1 else newline
+    carriage = block.find(b"\r", position, end)
+    return end if carriage == -1 else carriage
 
 
 def _excerpt(block: bytes, start: int, stop: int) -> str:

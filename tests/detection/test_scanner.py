@@ -122,3 +122,23 @@ def test_progress_and_checkpoints_are_tracked() -> None:
     saved = [c for c in result.checkpoints if c.completed]
     assert [c.step for c in saved] == [3]
     assert result.findings == []
+
+
+def test_the_checkpoint_hint_covers_every_line_the_parser_accepts() -> None:
+    from recovery.detection.linear_regex import compile_linear
+    from recovery.detection.progress import ProgressParser
+    from recovery.detection.scanner import CHECKPOINT_SAVE_HINT
+    from tests.detection import test_progress
+
+    hint = compile_linear(CHECKPOINT_SAVE_HINT)
+    parser = ProgressParser()
+    lines = [
+        case.values[0] for case in test_progress.CHECKPOINT_SAVED + test_progress.CHECKPOINT_STARTED
+    ]
+    assert lines
+    for line in lines:
+        if parser.parse_checkpoint(line) or parser.parse_checkpoint_started(line):
+            assert hint.search(line), line
+    assert not hint.search(
+        "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True explicitly."
+    )
