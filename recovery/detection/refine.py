@@ -50,6 +50,8 @@ def refine(signature: Signature, message: str) -> Refined | None:
         severity=signature.severity,
         priority=signature.priority,
     )
+    if not signature.builtin:
+        return base  # an admin's signature means exactly what its row says
     if signature.category in _HANDLED_CATEGORIES and _HANDLED.search(message) is not None:
         return Refined(**{**base.__dict__, "severity": "warning", "detail": {"handled": True}})
     if signature.name == "nvidia-xid":
