@@ -161,6 +161,10 @@ def main() -> int:
         f"grep -E -c -f: {len(export_grep_patterns(SignatureSet.builtin()))} exported patterns, "
         f"{counts['grep']} matching lines, LC_ALL=C"
     )
+    for engine in ("hyperscan", "re2"):
+        print(f"scanner ({engine}): {counts[engine]}")
+    if counts["hyperscan"] != counts["re2"]:
+        print("WARNING: the two engines disagree")
     print(f"{'':<22}{'median s':>10}{'MB/s':>10}{'lines/s':>14}{'vs grep':>10}{'peak MB':>10}")
     for name in ("hyperscan", "re2", "grep"):
         median = statistics.median(results[name])

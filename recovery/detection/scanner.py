@@ -187,27 +187,46 @@ class LogScanner:
     # ------------------------------------------------------------------ feeding
 
     def feed(self, data: bytes) -> None:
-        """Scan the complete lines in ``carry + data``; keep the unfinished last line."""
+        """Scan the complete lines in ``carry + data``; keep the unfinished last line.
+
+        The bulk of ``data`` is scanned where it lies, without copying: only the carried partial
+        line and the rest of its line are joined.
+        """
         if not data:
             return
         self._bytes += len(data)
-        buffer = self._carry + data if self._carry else data
-        cut = buffer.rfind(b"\n") + 1
-        if cut == 0:
-            if len(buffer) <= self.max_carry_bytes:
-                self._carry = buffer
+        begin = 0
+        if self._carry:
+            newline = data.find(b"\n")
+            if newline == -1:
+                self._carry += data
+                self._limit_carry()
                 return
-            cut = len(buffer)  # a line with no end in sight: examine what we have
-        self._carry = buffer[cut:]
+            head = self._carry + data[: newline + 1]
+            self._carry = b""
+            self._scan_block(_Block(head, 0, len(head)))
+            begin = newline + 1
+        cut = data.rfind(b"\n", begin) + 1
+        if cut == 0:
+            self._carry = data[begin:]
+            self._limit_carry()
+            return
+        self._carry = data[cut:]
+        self._limit_carry()
+        if cut > begin:
+            self._scan_block(_Block(data, begin, cut))
+
+    def _limit_carry(self) -> None:
+        """A line with no end in sight is examined as it is, so memory stays bounded."""
         if len(self._carry) > self.max_carry_bytes:
-            self._carry = self._carry[-self.max_carry_bytes :]
-        self._scan_block(buffer[:cut])
+            block, self._carry = self._carry, b""
+            self._scan_block(_Block(block, 0, len(block)), counts_line=False)
 
     def finish(self) -> ScanResult:
         """Scan what is left (a last line without newline) and return the result."""
         if self._carry:
-            block, self._carry = self._carry, b""
-            self._scan_block(block + b"\n", counts_line=False)
+            block, self._carry = self._carry + b"\n", b""
+            self._scan_block(_Block(block, 0, len(block)), counts_line=False)
         return self.result()
 
     def result(self) -> ScanResult:
@@ -227,11 +246,14 @@ class LogScanner:
 
     # ------------------------------------------------------------------ scanning
 
-    def _scan_block(self, block: bytes, counts_line: bool = True) -> None:
-        block = strip_ansi(block)
-        hits = self.locator.locate(block)
+    def _scan_block(self, block: _Block, counts_line: bool = True) -> None:
+        if block.data.find(b"\x1b", block.begin, block.end) != -1:
+            cleaned = strip_ansi(block.data[block.begin : block.end])
+            block = _Block(cleaned, 0, len(cleaned))
+        view = memoryview(block.data)[block.begin : block.end]
+        hits = self.locator.locate(view)  # type: ignore[arg-type]
         base_line = self._line
-        newlines = block.count(b"\n")
+        newlines = block.data.count(b"\n", block.begin, block.end)
         self._line += newlines if counts_line else max(newlines - 1, 0)
         self._last_failure_offset = None
         if hits:
@@ -240,14 +262,16 @@ class LogScanner:
             self._sample_progress(block, base_line, newlines)
 
     def _examine_hits(
-        self, block: bytes, base_line: int, block_lines: int, hits: list[tuple[int, int]]
+        self, block: _Block, base_line: int, block_lines: int, hits: list[tuple[int, int]]
     ) -> None:
+        data, first, last = block.data, block.begin, block.end
         segments: dict[int, tuple[int, set[int], int]] = {}
-        for pattern_id, end in hits:
-            position = min(max(end - 1, 0), len(block) - 1)
-            if block[position] in b"\r\n" and position > 0:
+        for pattern_id, relative_end in hits:
+            end = first + relative_end
+            position = min(max(end - 1, first), last - 1)
+            if data[position] in b"\r\n" and position > first:
                 position -= 1
-            start = _line_start(block, position + 1)
+            start = block.line_start(position + 1)
             known = segments.get(start)
             if known is None:
                 segments[start] = (position, {pattern_id}, end)
@@ -255,18 +279,18 @@ class LogScanner:
                 known[1].add(pattern_id)
         starts = sorted(segments)
         # Count newlines from whichever end of the block is nearer the hits.
-        if starts[0] > len(block) - starts[0]:
-            line = base_line + block_lines - block.count(b"\n", starts[0])
+        if starts[0] - first > last - starts[0]:
+            line = base_line + block_lines - data.count(b"\n", starts[0], last)
             cursor = starts[0]
         else:
             line = base_line
-            cursor = 0
+            cursor = first
         for start in starts:
-            line += block.count(b"\n", cursor, start)
+            line += data.count(b"\n", cursor, start)
             cursor = start
             position, pattern_ids, match_end = segments[start]
-            stop = _segment_end(block, position)
-            raw = block[start:stop]
+            stop = block.segment_end(position)
+            raw = data[start:stop]
             if len(raw) > self.max_line_bytes:
                 relative = match_end - start
                 window = self.max_line_bytes // 2
@@ -275,7 +299,7 @@ class LogScanner:
 
     def _examine(
         self,
-        block: bytes,
+        block: _Block,
         start: int,
         stop: int,
         line_number: int,
@@ -310,7 +334,7 @@ class LogScanner:
                 priority=refined.priority,
                 evidence=context.message[:1000],
                 first_line=line_number,
-                excerpt=_excerpt(block, start, stop),
+                excerpt=block.excerpt(start, stop),
                 at=context.at,
                 detail=refined.detail,
             )
@@ -363,17 +387,16 @@ class LogScanner:
 
     # ------------------------------------------------------------------ progress
 
-    def _sample_progress(self, block: bytes, base_line: int, block_lines: int) -> None:
+    def _sample_progress(self, block: _Block, base_line: int, block_lines: int) -> None:
         """Parse the last few progress lines of the block, and the one before a failure."""
         if self._last_failure_offset is not None:
             before = self._last_progress_before(block, self._last_failure_offset)
             self._failure_step = before.step if before is not None else self._last_step
         samples = self._last_progress_lines(block, self.progress_samples_per_block)
-        if not samples:
-            return
         for start, parsed, context in reversed(samples):
             # Samples sit near the end of the block: count the newlines after them, not before.
-            line_number = base_line + block_lines - block.count(b"\n", start) + 1
+            after = block.data.count(b"\n", start, block.end)
+            line_number = base_line + block_lines - after + 1
             self._progress.append(
                 ProgressPoint(
                     line=line_number,
@@ -394,22 +417,15 @@ class LogScanner:
             self._last_step = parsed.step if previous is None else max(previous, parsed.step)
 
     def _last_progress_lines(
-        self, block: bytes, wanted: int
+        self, block: _Block, wanted: int
     ) -> list[tuple[int, progress_module.Progress, LineContext]]:
         """Up to ``wanted`` parsed progress lines, last first, searching back from the end."""
         found: list[tuple[int, progress_module.Progress, LineContext]] = []
-        end = len(block)
+        end = block.end
         window = PROGRESS_WINDOW_BYTES
-        while end > 0 and len(found) < wanted:
-            begin = max(block.rfind(b"\n", 0, max(end - window, 0)) + 1, 0)
-            starts = sorted(
-                {
-                    _line_start(block, m.start())
-                    for m in self._progress_hint.finditer(block, begin, end)
-                },
-                reverse=True,
-            )
-            for start in starts:
+        while end > block.begin and len(found) < wanted:
+            begin = block.line_start(max(end - window, block.begin))
+            for start in self._progress_line_starts(block, begin, end):
                 parsed = self._parse_progress_at(block, start)
                 if parsed is not None:
                     found.append((start, *parsed))
@@ -419,30 +435,23 @@ class LogScanner:
             window *= 4
         return found
 
-    def _last_progress_before(self, block: bytes, offset: int) -> progress_module.Progress | None:
-        begin = max(offset - PROGRESS_WINDOW_BYTES, 0)
-        starts = sorted(
-            {
-                _line_start(block, m.start())
-                for m in self._progress_hint.finditer(block, begin, offset)
-            },
-            reverse=True,
-        )
-        for start in starts:
+    def _last_progress_before(self, block: _Block, offset: int) -> progress_module.Progress | None:
+        begin = block.line_start(max(offset - PROGRESS_WINDOW_BYTES, block.begin))
+        for start in self._progress_line_starts(block, begin, offset):
             parsed = self._parse_progress_at(block, start)
             if parsed is not None:
                 return parsed[0]
         return None
 
-    def _progress_line_starts(self, block: bytes, begin: int, end: int) -> list[int]:
-        """Starts of the lines in ``block[begin:end]`` the progress hint matches, last first."""
-        matches = self._progress_hint.finditer(block, begin, end)
-        return sorted({_line_start(block, match.start()) for match in matches}, reverse=True)
+    def _progress_line_starts(self, block: _Block, begin: int, end: int) -> list[int]:
+        """Starts of the lines in ``[begin, end)`` the progress hint matches, last first."""
+        matches = self._progress_hint.finditer(block.data, begin, end)
+        return sorted({block.line_start(match.start()) for match in matches}, reverse=True)
 
     def _parse_progress_at(
-        self, block: bytes, start: int
+        self, block: _Block, start: int
     ) -> tuple[progress_module.Progress, LineContext] | None:
-        raw = block[start : _segment_end(block, start)][: self.max_line_bytes]
+        raw = block.data[start : block.segment_end(start)][: self.max_line_bytes]
         context = parse_line(_decode(raw))
         parsed = self.parser.parse_progress(context.message)
         return None if parsed is None else (parsed, context)
@@ -478,39 +487,46 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _line_start(block: bytes, position: int) -> int:
-    """Start of the line (or of the carriage-return segment) holding ``position - 1``."""
-    newline = block.rfind(b"\n", 0, position)
-    carriage = block.rfind(b"\r", newline + 1, position)  # only within this line
-    return max(newline, carriage) + 1
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """Complete lines held in ``data[begin:end]``; offsets are positions in ``data``."""
 
+    data: bytes
+    begin: int
+    end: int
 
-def _segment_end(block: bytes, position: int) -> int:
-    newline = block.find(b"\n", position)
-    end = len(block) if newline == -1 else newline
-    carriage = block.find(b"\r", position, end)
-    return end if carriage == -1 else carriage
+    def line_start(self, position: int) -> int:
+        """Start of the line (or carriage-return segment) holding ``position - 1``."""
+        newline = self.data.rfind(b"\n", self.begin, position)
+        start = self.begin if newline == -1 else newline + 1
+        carriage = self.data.rfind(b"\r", start, position)  # only within this line
+        return start if carriage == -1 else carriage + 1
 
+    def segment_end(self, position: int) -> int:
+        newline = self.data.find(b"\n", position, self.end)
+        end = self.end if newline == -1 else newline
+        carriage = self.data.find(b"\r", position, end)
+        return end if carriage == -1 else carriage
 
-def _excerpt(block: bytes, start: int, stop: int) -> str:
-    begin = start
-    for _ in range(EXCERPT_CONTEXT_LINES):
-        previous = block.rfind(b"\n", 0, max(begin - 1, 0))
-        if previous == -1:
-            begin = 0
-            break
-        begin = previous + 1
-    end = stop
-    for _ in range(EXCERPT_CONTEXT_LINES):
-        following = block.find(b"\n", end + 1)
-        if following == -1:
-            end = len(block)
-            break
-        end = following
-    text = block[begin:end].decode("utf-8", errors="replace")
-    if len(text) > MAX_EXCERPT_CHARS:
-        text = text[:MAX_EXCERPT_CHARS]
-    return text.replace("\r", "\n")
+    def excerpt(self, start: int, stop: int) -> str:
+        """The line at ``[start, stop)`` with a few lines of context either side."""
+        data = self.data
+        begin = start
+        for _ in range(EXCERPT_CONTEXT_LINES):
+            previous = data.rfind(b"\n", self.begin, max(begin - 1, self.begin))
+            if previous == -1:
+                begin = self.begin
+                break
+            begin = previous + 1
+        end = stop
+        for _ in range(EXCERPT_CONTEXT_LINES):
+            following = data.find(b"\n", end + 1, self.end)
+            if following == -1:
+                end = self.end
+                break
+            end = following
+        text = _decode(data[begin:end][: MAX_EXCERPT_CHARS * 4])[:MAX_EXCERPT_CHARS]
+        return text.replace("\r", "\n")
 
 
 def scan_text(text: str | bytes, **options: Any) -> ScanResult:
