@@ -14,6 +14,7 @@ from recovery.detection.linear_regex import compile_linear
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
 
 _XID_CODE = compile_linear(r"NVRM: Xid \([^)]*\): (\d+)")
+_XID_CODE_ELSEWHERE = compile_linear(r"(?i)xid(?: error)?(?: code)?[ :=]+(\d+)")
 _SYNC_CUDA_EXCEPTION = compile_linear(
     r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_]*(?:Error|Exception): CUDA error"
 )
@@ -72,7 +73,7 @@ def refine(signature: Signature, message: str) -> Refined | None:
 def _refine_xid(base: Refined, message: str) -> Refined:
     from recovery.detection.signals import XID_MEANINGS
 
-    found = _XID_CODE.search(message)
+    found = _XID_CODE.search(message) or _XID_CODE_ELSEWHERE.search(message)
     if found is None:
         return base
     code = int(found.group(1))

@@ -97,13 +97,18 @@ SIGNATURES: list[Signature] = [
         "nvidia-xid",
         "gpu_hardware",
         "hardware",
-        r"NVRM: Xid \(",
+        r"NVRM: Xid \(|\b(?:XID|Xid) (?:error )?(?:code )?\d+ (?:detected|error|reported)|"
+        r"Xid error \d+|XID errors?: \d+ ",
         [
             "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, GPU has fallen off the bus.",
             "kernel: [12345.678] NVRM: Xid (PCI:0000:b7:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
             "NVRM: Xid (PCI:0000:4e:00): 13, pid=1201, name=python, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address",
         ],
-        ["NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05", "Xid: 0 errors"],
+        [
+            "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05",
+            "Xid: 0 errors",
+            'DCGM_FI_DEV_XID_ERRORS{gpu="0"} 0',
+        ],
         description="NVIDIA driver error report; the Xid code decides category and attribution.",
     ),
     _sig(
@@ -240,13 +245,16 @@ SIGNATURES: list[Signature] = [
         "interconnect",
         "unknown",
         r"(?:Call to ibv_get_async_event failed|ibv_modify_qp failed|"
-        r"ibv_create_qp failed|ibv_reg_mr(?:_iova2?)? failed|NET/IB : No device found|"
+        r"ibv_create_qp failed|ibv_reg_mr(?:_iova2?)? failed|"
         r"Unable to register memory|RDMA_CM_EVENT_(?:UNREACHABLE|REJECTED|ADDR_ERROR))",
         [
             "misc/ibvwrap.cu:220 NCCL WARN Call to ibv_get_async_event failed",
             "misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error Connection timed out",
         ],
-        ["misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]"],
+        [
+            "misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+            "NCCL INFO NET/IB : No device found.",
+        ],
     ),
     _sig(
         "nvlink-error",
@@ -328,7 +336,7 @@ SIGNATURES: list[Signature] = [
         "nccl-warn-fatal",
         "nccl_error",
         "unknown",
-        r"NCCL WARN (?:.*(?:failed|error|Error|timeout|timed out|Broken pipe|"
+        r"NCCL WARN (?:.*(?:failed|\b[Ee]rror\b|timeout|timed out|Broken pipe|"
         r"Connection (?:closed|reset|refused)|Aborting|Cuda failure|unhandled|"
         r"Failed to (?:execute|connect|send|recv|receive|register|allocate|create|init)))",
         [
@@ -340,6 +348,7 @@ SIGNATURES: list[Signature] = [
             "misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
             "NCCL WARN NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory",
             "NCCL WARN Could not find real path of /sys/class/net/eth0/device",
+            "NCCL WARN NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
         ],
         severity="error",
         priority=45,
@@ -896,6 +905,27 @@ SIGNATURES: list[Signature] = [
         severity="warning",
         priority=5,
         description="Python reporting an exception it ignored, usually at shutdown: not a failure.",
+    ),
+    _sig(
+        "dist-network-error",
+        "nccl_error",
+        "unknown",
+        r"DistNetworkError",
+        [
+            "torch.distributed.DistNetworkError: Connection reset by peer",
+            "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.",
+        ],
+        ["DistributedSampler initialised"],
+        priority=29,
+        description="The c10d store lost its peer: usually a consequence of another rank dying.",
+    ),
+    _sig(
+        "too-many-open-files",
+        "storage_io",
+        "system_software",
+        r"(?:Too many open files|\[Errno 24\])",
+        ["OSError: [Errno 24] Too many open files"],
+        ["ulimit -n 65536 set"],
     ),
     # ------------------------------------------------------------------ wrappers
     _sig(
