@@ -65,6 +65,13 @@ def check_examples(
     return mismatches
 
 
+def healthy_lines_matched(compiled: re2._Regexp) -> list[str]:
+    """The ordinary healthy lines a failure pattern would fire on (it must fire on none)."""
+    from recovery.detection.healthy_lines import HEALTHY_LINES
+
+    return [line for line in HEALTHY_LINES if compiled.search(line) is not None]
+
+
 def example_lines(text: str) -> list[str]:
     """Split an admin text area into example lines, ignoring blank ones."""
     return [line.rstrip("\r") for line in text.split("\n") if line.strip()]

@@ -10,6 +10,7 @@ from recovery.detection.linear_regex import (
     check_examples,
     compile_linear,
     example_lines,
+    healthy_lines_matched,
 )
 
 signature_name_validator = RegexValidator(
@@ -64,6 +65,15 @@ class DetectionPattern(models.Model):
             compiled = compile_linear(self.pattern)
         except PatternError as exc:
             raise ValidationError({"pattern": str(exc)}) from None
+        fires_on = healthy_lines_matched(compiled)
+        if fires_on:
+            shown = fires_on[0][:200] or "(an empty line)"
+            raise ValidationError(
+                {
+                    "pattern": "The pattern matches a line that healthy training jobs print, "
+                    f"so it would raise false alarms: {shown}"
+                }
+            )
         examples = example_lines(self.examples or "")
         if not examples:
             raise ValidationError({"examples": "Give at least one line the pattern must match."})

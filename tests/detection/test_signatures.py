@@ -102,3 +102,13 @@ def test_overrides_replace_add_and_disable() -> None:
     assert "site-fs-hang" in merged.by_name
     assert "pcie-aer-corrected" not in merged.by_name
     assert len(merged.signatures) == len(SIGNATURES) + 1 - 1
+
+
+@pytest.mark.parametrize("signature", SIGNATURES, ids=ids)
+def test_no_failure_signature_fires_on_healthy_lines(signature: Signature) -> None:
+    from recovery.detection.linear_regex import healthy_lines_matched
+
+    if signature.severity == "warning":
+        return  # warnings (corrected PCIe errors) may describe healthy lines
+    compiled = BUILTIN.compiled[BUILTIN.signatures.index(signature)]
+    assert healthy_lines_matched(compiled) == []

@@ -212,3 +212,18 @@ def test_viewers_cannot_reach_admin(viewer: User) -> None:
 def test_admin_shows_the_audit_trail_read_only(admin_client: Client) -> None:
     assert admin_client.get(reverse("admin:recovery_auditevent_changelist")).status_code == 200
     assert admin_client.get(reverse("admin:recovery_auditevent_add")).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("pattern", "shown"),
+    [(r"NCCL INFO", "NCCL INFO Bootstrap"), (r"x*", "NCCL INFO Bootstrap"), (r"loss", "iteration")],
+)
+def test_it_refuses_a_pattern_that_fires_on_healthy_lines(
+    admin_client: Client, pattern: str, shown: str
+) -> None:
+    response = add_pattern(admin_client, pattern=pattern, examples="NCCL INFO loss xx")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "healthy training jobs print" in body
+    assert shown in body
+    assert not DetectionPattern.objects.exists()
