@@ -71,20 +71,18 @@ def refine(signature: Signature, message: str) -> Refined | None:
 
 
 def _refine_xid(base: Refined, message: str) -> Refined:
-    from recovery.detection.signals import XID_MEANINGS
+    from recovery.detection.signals import XID_MEANINGS, xid_meaning
 
     found = _XID_CODE.search(message) or _XID_CODE_ELSEWHERE.search(message)
     if found is None:
         return base
     code = int(found.group(1))
-    meaning = XID_MEANINGS.get(code)
-    if meaning is None:
-        return Refined(**{**base.__dict__, "discriminator": str(code), "detail": {"xid": code}})
+    meaning = xid_meaning(code)
     return Refined(
         category=meaning.category,
         attribution=meaning.attribution,
         severity=meaning.severity,
         priority=CATEGORY_PRIORITY.get(meaning.category, base.priority),
         discriminator=str(code),
-        detail={"xid": code, "xid_meaning": meaning.description},
+        detail={"xid": code, "xid_meaning": meaning.description, "known_xid": code in XID_MEANINGS},
     )
