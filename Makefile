@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
 
-.PHONY: install demo test lint format clean bench bench-detect
+.PHONY: install demo test lint format clean bench bench-detect slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -42,3 +42,11 @@ format: install
 
 clean:
 	rm -rf var/staticfiles var/demo
+
+# A four-node Slurm 22.05 cluster on this machine (as root) in var/slurm-dev. slurm-up prints
+# the `export SLURM_CONF=...` line that points sbatch, squeue and scontrol at it.
+slurm-up:
+	deploy/slurm-dev/up.sh
+
+slurm-down:
+	deploy/slurm-dev/down.sh

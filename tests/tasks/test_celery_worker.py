@@ -36,7 +36,7 @@ def database_url_for_worker() -> str:
 def worker_queue(django_db_reset_sequences: None) -> Iterator[str]:
     if not check_redis().ok:
         pytest.fail(f"Redis does not answer at {settings.REDIS_URL}: run the tests with make test")
-    if connection.vendor == "sqlite" and ":memory:" in str(connection.settings_dict["NAME"]):
+    if connection.vendor == "sqlite" and "memory" in str(connection.settings_dict["NAME"]):
         pytest.skip("a worker process cannot share an in-memory SQLite database")
     queue = f"test-{uuid.uuid4().hex[:12]}"
     env = {
