@@ -10,6 +10,7 @@ from recovery.models import (
     Attempt,
     AuditEvent,
     Cluster,
+    ControllerToken,
     DetectionPattern,
     Node,
     Policy,
@@ -198,3 +199,22 @@ class DetectionPatternAdmin(admin.ModelAdmin):
     list_display = ["name", "category", "attribution", "severity", "enabled", "updated_at"]
     list_filter = ["category", "attribution", "severity", "enabled"]
     search_fields = ["name", "description", "pattern"]
+
+
+@admin.register(ControllerToken)
+class ControllerTokenAdmin(admin.ModelAdmin):
+    """Tokens are issued with `manage.py create_controller_token`; here they can be revoked."""
+
+    list_display = ["name", "cluster", "key_prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["cluster"]
+    readonly_fields = ["cluster", "name", "key_prefix", "created_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        from django.utils import timezone
+
+        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())

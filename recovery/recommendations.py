@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from recovery.audit import record_event
 from recovery.choices import AuditKind, RecommendationStatus
-from recovery.models import Recommendation
+from recovery.models import Cluster, Recommendation
 from recovery.models.recommendation import InvalidTransition
 
 LEASE_EXPIRED_ACTOR = "lease-sweeper"
@@ -102,22 +104,51 @@ def _decide(
     return Decision(recommendation, changed=True, message=f"{verb}.")
 
 
-def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
-    """Give a ready recommendation to one controller for ``lease_seconds``.
+def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
+    """What a controller of ``cluster`` may claim now, oldest first.
 
-    Raises ``InvalidTransition`` when it is not ready (another controller holds it, or it was
-    already carried out).
+    Ready recommendations (approved in monitor mode, or made ready by the policy in an
+    acknowledged action-mode cluster) and claimed ones whose controller's lease ran out.
+    """
+    now = timezone.now()
+    return (
+        Recommendation.objects.filter(workload__cluster=cluster)
+        .filter(
+            Q(status=RecommendationStatus.READY)
+            | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
+        )
+        .select_related("workload", "attempt")
+        .order_by("created_at", "id")
+    )
+
+
+def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
+    """Give a recommendation to one controller for ``lease_seconds``.
+
+    Ready ones, and claimed ones whose lease expired, can be claimed; the conditional UPDATE
+    lets exactly one of several racing controllers win. Raises ``InvalidTransition`` otherwise.
     """
     now = timezone.now()
     with transaction.atomic():
+        claimable = Recommendation.objects.filter(pk=recommendation_id).filter(
+            Q(status=RecommendationStatus.READY)
+            | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
+        )
+        previous_owner = claimable.values_list("lease_owner", flat=True).first()
+        updated = claimable.update(
+            status=RecommendationStatus.CLAIMED,
+            lease_owner=controller,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            updated_at=now,
+        )
         recommendation = Recommendation.objects.select_related("workload__cluster").get(
             pk=recommendation_id
         )
-        recommendation.transition(
-            RecommendationStatus.CLAIMED,
-            lease_owner=controller,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-        )
+        if updated != 1:
+            raise InvalidTransition(
+                f"recommendation {recommendation_id} is {recommendation.status}, "
+                f"held by {recommendation.lease_owner or 'nobody'}"
+            )
         workload = recommendation.workload
         record_event(
             cluster=workload.cluster,
@@ -125,7 +156,79 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
             attempt=workload.current_attempt or None,
             kind=AuditKind.CLAIMED,
             actor=controller,
-            payload={"recommendation": recommendation.pk, "lease_seconds": lease_seconds},
+            payload={
+                "recommendation": recommendation.pk,
+                "lease_seconds": lease_seconds,
+                "previous_owner": previous_owner or "",
+            },
+        )
+    return recommendation
+
+
+REPORT_OUTCOMES = {
+    RecommendationStatus.EXECUTED: AuditKind.SCHEDULER_ACTION,
+    RecommendationStatus.SKIPPED: AuditKind.ACTION_SKIPPED,
+    RecommendationStatus.FAILED: AuditKind.ACTION_FAILED,
+}
+
+
+@dataclass(frozen=True)
+class ActionReport:
+    """What a controller did with a claimed recommendation, as it observed it."""
+
+    outcome: str  # executed, skipped (already done) or failed
+    state_before: dict[str, Any]
+    commands: list[dict[str, Any]]
+    converged: bool | None = None
+    detail: str = ""
+
+
+def report(recommendation_id: int, *, controller: str, result: ActionReport) -> Recommendation:
+    """Record the outcome a controller reports for the recommendation it holds.
+
+    Reporting the same outcome again is a no-op (a controller retrying after a lost reply);
+    a report from a controller that does not hold the lease raises ``InvalidTransition``.
+    """
+    if result.outcome not in REPORT_OUTCOMES:
+        raise ValueError(f"outcome must be one of {sorted(REPORT_OUTCOMES)}")
+    with transaction.atomic():
+        recommendation = Recommendation.objects.select_related("workload__cluster").get(
+            pk=recommendation_id
+        )
+        if recommendation.status == result.outcome and recommendation.lease_owner == controller:
+            return recommendation
+        if (
+            recommendation.status != RecommendationStatus.CLAIMED
+            or recommendation.lease_owner != controller
+        ):
+            raise InvalidTransition(
+                f"recommendation {recommendation_id} is {recommendation.status}, "
+                f"held by {recommendation.lease_owner or 'nobody'}, not by {controller}"
+            )
+        now = timezone.now()
+        outcome_payload = {
+            "outcome": result.outcome,
+            "state_before": result.state_before,
+            "commands": result.commands,
+            "converged": result.converged,
+            "detail": result.detail[:2000],
+        }
+        recommendation.transition(
+            result.outcome, result=outcome_payload, lease_expires_at=None, updated_at=now
+        )
+        workload = recommendation.workload
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=REPORT_OUTCOMES[result.outcome],
+            actor=controller,
+            payload={
+                "recommendation": recommendation.pk,
+                "action": recommendation.action,
+                "excluded_nodes": recommendation.excluded_nodes,
+                **outcome_payload,
+            },
         )
     return recommendation
 

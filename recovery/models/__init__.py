@@ -1,6 +1,7 @@
 from recovery.models.anomaly import Anomaly, Verdict
 from recovery.models.audit import AppendOnlyError, AuditEvent
 from recovery.models.cluster import Cluster, Node
+from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
 from recovery.models.policy import Policy
 from recovery.models.recommendation import Recommendation
@@ -12,6 +13,7 @@ __all__ = [
     "Attempt",
     "AuditEvent",
     "Cluster",
+    "ControllerToken",
     "DetectionPattern",
     "Node",
     "Policy",
