@@ -1,0 +1,87 @@
+"""The controller's side of the Advisor API, over HTTP (standard library only).
+
+The controller runs next to the scheduler, possibly far from the control plane's database:
+it knows the control plane only through this API.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+
+class AdvisorAPIError(Exception):
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ReadyRecommendation:
+    id: int
+    job_id: str
+    partition: str
+    attempt: int | None
+    action: str
+    excluded_nodes: list[str]
+    reason: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReadyRecommendation:
+        return cls(
+            id=int(data["id"]),
+            job_id=str(data["job_id"]),
+            partition=str(data.get("partition") or ""),
+            attempt=data.get("attempt"),
+            action=str(data["action"]),
+            excluded_nodes=[str(n) for n in data.get("excluded_nodes") or []],
+            reason=str(data.get("reason") or ""),
+        )
+
+
+class AdvisorClient:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def ready(self) -> list[ReadyRecommendation]:
+        data = self._call("GET", "/api/v1/advisor/recommendations/")
+        return [ReadyRecommendation.from_json(item) for item in data["results"]]
+
+    def claim(self, recommendation_id: int, lease_seconds: int) -> ReadyRecommendation:
+        data = self._call(
+            "POST",
+            f"/api/v1/advisor/recommendations/{recommendation_id}/claim/",
+            {"lease_seconds": lease_seconds},
+        )
+        return ReadyRecommendation.from_json(data)
+
+    def report(self, recommendation_id: int, body: dict[str, Any]) -> None:
+        self._call("POST", f"/api/v1/advisor/recommendations/{recommendation_id}/report/", body)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(
+            self.base_url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                said = json.loads(exc.read()).get("error") or exc.reason
+            except (ValueError, AttributeError):
+                said = exc.reason
+            raise AdvisorAPIError(f"{method} {path}: {exc.code} {said}", exc.code) from None
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise AdvisorAPIError(f"{method} {path}: control plane unreachable: {exc}") from None
