@@ -204,6 +204,13 @@ class SSHTransport:
         except (paramiko.SSHException, paramiko.pkey.UnknownKeyType, ValueError) as exc:
             raise SchedulerError(f"{self.key_file} is not a usable SSH key: {exc}") from None
 
+    def _discard(self, transport: Any) -> None:
+        """Close the connection ``transport`` belongs to, unless a new one replaced it."""
+        with self._lock:
+            current = self._client.get_transport() if self._client is not None else None
+            if current is transport:
+                self.close()
+
     def close(self) -> None:
         with self._lock:
             sftp, self._sftp = self._sftp, None
@@ -235,19 +242,19 @@ class SSHTransport:
             except TimeoutError:
                 raise SchedulerError(f"`{shown}` did not finish within {timeout:g} s") from None
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                self.close()
+                self._discard(channel.get_transport())
                 raise SchedulerError(
                     f"`{shown}` over SSH to {self._where} failed, and may have run: {exc}"
                 ) from None
+            # -1 is "no exit status": killed by a signal, or the connection dropped.
             code = channel.exit_status
             if not self._connection_alive(channel):
-                self.close()
-                if code == -1:  # closed before any exit status came
+                self._discard(channel.get_transport())
+                if code == -1:
                     raise SchedulerError(
                         f"the SSH connection to {self._where} dropped while `{shown}` ran,"
                         " and it may have run"
                     )
-            # -1 on a live connection: the command was killed by a signal.
         finally:
             channel.close()
         return CommandResult(
@@ -268,7 +275,7 @@ class SSHTransport:
                     raise paramiko.SSHException("the connection is closed")
                 return transport.open_session(timeout=self.connect_timeout)
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                self.close()
+                self._discard(transport)
                 if attempt == 2:
                     raise SchedulerError(
                         f"`{shown}` did not start: SSH to {self._where} failed: {exc}"
@@ -328,12 +335,17 @@ class SSHTransport:
         import paramiko
 
         for attempt in (1, 2):
+            sftp = None
             try:
-                return action(self._sftp_client())
+                sftp = self._sftp_client()
+                return action(sftp)
             except FileNotFoundError:
                 return None
             except (paramiko.SSHException, EOFError, ConnectionError, TimeoutError) as exc:
-                self.close()
+                if sftp is None:
+                    self.close()
+                else:
+                    self._discard(sftp.get_channel().get_transport())
                 if attempt == 2:
                     raise SchedulerError(
                         f"cannot read {path} over SFTP from {self._where}: {exc}"
