@@ -8,5 +8,5 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workload_recovery.settings")
 
-app = Celery("workload_recovery", include=["tasks.maintenance"])
+app = Celery("workload_recovery", include=["tasks.maintenance", "tasks.polling"])
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -101,7 +101,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
+POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
 CELERY_BEAT_SCHEDULE = {
+    "poll-clusters": {
+        "task": "tasks.polling.poll_all_clusters",
+        "schedule": float(POLL_SECONDS),
+        "options": {"expires": POLL_SECONDS * 0.9},
+    },
     "release-expired-leases": {
         "task": "tasks.maintenance.release_expired_leases",
         "schedule": float(LEASE_SWEEP_SECONDS),

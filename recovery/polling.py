@@ -1,0 +1,243 @@
+"""Polling a scheduler: jobs become workloads and attempts, changes become audit events.
+
+Level-triggered: each poll compares the scheduler's state now with what is stored and
+records the difference, so a poll that is repeated, late or re-delivered changes nothing twice.
+Slurm forgets a job's nodes when it is requeued, so each attempt's nodes are kept while it
+runs. Slurm also resets a requeued job's submit time; a workload keeps the first one, and a
+job id seen again with no restarts and another submit time is a new job (ids wrap around).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from recovery.audit import record_event
+from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.models import Attempt, Cluster, Node, Workload
+from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
+from recovery.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.transport import LocalTransport, SSHTransport
+
+logger = logging.getLogger(__name__)
+
+POLLER = "poller"
+RECOVERY_KEYS = ('"nvidia-recovery"', '"recovery"')
+
+WORKLOAD_STATES = {
+    "PENDING": WorkloadState.PENDING,
+    "CONFIGURING": WorkloadState.RUNNING,
+    "RUNNING": WorkloadState.RUNNING,
+    "COMPLETING": WorkloadState.RUNNING,
+    "SUSPENDED": WorkloadState.RUNNING,
+    "COMPLETED": WorkloadState.COMPLETED,
+    "CANCELLED": WorkloadState.CANCELLED,
+    "FAILED": WorkloadState.FAILED,
+    "NODE_FAIL": WorkloadState.FAILED,
+    "TIMEOUT": WorkloadState.FAILED,
+    "OUT_OF_MEMORY": WorkloadState.FAILED,
+    "BOOT_FAIL": WorkloadState.FAILED,
+    "DEADLINE": WorkloadState.FAILED,
+    "PREEMPTED": WorkloadState.REQUEUED,
+    "REQUEUED": WorkloadState.REQUEUED,
+}
+ATTEMPT_ENDINGS = {
+    "COMPLETED": AttemptExitState.COMPLETED,
+    "FAILED": AttemptExitState.FAILED,
+    "NODE_FAIL": AttemptExitState.NODE_FAIL,
+    "TIMEOUT": AttemptExitState.TIMEOUT,
+    "DEADLINE": AttemptExitState.TIMEOUT,
+    "OUT_OF_MEMORY": AttemptExitState.OUT_OF_MEMORY,
+    "PREEMPTED": AttemptExitState.PREEMPTED,
+    "CANCELLED": AttemptExitState.CANCELLED,
+    "BOOT_FAIL": AttemptExitState.FAILED,
+}
+
+
+@dataclass
+class PollSummary:
+    jobs_seen: int = 0
+    workloads_created: int = 0
+    state_changes: int = 0
+    nodes_seen: int = 0
+    ignored: int = 0
+
+
+def adapter_for(cluster: Cluster) -> SchedulerAdapter:
+    """The adapter and transport described by the cluster's connection settings."""
+    settings = cluster.connection_settings or {}
+    env = {"SLURM_CONF": str(settings["slurm_conf"])} if settings.get("slurm_conf") else {}
+    if cluster.connection == Connection.LOCAL:
+        return SlurmAdapter(LocalTransport(env=env))
+    if cluster.connection == Connection.SSH:
+        try:
+            transport = SSHTransport(
+                str(settings["host"]),
+                port=int(settings.get("port", 22)),
+                user=str(settings["user"]),
+                key_file=str(settings["key_file"]),
+                known_hosts=str(settings["known_hosts"]),
+                env=env,
+            )
+        except (KeyError, ValueError) as exc:
+            raise SchedulerError(
+                f"cluster {cluster.name}: SSH settings incomplete: {exc}"
+            ) from None
+        return SlurmAdapter(transport)
+    raise SchedulerError(
+        f"cluster {cluster.name} is {cluster.connection}: not polled over a transport"
+    )
+
+
+def poll_cluster(
+    cluster: Cluster, adapter: SchedulerAdapter | None = None, *, now: datetime | None = None
+) -> PollSummary:
+    now = now or timezone.now()
+    adapter = adapter or adapter_for(cluster)
+    summary = PollSummary()
+    nodes = adapter.list_nodes()
+    jobs = adapter.list_jobs()
+    with transaction.atomic():
+        for node in nodes:
+            _sync_node(cluster, node)
+    summary.nodes_seen = len(nodes)
+    for job in jobs:
+        if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
+            continue  # not ours: no opt-in key at all
+        summary.jobs_seen += 1
+        try:
+            with transaction.atomic():
+                created, changed = _sync_job(cluster, job, now)
+        except IntegrityError:
+            summary.ignored += 1  # another worker created it this instant; the next poll syncs
+            continue
+        summary.workloads_created += created
+        summary.state_changes += changed
+    Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
+    return summary
+
+
+def _sync_node(cluster: Cluster, node: NodeInfo) -> None:
+    state = "+".join([node.state, *node.flags]) if node.flags else node.state
+    Node.objects.update_or_create(
+        cluster=cluster,
+        name=node.name,
+        defaults={"scheduler_state": state[:64], "state_reason": node.reason[:255]},
+    )
+
+
+def _sync_job(cluster: Cluster, job: JobInfo, now: datetime) -> tuple[bool, bool]:
+    workload = (
+        Workload.objects.select_for_update()
+        .filter(cluster=cluster, job_id=job.job_id)
+        .order_by("-submit_time", "-id")
+        .first()
+    )
+    created = False
+    if workload is None or _is_another_job(workload, job):
+        workload = Workload.objects.create(
+            cluster=cluster,
+            job_id=job.job_id,
+            submit_time=job.submit_time or now,
+            state="",
+        )
+        created = True
+    workload.name = job.name[:255]
+    workload.user = job.user[:64]
+    workload.partition = job.partition[:64]
+    workload.opted_in = job.opt_in.opted_in
+    workload.opt_in_error = job.opt_in.reason[:255]
+    workload.opt_in_settings = job.opt_in.settings
+    workload.environment = job.opt_in.environment or cluster.environment
+    workload.opt_in_mode = job.opt_in.mode
+
+    number = job.restart_count + 1
+    attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)
+    _close_earlier_attempts(workload, number, now)
+    _update_attempt(attempt, job)
+
+    new_state = _workload_state(job)
+    changed = new_state != workload.state
+    if changed:
+        record_event(
+            cluster=cluster,
+            workload=workload,
+            attempt=number,
+            kind=AuditKind.STATE_CHANGED,
+            actor=POLLER,
+            payload={
+                "from": workload.state,
+                "to": new_state,
+                "scheduler_state": job.state,
+                "reason": job.reason,
+                "restart_count": job.restart_count,
+                "nodes": job.nodes,
+            },
+        )
+        if new_state == WorkloadState.RUNNING and number > 1:
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=number,
+                kind=AuditKind.RESTART_ALLOCATED,
+                actor=POLLER,
+                payload={"nodes": job.nodes, "excluded_nodes": job.excluded_nodes},
+            )
+        if new_state == WorkloadState.COMPLETED:
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=number,
+                kind=AuditKind.TRAINING_COMPLETED,
+                actor=POLLER,
+                payload={"exit_code": job.exit_code},
+            )
+    workload.state = new_state
+    workload.state_reason = job.reason[:255]
+    workload.current_attempt = number
+    workload.save()
+    return created, changed
+
+
+def _is_another_job(workload: Workload, job: JobInfo) -> bool:
+    """A job id Slurm handed out again: no restarts, and a submit time of its own."""
+    if job.restart_count > 0 or job.submit_time is None:
+        return False
+    return abs(job.submit_time - workload.submit_time) > timedelta(seconds=1)
+
+
+def _workload_state(job: JobInfo) -> str:
+    state = WORKLOAD_STATES.get(job.state, WorkloadState.UNKNOWN)
+    if state == WorkloadState.PENDING and job.held:
+        return WorkloadState.HELD
+    if state == WorkloadState.PENDING and job.restart_count > 0:
+        return WorkloadState.REQUEUED
+    return state
+
+
+def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
+    if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"}:
+        attempt.nodes = job.nodes  # Slurm forgets them on requeue: keep them now
+    attempt.excluded_nodes = job.excluded_nodes
+    if job.start_time and job.state != "PENDING":
+        attempt.started_at = attempt.started_at or job.start_time
+    ending = ATTEMPT_ENDINGS.get(job.state)
+    if ending is not None:
+        attempt.exit_state = ending
+        attempt.ended_at = job.end_time or attempt.ended_at
+        attempt.exit_code = job.exit_code if job.exit_code is not None else job.exit_signal
+    attempt.save()
+
+
+def _close_earlier_attempts(workload: Workload, number: int, now: datetime) -> None:
+    """Attempts before the current one ended when the job was requeued, whatever we saw."""
+    Attempt.objects.filter(workload=workload, number__lt=number, ended_at__isnull=True).update(
+        ended_at=now
+    )
+    Attempt.objects.filter(
+        workload=workload, number__lt=number, exit_state=AttemptExitState.RUNNING
+    ).update(exit_state=AttemptExitState.REQUEUED)

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from recovery.choices import Connection
+from recovery.models import Cluster
+from recovery.polling import poll_cluster as poll
+from recovery.schedulers.base import SchedulerError
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="tasks.polling.poll_cluster")
+def poll_cluster(cluster_id: int) -> dict[str, int]:
+    """Sync one cluster's jobs and nodes. Safe to repeat: it records differences only."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {}
+    try:
+        summary = poll(cluster)
+    except SchedulerError as exc:
+        # An unreachable scheduler is reported, not retried in a loop: the next beat polls.
+        logger.warning("poll of %s failed: %s", cluster.name, exc)
+        return {"error": 1}
+    return summary.__dict__
+
+
+@shared_task(name="tasks.polling.poll_all_clusters")
+def poll_all_clusters() -> int:
+    """Queue one poll per scheduler-backed cluster, each expiring before the next round."""
+    clusters = Cluster.objects.exclude(connection=Connection.SIMULATED).values_list("pk", flat=True)
+    for cluster_id in clusters:
+        poll_cluster.apply_async((cluster_id,), expires=settings.POLL_SECONDS * 0.9)
+    return len(clusters)

@@ -1,0 +1,163 @@
+"""Polling turns scheduler state into workloads, attempts and audit events, once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.models import Attempt, AuditEvent, Node, Workload
+from recovery.polling import adapter_for, poll_cluster
+from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
+from recovery.schedulers.optin import parse_job_comment
+from tests.factories import ClusterFactory
+
+pytestmark = pytest.mark.django_db
+
+SUBMITTED = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+COMMENT = '{"nvidia-recovery":{"environment":"prod","mode":"act"}}'
+
+
+class Scripted(SchedulerAdapter):
+    """A scheduler that reports what the test says. The real Slurm path is in tests/slurm."""
+
+    def __init__(self, jobs: list[JobInfo], nodes: list[NodeInfo] | None = None) -> None:
+        self.jobs = jobs
+        self.nodes = nodes or []
+
+    def list_jobs(self) -> list[JobInfo]:
+        return self.jobs
+
+    def list_nodes(self) -> list[NodeInfo]:
+        return self.nodes
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        return next((j for j in self.jobs if j.job_id == job_id), None)
+
+    def _refuse(self, *args: object, **kwargs: object) -> object:
+        raise AssertionError("polling never acts")
+
+    requeue = set_excluded_nodes = clear_start_delay = release = hold = cancel = _refuse  # type: ignore[assignment]
+    disable_requeue = _refuse  # type: ignore[assignment]
+
+
+def job(**fields: object) -> JobInfo:
+    values: dict[str, object] = {
+        "job_id": "4242",
+        "name": "llama",
+        "user": "alice",
+        "partition": "gpu",
+        "state": "RUNNING",
+        "reason": "None",
+        "comment": COMMENT,
+        "opt_in": parse_job_comment(COMMENT),
+        "nodes": ["node001", "node002"],
+        "submit_time": SUBMITTED,
+        "start_time": SUBMITTED + timedelta(seconds=5),
+    }
+    values.update(fields)
+    if "comment" in fields and "opt_in" not in fields:
+        values["opt_in"] = parse_job_comment(str(fields["comment"]))
+    return JobInfo(**values)  # type: ignore[arg-type]
+
+
+def test_it_creates_a_workload_and_its_first_attempt() -> None:
+    cluster = ClusterFactory(environment="lab")
+    summary = poll_cluster(cluster, Scripted([job()], [NodeInfo("node001", "MIXED")]))
+    workload = Workload.objects.get()
+    assert (summary.jobs_seen, summary.workloads_created, summary.state_changes) == (1, 1, 1)
+    assert workload.state == WorkloadState.RUNNING
+    assert workload.opted_in and workload.opt_in_mode == "act"
+    assert workload.environment == "prod"
+    attempt = Attempt.objects.get()
+    assert (attempt.number, attempt.nodes) == (1, ["node001", "node002"])
+    assert Node.objects.get().scheduler_state == "MIXED"
+    assert AuditEvent.objects.get().kind == AuditKind.STATE_CHANGED
+
+
+def test_polling_the_same_state_again_records_nothing() -> None:
+    cluster = ClusterFactory()
+    scheduler = Scripted([job()])
+    poll_cluster(cluster, scheduler)
+    summary = poll_cluster(cluster, scheduler)
+    assert summary.state_changes == 0
+    assert AuditEvent.objects.count() == 1
+
+
+def test_a_requeue_starts_a_new_attempt_and_keeps_the_old_nodes() -> None:
+    """
+    GIVEN a running job polled on node001-002
+    WHEN Slurm requeues it (node list cleared, submit time reset) and it starts on node003
+    THEN attempt 1 keeps its nodes and ends as requeued; attempt 2 runs on node003
+    """
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]))
+    requeued = job(state="PENDING", reason="BeginTime", nodes=[], restart_count=1,
+                   submit_time=SUBMITTED + timedelta(minutes=9))  # fmt: skip
+    poll_cluster(cluster, Scripted([requeued]))
+    running = replace(requeued, state="RUNNING", nodes=["node003"], excluded_nodes=["node002"])
+    poll_cluster(cluster, Scripted([running]))
+
+    workload = Workload.objects.get()
+    assert workload.current_attempt == 2
+    assert workload.submit_time == SUBMITTED  # the first submission, not Slurm's reset one
+    first, second = Attempt.objects.order_by("number")
+    assert first.nodes == ["node001", "node002"]
+    assert first.exit_state == AttemptExitState.REQUEUED
+    assert first.ended_at is not None
+    assert second.nodes == ["node003"]
+    assert second.excluded_nodes == ["node002"]
+    kinds = list(AuditEvent.objects.values_list("kind", flat=True))
+    assert kinds == [
+        AuditKind.STATE_CHANGED,  # running
+        AuditKind.STATE_CHANGED,  # requeued
+        AuditKind.STATE_CHANGED,  # running again
+        AuditKind.RESTART_ALLOCATED,
+    ]
+
+
+def test_a_reused_job_id_is_a_new_workload() -> None:
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job(state="COMPLETED")]))
+    poll_cluster(cluster, Scripted([job(submit_time=SUBMITTED + timedelta(days=40))]))
+    assert Workload.objects.count() == 2
+    old, new = Workload.objects.order_by("submit_time")
+    assert old.state == WorkloadState.COMPLETED
+    assert new.state == WorkloadState.RUNNING
+
+
+def test_a_completed_job_is_recorded_as_training_completed_once() -> None:
+    cluster = ClusterFactory()
+    done = job(state="COMPLETED", exit_code=0, end_time=SUBMITTED + timedelta(hours=1))
+    poll_cluster(cluster, Scripted([done]))
+    poll_cluster(cluster, Scripted([done]))
+    assert AuditEvent.objects.filter(kind=AuditKind.TRAINING_COMPLETED).count() == 1
+    assert Attempt.objects.get().exit_state == AttemptExitState.COMPLETED
+
+
+def test_jobs_without_an_opt_in_key_are_not_stored_and_malformed_ones_are() -> None:
+    cluster = ClusterFactory()
+    jobs = [
+        job(job_id="1", comment=""),
+        job(job_id="2", comment="just a note"),
+        job(job_id="3", comment='{"nvidia-recovery": {"mode": "sometimes"}}'),
+    ]
+    poll_cluster(cluster, Scripted(jobs))
+    workload = Workload.objects.get()
+    assert workload.job_id == "3"
+    assert not workload.opted_in
+    assert "mode must be observe or act" in workload.opt_in_error
+
+
+def test_a_held_job_is_held() -> None:
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job(state="PENDING", held=True, nodes=[], restart_count=1)]))
+    assert Workload.objects.get().state == WorkloadState.HELD
+
+
+def test_incomplete_ssh_settings_are_explained() -> None:
+    cluster = ClusterFactory(connection=Connection.SSH, connection_settings={"host": "login1"})
+    with pytest.raises(SchedulerError, match="SSH settings incomplete"):
+        adapter_for(cluster)

@@ -1,0 +1,66 @@
+"""Polling the real Slurm cluster: a job becomes a workload; a requeue becomes attempt 2."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.models import Attempt, AuditEvent, Cluster, Workload
+from recovery.polling import adapter_for, poll_cluster
+from tasks.polling import poll_cluster as poll_cluster_task
+
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
+
+
+@pytest.fixture
+def cluster(slurm_cluster: Any) -> Cluster:
+    return Cluster.objects.create(
+        name="lab",
+        connection=Connection.LOCAL,
+        connection_settings={"slurm_conf": str(slurm_cluster.conf)},
+    )
+
+
+def poll_until(cluster: Cluster, job_id: str, reached: Callable[[Workload], bool]) -> Workload:
+    deadline = time.monotonic() + 60
+    while True:
+        poll_cluster(cluster)
+        workload = Workload.objects.filter(cluster=cluster, job_id=job_id).first()
+        if workload is not None and reached(workload):
+            return workload
+        assert time.monotonic() < deadline, f"never reached: {workload and workload.state}"
+        time.sleep(0.3)
+
+
+def test_a_real_job_and_its_requeue(cluster: Cluster, submit_job: Any) -> None:
+    submitted = submit_job({"STEP_SECONDS": "0.2", "TOTAL_STEPS": "1000"})
+    job_id = str(submitted.job_id)
+    workload = poll_until(cluster, job_id, lambda w: w.state == WorkloadState.RUNNING)
+    first_nodes = Attempt.objects.get(workload=workload, number=1).nodes
+    assert first_nodes
+    assert workload.opted_in and workload.environment == "test"
+
+    adapter_for(cluster).requeue(job_id)
+    poll_until(cluster, job_id, lambda w: w.current_attempt == 2)
+    workload = poll_until(cluster, job_id, lambda w: w.state == WorkloadState.RUNNING)
+
+    first = Attempt.objects.get(workload=workload, number=1)
+    assert first.nodes == first_nodes  # kept, though Slurm forgot them on requeue
+    assert first.exit_state == AttemptExitState.REQUEUED
+    assert Attempt.objects.get(workload=workload, number=2).nodes
+    assert (
+        AuditEvent.objects.filter(workload=workload, kind=AuditKind.RESTART_ALLOCATED).count() == 1
+    )
+
+
+def test_the_task_polls_a_cluster(cluster: Cluster, submit_job: Any) -> None:
+    submit_job()
+    summary = poll_cluster_task(cluster.pk)
+    assert summary["jobs_seen"] >= 1
+    assert summary["nodes_seen"] >= 4
+    cluster.refresh_from_db()
+    assert cluster.last_polled_at is not None
