@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from recovery.audit import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.ingest import ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
@@ -65,6 +66,8 @@ class PollSummary:
     state_changes: int = 0
     nodes_seen: int = 0
     ignored: int = 0
+    log_bytes: int = 0
+    anomalies_new: int = 0
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
@@ -94,7 +97,11 @@ def adapter_for(cluster: Cluster) -> SchedulerAdapter:
 
 
 def poll_cluster(
-    cluster: Cluster, adapter: SchedulerAdapter | None = None, *, now: datetime | None = None
+    cluster: Cluster,
+    adapter: SchedulerAdapter | None = None,
+    *,
+    now: datetime | None = None,
+    ingest_logs: bool = True,
 ) -> PollSummary:
     now = now or timezone.now()
     adapter = adapter or adapter_for(cluster)
@@ -105,6 +112,7 @@ def poll_cluster(
         for node in nodes:
             _sync_node(cluster, node)
     summary.nodes_seen = len(nodes)
+    seen: list[int] = []
     for job in jobs:
         if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
             continue  # not ours: no opt-in key at all
@@ -117,6 +125,21 @@ def poll_cluster(
             continue
         summary.workloads_created += created
         summary.state_changes += changed
+        if ingest_logs and job.opt_in.opted_in:
+            seen.append(job.job_id)
+    if ingest_logs:
+        transport = getattr(adapter, "transport", None)
+        workloads = Workload.objects.filter(cluster=cluster, job_id__in=seen).order_by(
+            "-submit_time"
+        )
+        done: set[str] = set()
+        for workload in workloads.select_related("cluster"):
+            if transport is None or workload.job_id in done:
+                continue
+            done.add(workload.job_id)
+            read = ingest_workload_logs(workload, transport, now=now)
+            summary.log_bytes += read.bytes_read
+            summary.anomalies_new += read.anomalies_new
     Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
     return summary
 
@@ -154,6 +177,10 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime) -> tuple[bool, bool
     workload.opt_in_settings = job.opt_in.settings
     workload.environment = job.opt_in.environment or cluster.environment
     workload.opt_in_mode = job.opt_in.mode
+    if job.stdout_path:
+        workload.stdout_path = job.stdout_path[:1024]
+    if job.stderr_path:
+        workload.stderr_path = job.stderr_path[:1024]
 
     number = job.restart_count + 1
     attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)

@@ -5,7 +5,7 @@ from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
 from recovery.models.policy import Policy
 from recovery.models.recommendation import Recommendation
-from recovery.models.workload import Attempt, Workload
+from recovery.models.workload import Attempt, LogCursor, Workload
 
 __all__ = [
     "Anomaly",
@@ -15,6 +15,7 @@ __all__ = [
     "Cluster",
     "ControllerToken",
     "DetectionPattern",
+    "LogCursor",
     "Node",
     "Policy",
     "Recommendation",

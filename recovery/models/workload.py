@@ -40,6 +40,8 @@ class Workload(models.Model):
     last_progress_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    stdout_path = models.CharField(max_length=1024, blank=True)
+    stderr_path = models.CharField(max_length=1024, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -83,3 +85,23 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload} attempt {self.number}"
+
+
+class LogCursor(models.Model):
+    """How far a workload's output file has been read, so each byte is scanned once."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="log_cursors")
+    path = models.CharField(max_length=1024)
+    offset = models.BigIntegerField(default=0)
+    truncations = models.PositiveIntegerField(
+        default=0, help_text="Times the file shrank: a restart that did not append."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workload", "path"], name="log_cursor_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path}@{self.offset}"

@@ -64,3 +64,24 @@ def test_the_task_polls_a_cluster(cluster: Cluster, submit_job: Any) -> None:
     assert summary["nodes_seen"] >= 4
     cluster.refresh_from_db()
     assert cluster.last_polled_at is not None
+
+
+def test_a_failing_jobs_output_is_read_into_anomalies_and_checkpoints(
+    cluster: Cluster, submit_job: Any
+) -> None:
+    """
+    GIVEN a real job that saves checkpoints and then dies of a CUDA out-of-memory error
+    WHEN the cluster is polled
+    THEN its output is read: a gpu_oom anomaly, the checkpoint steps and the failed state
+    """
+    from recovery.models import Anomaly
+
+    submitted = submit_job({"STEP_SECONDS": "0.1", "CKPT_EVERY": "3", "FAIL_AT_STEP": "8"})
+    workload = poll_until(cluster, str(submitted.job_id), lambda w: w.state == WorkloadState.FAILED)
+    poll_cluster(cluster)  # the last lines may arrive after the state change
+    anomaly = Anomaly.objects.get(workload=workload)
+    assert (anomaly.category, anomaly.attribution) == ("gpu_oom", "application")
+    workload.refresh_from_db()
+    assert workload.last_checkpoint_step == 6
+    assert workload.last_progress_step is not None and workload.last_progress_step >= 7
+    assert AuditEvent.objects.filter(workload=workload, kind=AuditKind.DETECTED).count() == 1

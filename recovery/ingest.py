@@ -1,0 +1,213 @@
+"""Reading each workload's output files from where the last read stopped, into the detectors.
+
+Each read, its findings, its progress and the new offset are stored in one transaction, so a
+worker killed mid-way re-reads the same bytes next time and records nothing twice. Only
+complete lines are consumed; a partial last line waits for the next read. A file that became
+shorter than the offset was truncated by a restart that does not append: it is read again
+from the start as the new attempt's output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from recovery.audit import record_event
+from recovery.choices import AnomalyKind, AuditKind
+from recovery.detection.findings import Finding
+from recovery.detection.scanner import LogScanner, ScanResult
+from recovery.models import Anomaly, Attempt, LogCursor, Workload
+from recovery.patterns import active_signature_set
+from recovery.schedulers.base import Transport
+
+DETECTOR = "detector"
+MAX_READ_BYTES = 4 * 1024 * 1024
+MAX_EXCERPT = 4000
+
+
+@dataclass
+class IngestSummary:
+    bytes_read: int = 0
+    anomalies_new: int = 0
+    checkpoints: int = 0
+    truncations: int = 0
+
+
+def ingest_workload_logs(
+    workload: Workload, transport: Transport, *, now: datetime | None = None
+) -> IngestSummary:
+    summary = IngestSummary()
+    for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p):
+        _ingest_file(workload, transport, path, now or timezone.now(), summary)
+    return summary
+
+
+def _ingest_file(
+    workload: Workload, transport: Transport, path: str, now: datetime, summary: IngestSummary
+) -> None:
+    size = transport.file_size(path)
+    if size is None:
+        return
+    with transaction.atomic():
+        cursor, _ = LogCursor.objects.select_for_update().get_or_create(
+            workload=workload, path=path
+        )
+        if size < cursor.offset:
+            cursor.offset = 0
+            cursor.truncations += 1
+            summary.truncations += 1
+        if size == cursor.offset:
+            cursor.save()
+            return
+        data = transport.read_file(path, cursor.offset, MAX_READ_BYTES)
+        cut = data.rfind(b"\n") + 1
+        if cut == 0 and len(data) < MAX_READ_BYTES:
+            return  # only a partial line so far
+        consumed = data[: cut or len(data)]
+        scanner = LogScanner(active_signature_set())
+        scanner.feed(consumed)
+        result = scanner.finish()
+        attempt = Attempt.objects.filter(workload=workload, number=workload.current_attempt).first()
+        summary.anomalies_new += _record_findings(workload, attempt, result, now)
+        summary.checkpoints += _record_progress(workload, attempt, result, now)
+        cursor.offset += len(consumed)
+        cursor.save()
+        summary.bytes_read += len(consumed)
+
+
+def _fingerprint(finding: Finding) -> str:
+    key = f"{finding.signature}|{finding.detail.get('xid', '')}|{finding.category}"
+    if finding.signature == "python-exception":
+        key += "|" + finding.evidence[:120]
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _record_findings(
+    workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime
+) -> int:
+    new = 0
+    # Causes become anomalies; symptoms and wrappers (collective timeouts, "a child failed")
+    # only when nothing better explains the read, and otherwise ride along as secondary.
+    failures = [f for f in result.findings if f.severity != "warning"]
+    causes = [f for f in failures if f.detail.get("role") == "cause"]
+    recorded = causes or failures[:1]
+    secondary = [
+        {"signature": f.signature, "category": f.category, "count": f.count}
+        for f in result.findings
+        if f not in recorded
+    ]
+    for finding in recorded:
+        anomaly, created = Anomaly.objects.get_or_create(
+            workload=workload,
+            attempt=attempt,
+            fingerprint=_fingerprint(finding),
+            defaults={
+                "kind": AnomalyKind.CRASH,
+                "category": finding.category,
+                "attribution": finding.attribution,
+                "severity": finding.severity,
+                "signature": finding.signature,
+                "evidence_line": finding.evidence,
+                "evidence_excerpt": str(finding.detail.get("excerpt", ""))[:MAX_EXCERPT],
+                "implicated_nodes": finding.nodes,
+                "implicated_ranks": finding.ranks,
+                "occurrences": finding.count,
+                "details": {
+                    "role": finding.detail.get("role"),
+                    "xid": finding.detail.get("xid"),
+                    "secondary": secondary[:20],
+                },
+                "evidence_at": finding.at or now,
+                "detected_at": now,
+            },
+        )
+        if not created:
+            anomaly.occurrences += finding.count
+            anomaly.implicated_nodes = sorted(set(anomaly.implicated_nodes) | set(finding.nodes))
+            anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
+            anomaly.save(update_fields=["occurrences", "implicated_nodes", "implicated_ranks"])
+            continue
+        new += 1
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=attempt.number if attempt else None,
+            kind=AuditKind.DETECTED,
+            actor=DETECTOR,
+            payload={
+                "anomaly": anomaly.pk,
+                "category": anomaly.category,
+                "attribution": anomaly.attribution,
+                "signature": anomaly.signature,
+                "evidence": anomaly.evidence_line[:500],
+                "count": finding.count,
+                "nodes": finding.nodes[:32],
+                "ranks": finding.ranks[:64],
+                "evidence_at": anomaly.evidence_at.isoformat(),
+            },
+        )
+    return new
+
+
+def _record_progress(
+    workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime
+) -> int:
+    number = attempt.number if attempt else None
+    if result.progress:
+        latest = result.progress[-1]
+        if number and number > 1 and not _has_event(workload, number, AuditKind.PROGRESS_RESUMED):
+            first = result.progress[0]
+            record_event(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=number,
+                kind=AuditKind.PROGRESS_RESUMED,
+                actor=DETECTOR,
+                payload={"step": first.step},
+                occurred_at=first.at or now,
+            )
+        workload.last_progress_step = latest.step
+        workload.last_progress_at = latest.at or now
+    saved = 0
+    for checkpoint in result.checkpoints:
+        if not checkpoint.completed:
+            continue
+        step = checkpoint.step
+        last = workload.last_checkpoint_step
+        if step is not None and last is not None and step <= last:
+            continue  # already recorded (or an older one seen again)
+        saved += 1
+        workload.last_checkpoint_step = step
+        workload.last_checkpoint_at = checkpoint.at or now
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=number,
+            kind=AuditKind.CHECKPOINT_SAVED,
+            actor=DETECTOR,
+            payload={"step": step, "path": checkpoint.path},
+            occurred_at=checkpoint.at or now,
+        )
+    if saved and attempt is not None and not attempt.produced_checkpoint:
+        attempt.produced_checkpoint = True
+        attempt.save(update_fields=["produced_checkpoint"])
+    workload.save(
+        update_fields=[
+            "last_progress_step",
+            "last_progress_at",
+            "last_checkpoint_step",
+            "last_checkpoint_at",
+            "updated_at",
+        ]
+    )
+    return saved
+
+
+def _has_event(workload: Workload, attempt: int, kind: str) -> bool:
+    from recovery.models import AuditEvent
+
+    return AuditEvent.objects.filter(workload=workload, attempt=attempt, kind=kind).exists()

@@ -1,0 +1,94 @@
+"""Output files are read from their last offset into the detectors, each byte once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recovery.choices import AuditKind
+from recovery.ingest import ingest_workload_logs
+from recovery.models import Anomaly, Attempt, AuditEvent, LogCursor, Workload
+from recovery.schedulers.transport import LocalTransport
+from tests.factories import WorkloadFactory
+
+pytestmark = pytest.mark.django_db
+
+XID = "Nov 29 03:14:15 node002 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+PROGRESS = " iteration {step:8d}/     100 | lm loss: 2.5 |\n"
+SAVED = "successfully saved checkpoint from iteration {step:8d} to /ckpt\n"
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Workload:
+    workload = WorkloadFactory(stdout_path=str(tmp_path / "job.out"), current_attempt=1)
+    Attempt.objects.create(workload=workload, number=1)
+    return workload
+
+
+def write(workload: Workload, text: str, mode: str = "a") -> None:
+    with Path(workload.stdout_path).open(mode) as handle:
+        handle.write(text)
+
+
+def test_each_line_is_read_once_and_a_partial_line_waits(workload: Workload) -> None:
+    write(workload, PROGRESS.format(step=1) + XID + "NVRM: Xid (PCI:0000:3b:00): 7")
+    first = ingest_workload_logs(workload, LocalTransport())
+    assert first.anomalies_new == 1
+    cursor = LogCursor.objects.get()
+    assert cursor.offset == len((PROGRESS.format(step=1) + XID).encode())
+
+    write(workload, "9, pid=1, GPU has fallen off the bus.\n")
+    second = ingest_workload_logs(workload, LocalTransport())
+    assert second.anomalies_new == 0
+    anomaly = Anomaly.objects.get()
+    assert anomaly.category == "gpu_hardware"
+    assert anomaly.occurrences == 2
+    assert anomaly.implicated_nodes == ["node002"]
+    assert AuditEvent.objects.filter(kind=AuditKind.DETECTED).count() == 1
+    assert ingest_workload_logs(workload, LocalTransport()).bytes_read == 0
+
+
+def test_a_truncated_file_is_read_again_from_the_start(workload: Workload) -> None:
+    write(workload, "".join(PROGRESS.format(step=s) for s in range(1, 50)))
+    ingest_workload_logs(workload, LocalTransport())
+    write(workload, "OSError: [Errno 116] Stale file handle\n", mode="w")
+    summary = ingest_workload_logs(workload, LocalTransport())
+    assert summary.truncations == 1
+    assert Anomaly.objects.get().category == "storage_io"
+    assert LogCursor.objects.get().truncations == 1
+
+
+def test_progress_and_checkpoints_reach_the_workload(workload: Workload) -> None:
+    write(workload, PROGRESS.format(step=5) + SAVED.format(step=5) + PROGRESS.format(step=6))
+    summary = ingest_workload_logs(workload, LocalTransport())
+    workload.refresh_from_db()
+    assert summary.checkpoints == 1
+    assert workload.last_progress_step == 6
+    assert workload.last_checkpoint_step == 5
+    assert Attempt.objects.get().produced_checkpoint
+    assert AuditEvent.objects.get(kind=AuditKind.CHECKPOINT_SAVED).payload["step"] == 5
+    ingest_workload_logs(workload, LocalTransport())
+    assert AuditEvent.objects.filter(kind=AuditKind.CHECKPOINT_SAVED).count() == 1
+
+
+def test_progress_after_a_restart_is_recorded_once(workload: Workload) -> None:
+    Attempt.objects.create(workload=workload, number=2)
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    workload.refresh_from_db()
+    write(workload, PROGRESS.format(step=6))
+    ingest_workload_logs(workload, LocalTransport())
+    write(workload, PROGRESS.format(step=7))
+    ingest_workload_logs(workload, LocalTransport())
+    resumed = AuditEvent.objects.get(kind=AuditKind.PROGRESS_RESUMED)
+    assert (resumed.attempt, resumed.payload["step"]) == (2, 6)
+
+
+def test_a_missing_file_is_not_an_error(workload: Workload) -> None:
+    assert ingest_workload_logs(workload, LocalTransport()).bytes_read == 0
+    assert not LogCursor.objects.exists()
+
+
+def test_binary_garbage_is_read_without_error(workload: Workload) -> None:
+    Path(workload.stdout_path).write_bytes(bytes(range(256)) * 100 + b"\n" + XID.encode())
+    assert ingest_workload_logs(workload, LocalTransport()).anomalies_new == 1
