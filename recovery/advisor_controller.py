@@ -151,6 +151,11 @@ class AdvisorController:
     def _restart(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
         if recommendation.attempt is None:
             raise SchedulerError("the recommendation names no attempt: cannot tell if it is done")
+        if job.state in FINISHED_STATES and not job.requeue_allowed:
+            outcome.outcome = "failed"
+            outcome.converged = False
+            outcome.detail = f"abandoned: the job ended {job.state} and Slurm will not requeue it"
+            return
         wanted_exclusions = sorted(set(job.excluded_nodes) | set(recommendation.excluded_nodes))
         missing_exclusions = not set(recommendation.excluded_nodes) <= set(job.excluded_nodes)
         waiting = job.state in {"PENDING", "COMPLETING", "CONFIGURING"}
@@ -174,7 +179,10 @@ class AdvisorController:
             and final.state not in FINISHED_STATES
         )
         if not outcome.converged:
-            outcome.detail = outcome.detail or f"not converged: {job_snapshot(final)}"
+            reason = (
+                "abandoned" if final is None or final.state in FINISHED_STATES else "not converged"
+            )
+            outcome.detail = outcome.detail or f"{reason}: {job_snapshot(final)}"
 
     def _exclude(self, job_id: str, nodes: list[str]) -> CommandResult:
         """Set the exclusions; Slurm accepts them only once the requeued job is pending."""

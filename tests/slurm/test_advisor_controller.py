@@ -174,3 +174,65 @@ def test_an_already_restarted_job_is_reported_skipped(
     assert controller.run_once() == [(recommendation.pk, "skipped")]
     assert AuditEvent.objects.filter(kind=AuditKind.ACTION_SKIPPED).count() == 1
     assert wait_for(adapter, job.job_id, lambda j: j.is_running).restart_count == 1
+
+
+def test_a_controller_killed_twenty_times_restarts_the_job_exactly_once(
+    live_server: Any, cluster: Cluster, adapter: SlurmAdapter, submit_job: Any, slurm_cluster: Any,
+    tmp_path: Any,
+) -> None:  # fmt: skip
+    """
+    GIVEN a ready restart for a running job
+    WHEN the controller process is SIGKILLed at a random moment, twenty times, each time its
+         lease is let run out, and then it runs to the end
+    THEN the job has been restarted exactly once, away from its node, and the trail says so once
+    """
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    _, job = running_job_with_checkpoint(submit_job, adapter)
+    recommendation = recommend_restart(cluster, job, RecommendationStatus.READY)
+    _, key = ControllerToken.issue(cluster, "killable")
+    token_file = tmp_path / "token"
+    token_file.write_text(key)
+    command = [
+        sys.executable, "manage.py", "advisor_controller", "--cluster", "lab", "--once",
+        "--url", live_server.url, "--token-file", str(token_file),
+        "--slurm-conf", str(slurm_cluster.conf), "--lease-seconds", "10",
+    ]  # fmt: skip
+    rng = random.Random(20261129)
+    for _ in range(20):
+        process = subprocess.Popen(
+            command, cwd=settings.BASE_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(rng.uniform(0.2, 2.5))
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        # The lease of a killed controller runs out; skip the wait.
+        Recommendation.objects.filter(
+            pk=recommendation.pk, status=RecommendationStatus.CLAIMED
+        ).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    finished = subprocess.run(
+        command, cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr
+
+    recommendation.refresh_from_db()
+    assert recommendation.status in {RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED}
+    final = wait_for(adapter, job.job_id, lambda j: j.is_running)
+    assert final.restart_count == 1
+    assert not set(final.nodes) & set(job.nodes)
+    reports = AuditEvent.objects.filter(
+        kind__in=[AuditKind.SCHEDULER_ACTION, AuditKind.ACTION_SKIPPED, AuditKind.ACTION_FAILED]
+    )
+    assert reports.count() == 1
+    requeues = [
+        event
+        for event in AuditEvent.objects.filter(kind=AuditKind.SCHEDULER_ACTION)
+        if any(c["argv"][1] in {"requeue", "requeuehold"} for c in event.payload["commands"])
+    ]
+    assert len(requeues) <= 1
