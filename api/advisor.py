@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.request import Request
@@ -73,6 +74,26 @@ class ReportRequest(serializers.Serializer):
     detail = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
 
 
+ERROR = inline_serializer("Error", {"error": serializers.CharField()})
+RECOMMENDATION_EXAMPLE = {
+    "id": 812,
+    "idempotency_key": "policy:lab:48213:2:gpu_hardware",
+    "job_id": "48213",
+    "submit_time": "2026-11-29T01:12:09Z",
+    "job_name": "llama-70b-pretrain",
+    "partition": "gpu",
+    "attempt": 2,
+    "action": "restart_excluding",
+    "excluded_nodes": ["gpu-a100-007"],
+    "reason": "Xid 79 (GPU fell off the bus) on gpu-a100-007",
+    "status": "ready",
+    "lease_owner": "",
+    "lease_expires_at": None,
+    "expires_at": "2026-11-29T03:44:15Z",
+    "created_at": "2026-11-29T03:14:17Z",
+}
+
+
 def _principal(request: Request) -> ControllerPrincipal:
     principal = request.user
     assert isinstance(principal, ControllerPrincipal)
@@ -96,6 +117,21 @@ def _invalid(errors: Any) -> Response:
     )
 
 
+@extend_schema(
+    tags=["advisor"],
+    responses={
+        200: inline_serializer(
+            "ReadyRecommendations", {"results": RecommendationForController(many=True)}
+        )
+    },
+    examples=[
+        OpenApiExample(
+            "One restart to carry out",
+            value={"results": [RECOMMENDATION_EXAMPLE]},
+            response_only=True,
+        )
+    ],
+)
 @api_view(["GET"])
 @authentication_classes([ControllerTokenAuthentication])
 @permission_classes([IsController])
@@ -105,6 +141,36 @@ def ready(request: Request) -> Response:
     return Response({"results": RecommendationForController(claimable[:100], many=True).data})
 
 
+@extend_schema(
+    tags=["advisor"],
+    request=ClaimRequest,
+    responses={
+        200: RecommendationForController,
+        400: OpenApiResponse(ERROR, description="The lease is out of range."),
+        404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
+        409: OpenApiResponse(ERROR, description="Another controller holds it, or it is done."),
+    },
+    examples=[
+        OpenApiExample("Claim for two minutes", value={"lease_seconds": 120}, request_only=True),
+        OpenApiExample(
+            "Claimed",
+            value={
+                **RECOMMENDATION_EXAMPLE,
+                "status": "claimed",
+                "lease_owner": "controller:slurm-advisor-1",
+                "lease_expires_at": "2026-11-29T03:16:17Z",
+            },
+            response_only=True,
+            status_codes=["200"],
+        ),
+        OpenApiExample(
+            "Held by another controller",
+            value={"error": "recommendation 812 is claimed, held by controller:slurm-advisor-2"},
+            response_only=True,
+            status_codes=["409"],
+        ),
+    ],
+)
 @api_view(["POST"])
 @authentication_classes([ControllerTokenAuthentication])
 @permission_classes([IsController])
@@ -125,6 +191,53 @@ def claim(request: Request, recommendation_id: int) -> Response:
     return Response(RecommendationForController(claimed).data)
 
 
+@extend_schema(
+    tags=["advisor"],
+    request=ReportRequest,
+    responses={
+        200: RecommendationForController,
+        400: OpenApiResponse(ERROR, description="The body is not valid; fields say why."),
+        404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
+        409: OpenApiResponse(ERROR, description="This controller does not hold the lease."),
+    },
+    examples=[
+        OpenApiExample(
+            "Restart carried out",
+            value={
+                "outcome": "executed",
+                "state_before": {
+                    "job_state": "RUNNING",
+                    "restart_count": 1,
+                    "nodes": ["gpu-a100-005", "gpu-a100-007"],
+                    "excluded_nodes": [],
+                    "held": False,
+                },
+                "commands": [
+                    {"argv": ["scontrol", "requeuehold", "48213"], "returncode": 0},
+                    {
+                        "argv": ["scontrol", "update", "JobId=48213", "ExcNodeList=gpu-a100-007"],
+                        "returncode": 0,
+                    },
+                    {"argv": ["scontrol", "release", "48213"], "returncode": 0},
+                ],
+                "converged": True,
+                "detail": "",
+            },
+            request_only=True,
+        ),
+        OpenApiExample(
+            "Already done by a previous controller",
+            value={
+                "outcome": "skipped",
+                "state_before": {"job_state": "RUNNING", "restart_count": 2, "held": False},
+                "commands": [],
+                "converged": True,
+                "detail": "restart count already 2 with the exclusions set",
+            },
+            request_only=True,
+        ),
+    ],
+)
 @api_view(["POST"])
 @authentication_classes([ControllerTokenAuthentication])
 @permission_classes([IsController])

@@ -1,10 +1,13 @@
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from api import advisor, views
 
 app_name = "api"
 
 urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("v1/health/", views.health, name="health"),
     path("v1/advisor/recommendations/", advisor.ready, name="advisor-ready"),
     path(

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -9,7 +11,37 @@ from rest_framework.response import Response
 
 from recovery.health import service_statuses
 
+HEALTH = inline_serializer(
+    "Health",
+    {
+        "healthy": serializers.BooleanField(),
+        "services": inline_serializer(
+            "ServiceStatus",
+            {
+                "name": serializers.CharField(),
+                "ok": serializers.BooleanField(),
+                "detail": serializers.CharField(required=False),
+            },
+            many=True,
+        ),
+    },
+)
 
+
+@extend_schema(
+    tags=["health"],
+    responses={200: HEALTH, 503: HEALTH},
+    examples=[
+        OpenApiExample(
+            "Healthy",
+            value={
+                "healthy": True,
+                "services": [{"name": "database", "ok": True}, {"name": "redis", "ok": True}],
+            },
+            response_only=True,
+        )
+    ],
+)
 @api_view(["GET"])
 @permission_classes([AllowAny])
 def health(request: Request) -> Response:
