@@ -302,3 +302,40 @@ def test_arguments_reach_the_remote_command_unchanged(
             assert transport.run(["printenv", "SLURM_CONF"]).stdout == env["SLURM_CONF"] + "\n"
     finally:
         transport.close()
+
+
+@pytest.mark.django_db(transaction=True, reset_sequences=True)
+def test_the_controller_in_ssh_mode_restarts_a_job_once(
+    live_server: Any, ssh_server: SSHServer, transport: SSHTransport, submit_job: Any
+) -> None:
+    """
+    GIVEN a ready restart for a running job, and a controller that reaches Slurm only by SSH
+    WHEN it runs twice
+    THEN the job restarts once on other nodes, and the report lists the commands it ran
+    """
+    from recovery.advisor_client import AdvisorClient
+    from recovery.advisor_controller import AdvisorController
+    from recovery.choices import ClusterMode, RecommendationStatus
+    from recovery.models import Cluster, ControllerToken
+    from tests.slurm.test_advisor_controller import (
+        recommend_restart,
+        running_job_with_checkpoint,
+    )
+    from tests.slurm.test_advisor_controller import wait_for as wait_for_job
+
+    cluster = Cluster.objects.create(
+        name="lab-ssh", mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True
+    )
+    _, key = ControllerToken.issue(cluster, "ssh-advisor")
+    adapter = SlurmAdapter(transport)
+    controller = AdvisorController(AdvisorClient(live_server.url, key), adapter, poll_seconds=0.2)
+    _, job = running_job_with_checkpoint(submit_job, adapter)
+    recommendation = recommend_restart(cluster, job, RecommendationStatus.READY)
+
+    assert controller.run_once() == [(recommendation.pk, "executed")]
+    assert controller.run_once() == []
+    restarted = wait_for_job(adapter, job.job_id, lambda j: j.is_running and j.restart_count == 1)
+    assert not set(restarted.nodes) & set(job.nodes)
+    recommendation.refresh_from_db()
+    assert recommendation.result["converged"] is True
+    assert recommendation.result["commands"][0]["argv"][:2] == ["scontrol", "requeuehold"]
