@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from django.db import transaction
 from django.utils import timezone
 
 from recovery.audit import record_event
-from recovery.choices import AnomalyKind, AuditKind
+from recovery.choices import AnomalyKind, AuditKind, NodeHealth, WorkloadState
 from recovery.detection.findings import Finding
 from recovery.detection.scanner import LogScanner, ScanResult
-from recovery.models import Anomaly, Attempt, LogCursor, Workload
+from recovery.models import Anomaly, Attempt, Cluster, LogCursor, Node, NodeLogCursor, Workload
 from recovery.patterns import active_signature_set
 from recovery.schedulers.base import Transport
 
@@ -56,39 +57,115 @@ def _ingest_file(
         cursor, _ = LogCursor.objects.select_for_update().get_or_create(
             workload=workload, path=path
         )
-        if size < cursor.offset:
-            cursor.offset = 0
-            cursor.truncations += 1
-            summary.truncations += 1
-        if size == cursor.offset:
-            cursor.save()
-            return
-        data = transport.read_file(path, cursor.offset, MAX_READ_BYTES)
-        cut = data.rfind(b"\n") + 1
-        if cut == 0 and len(data) < MAX_READ_BYTES:
-            return  # only a partial line so far
-        consumed = data[: cut or len(data)]
-        scanner = LogScanner(active_signature_set())
-        scanner.feed(consumed)
-        result = scanner.finish()
-        attempt = Attempt.objects.filter(workload=workload, number=workload.current_attempt).first()
-        summary.anomalies_new += _record_findings(workload, attempt, result, now)
-        summary.checkpoints += _record_progress(workload, attempt, result, now)
-        cursor.offset += len(consumed)
+        consumed = read_new_lines(transport, path, size, cursor, summary)
+        if consumed:
+            result = scan(consumed)
+            attempt = Attempt.objects.filter(
+                workload=workload, number=workload.current_attempt
+            ).first()
+            summary.anomalies_new += _record_findings(workload, attempt, result, now)
+            summary.checkpoints += _record_progress(workload, attempt, result, now)
         cursor.save()
-        summary.bytes_read += len(consumed)
 
 
-def _fingerprint(finding: Finding) -> str:
-    key = f"{finding.signature}|{finding.detail.get('xid', '')}|{finding.category}"
+class _Cursor(Protocol):
+    offset: int
+    truncations: int
+
+
+def read_new_lines(
+    transport: Transport, path: str, size: int, cursor: _Cursor, summary: IngestSummary
+) -> bytes:
+    """The complete lines written since ``cursor``, which is moved past them (not saved)."""
+    if size < cursor.offset:
+        cursor.offset = 0
+        cursor.truncations += 1
+        summary.truncations += 1
+    if size == cursor.offset:
+        return b""
+    data = transport.read_file(path, cursor.offset, MAX_READ_BYTES)
+    cut = data.rfind(b"\n") + 1
+    if cut == 0 and len(data) < MAX_READ_BYTES:
+        return b""  # only a partial line so far
+    consumed = data[: cut or len(data)]
+    cursor.offset += len(consumed)
+    summary.bytes_read += len(consumed)
+    return consumed
+
+
+def scan(data: bytes) -> ScanResult:
+    scanner = LogScanner(active_signature_set())
+    scanner.feed(data)
+    return scanner.finish()
+
+
+def ingest_node_kernel_logs(
+    cluster: Cluster, transport: Transport, *, now: datetime | None = None
+) -> IngestSummary:
+    """Read each node's kernel log, when the cluster names one, and tie what it shows to the node.
+
+    ``connection_settings["node_kernel_log"]`` is a path with ``{node}`` in it. A failure seen
+    there (an Xid, an ECC error) becomes an anomaly of every workload running on that node, and
+    hardware evidence marks the node unhealthy.
+    """
+    now = now or timezone.now()
+    summary = IngestSummary()
+    template = (cluster.connection_settings or {}).get("node_kernel_log")
+    if not template:
+        return summary
+    running = [
+        (workload, attempt)
+        for workload in Workload.objects.filter(cluster=cluster, state=WorkloadState.RUNNING)
+        for attempt in Attempt.objects.filter(workload=workload, number=workload.current_attempt)
+    ]
+    for node in Node.objects.filter(cluster=cluster):
+        path = str(template).replace("{node}", node.name)
+        size = transport.file_size(path)
+        if size is None:
+            continue
+        with transaction.atomic():
+            cursor, _ = NodeLogCursor.objects.select_for_update().get_or_create(
+                node=node, path=path
+            )
+            consumed = read_new_lines(transport, path, size, cursor, summary)
+            if consumed:
+                result = scan(consumed)
+                for finding in result.findings:
+                    if node.name not in finding.nodes:
+                        finding.nodes.append(node.name)
+                for workload, attempt in running:
+                    if node.name in attempt.nodes:
+                        summary.anomalies_new += _record_findings(
+                            workload, attempt, result, now, scope=f"kernel:{node.name}"
+                        )
+                _mark_node(node, result, now)
+            cursor.save()
+    return summary
+
+
+def _mark_node(node: Node, result: ScanResult, now: datetime) -> None:
+    hardware = [
+        f for f in result.findings if f.severity != "warning" and f.attribution == "hardware"
+    ]
+    if not hardware:
+        return
+    node.health = NodeHealth.UNHEALTHY
+    node.times_implicated += 1
+    node.last_implicated_at = now
+    node.save(update_fields=["health", "times_implicated", "last_implicated_at", "updated_at"])
+
+
+def _fingerprint(finding: Finding, scope: str) -> str:
+    key = f"{scope}|{finding.signature}|{finding.detail.get('xid', '')}|{finding.category}"
     if finding.signature == "python-exception":
         key += "|" + finding.evidence[:120]
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def _record_findings(
-    workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime
+    workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime, scope: str = ""
 ) -> int:
+    """Record the read's findings; ``scope`` separates sources (a node's kernel log)."""
     new = 0
     # Causes become anomalies; symptoms and wrappers (collective timeouts, "a child failed")
     # only when nothing better explains the read, and otherwise ride along as secondary.
@@ -104,7 +181,7 @@ def _record_findings(
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
             attempt=attempt,
-            fingerprint=_fingerprint(finding),
+            fingerprint=_fingerprint(finding, scope),
             defaults={
                 "kind": AnomalyKind.CRASH,
                 "category": finding.category,

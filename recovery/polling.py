@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from recovery.audit import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
-from recovery.ingest import ingest_workload_logs
+from recovery.ingest import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
@@ -140,6 +140,10 @@ def poll_cluster(
             read = ingest_workload_logs(workload, transport, now=now)
             summary.log_bytes += read.bytes_read
             summary.anomalies_new += read.anomalies_new
+        if transport is not None:
+            kernel = ingest_node_kernel_logs(cluster, transport, now=now)
+            summary.log_bytes += kernel.bytes_read
+            summary.anomalies_new += kernel.anomalies_new
     Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
     return summary
 

@@ -1,6 +1,6 @@
 from recovery.models.anomaly import Anomaly, Verdict
 from recovery.models.audit import AppendOnlyError, AuditEvent
-from recovery.models.cluster import Cluster, Node
+from recovery.models.cluster import Cluster, Node, NodeLogCursor
 from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
 from recovery.models.policy import Policy
@@ -17,6 +17,7 @@ __all__ = [
     "DetectionPattern",
     "LogCursor",
     "Node",
+    "NodeLogCursor",
     "Policy",
     "Recommendation",
     "Verdict",

@@ -83,3 +83,21 @@ class Node(models.Model):
     def is_excluded(self, at: datetime | None = None) -> bool:
         at = at or timezone.now()
         return self.excluded_until is not None and self.excluded_until > at
+
+
+class NodeLogCursor(models.Model):
+    """How far a node's kernel log (syslog or dmesg file) has been read."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="log_cursors")
+    path = models.CharField(max_length=1024)
+    offset = models.BigIntegerField(default=0)
+    truncations = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "path"], name="node_log_cursor_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.path}@{self.offset}"

@@ -92,3 +92,42 @@ def test_a_missing_file_is_not_an_error(workload: Workload) -> None:
 def test_binary_garbage_is_read_without_error(workload: Workload) -> None:
     Path(workload.stdout_path).write_bytes(bytes(range(256)) * 100 + b"\n" + XID.encode())
     assert ingest_workload_logs(workload, LocalTransport()).anomalies_new == 1
+
+
+def test_a_node_kernel_log_ties_an_xid_to_the_workloads_on_that_node(tmp_path: Path) -> None:
+    """
+    GIVEN a cluster whose nodes' kernel logs are files, and two running workloads
+    WHEN node002's kernel log shows an Xid 79
+    THEN only the workload running on node002 gets the anomaly, and node002 is unhealthy
+    """
+    from recovery.choices import Connection, NodeHealth, WorkloadState
+    from recovery.ingest import ingest_node_kernel_logs
+    from recovery.models import Node
+    from tests.factories import ClusterFactory
+
+    cluster = ClusterFactory(
+        connection=Connection.LOCAL,
+        connection_settings={"node_kernel_log": str(tmp_path / "{node}" / "kern.log")},
+    )
+    for name in ("node001", "node002"):
+        Node.objects.create(cluster=cluster, name=name)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kern.log").write_text("kernel: usb 1-1: new device\n")
+    on_2 = WorkloadFactory(cluster=cluster, state=WorkloadState.RUNNING, current_attempt=1)
+    Attempt.objects.create(workload=on_2, number=1, nodes=["node002", "node003"])
+    on_1 = WorkloadFactory(cluster=cluster, state=WorkloadState.RUNNING, current_attempt=1)
+    Attempt.objects.create(workload=on_1, number=1, nodes=["node001"])
+    ingest_node_kernel_logs(cluster, LocalTransport())
+
+    with (tmp_path / "node002" / "kern.log").open("a") as log:
+        log.write(
+            "[87474.8] NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, GPU has fallen off the bus.\n"
+        )
+    summary = ingest_node_kernel_logs(cluster, LocalTransport())
+    assert summary.anomalies_new == 1
+    anomaly = Anomaly.objects.get()
+    assert anomaly.workload == on_2
+    assert anomaly.implicated_nodes == ["node002"]
+    assert Node.objects.get(name="node002").health == NodeHealth.UNHEALTHY
+    assert Node.objects.get(name="node001").health == NodeHealth.UNKNOWN
+    assert ingest_node_kernel_logs(cluster, LocalTransport()).anomalies_new == 0

@@ -85,3 +85,31 @@ def test_a_failing_jobs_output_is_read_into_anomalies_and_checkpoints(
     assert workload.last_checkpoint_step == 6
     assert workload.last_progress_step is not None and workload.last_progress_step >= 7
     assert AuditEvent.objects.filter(workload=workload, kind=AuditKind.DETECTED).count() == 1
+
+
+def test_an_xid_in_a_nodes_kernel_log_reaches_the_job_running_there(
+    slurm_cluster: Any, submit_job: Any, tmp_path: Any
+) -> None:
+    from recovery.models import Anomaly
+
+    cluster = Cluster.objects.create(
+        name="lab-kernel",
+        connection=Connection.LOCAL,
+        connection_settings={
+            "slurm_conf": str(slurm_cluster.conf),
+            "node_kernel_log": str(tmp_path / "kern-{node}.log"),
+        },
+    )
+    submitted = submit_job({"STEP_SECONDS": "0.2", "TOTAL_STEPS": "1000"})
+    workload = poll_until(
+        cluster, str(submitted.job_id), lambda w: w.state == WorkloadState.RUNNING
+    )
+    (node,) = Attempt.objects.get(workload=workload, number=1).nodes
+    (tmp_path / f"kern-{node}.log").write_text(
+        f"Nov 29 10:00:00 {node} kernel: NVRM: Xid (PCI:0000:3b:00): 48, pid=1, "
+        "An uncorrectable double bit error (DBE) has been detected on GPU.\n"
+    )
+    poll_cluster(cluster)
+    anomaly = Anomaly.objects.get(workload=workload)
+    assert (anomaly.category, anomaly.attribution) == ("gpu_hardware", "hardware")
+    assert anomaly.implicated_nodes == [node]
