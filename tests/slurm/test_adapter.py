@@ -128,3 +128,20 @@ def test_bad_node_names_are_refused_before_any_command(bad: str) -> None:
 
     with pytest.raises(ValueError):
         SlurmAdapter(Refusing()).set_excluded_nodes("42", [bad])  # type: ignore[arg-type]
+
+
+def test_the_fixed_format_fallback_reads_the_same_job(
+    adapter: SlurmAdapter, submit_job: Any
+) -> None:
+    """Where squeue has no --json, the fixed format (unit-separated, comment last) is used."""
+    submitted = submit_job(comment='{"nvidia-recovery":{"mode":"observe","note":"a b|c"}}')
+    from_json = wait_for(adapter, str(submitted.job_id), lambda j: j.is_running)
+    adapter._json = False
+    from_text = adapter.get_job(str(submitted.job_id))
+    assert from_text is not None
+    assert from_text.state == "RUNNING"
+    assert from_text.nodes == from_json.nodes
+    assert from_text.partition == from_json.partition
+    assert from_text.opt_in.opted_in and from_text.opt_in.mode == "observe"
+    assert from_text.comment == from_json.comment
+    assert any(job.job_id == from_json.job_id for job in adapter.list_jobs())

@@ -236,3 +236,19 @@ def test_a_controller_killed_twenty_times_restarts_the_job_exactly_once(
         if any(c["argv"][1] in {"requeue", "requeuehold"} for c in event.payload["commands"])
     ]
     assert len(requeues) <= 1
+
+
+def test_a_partition_outside_the_allowlist_is_left_alone(
+    live_server: Any, cluster: Cluster, adapter: SlurmAdapter, submit_job: Any
+) -> None:
+    _, key = ControllerToken.issue(cluster, "canary-only")
+    canary_only = AdvisorController(
+        AdvisorClient(live_server.url, key), adapter, partitions=["canary"]
+    )
+    _, job = running_job_with_checkpoint(submit_job, adapter)
+    recommendation = recommend_restart(cluster, job, RecommendationStatus.READY)
+    assert job.partition == "debug"
+    assert canary_only.run_once() == []
+    recommendation.refresh_from_db()
+    assert recommendation.status == RecommendationStatus.READY
+    assert adapter.get_job(job.job_id).restart_count == 0  # type: ignore[union-attr]
