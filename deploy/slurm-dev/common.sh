@@ -19,21 +19,8 @@ CONF=$D/etc/slurm.conf
 }
 export SLURM_CONF=$CONF
 
-say() { echo "${0##*/}: $*" >&2; }
-
-pid_in() {  # pid file -> the pid it holds, or nothing
-  local pid=""
-  [[ -r $1 ]] && read -r pid <"$1" 2>/dev/null
-  [[ $pid =~ ^[0-9]+$ ]] && echo "$pid"
-  return 0
-}
-
-alive() {  # pid -> running (a zombie counts as gone)
-  local stat=""
-  [[ -n ${1:-} ]] && read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-  stat=${stat##*) }
-  [[ ${stat:0:1} != [ZX] ]]
-}
+# shellcheck source=SCRIPTDIR/../dev/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/process.sh"
 
 comm_of() { cat "/proc/$1/comm" 2>/dev/null || true; }
 
