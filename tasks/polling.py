@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 
+import redis
 from celery import shared_task
 from django.conf import settings
 
@@ -15,16 +17,28 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="tasks.polling.poll_cluster")
 def poll_cluster(cluster_id: int) -> dict[str, int]:
-    """Sync one cluster's jobs and nodes. Safe to repeat: it records differences only."""
+    """Sync one cluster's jobs and nodes. Safe to repeat: it records differences only.
+
+    One poll per cluster at a time: a slow poll is not overtaken by the next beat's.
+    """
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return {}
+    lock = redis.Redis.from_url(settings.REDIS_URL).lock(
+        f"wr:poll:{cluster_id}", timeout=settings.POLL_SECONDS * 60, blocking_timeout=0
+    )
+    if not lock.acquire():
+        return {"skipped": 1}
     try:
         summary = poll(cluster)
     except SchedulerError as exc:
         # An unreachable scheduler is reported, not retried in a loop: the next beat polls.
         logger.warning("poll of %s failed: %s", cluster.name, exc)
         return {"error": 1}
+    finally:
+        # A lock that expired during a very slow poll has nothing left to release.
+        with contextlib.suppress(redis.exceptions.LockError):
+            lock.release()
     return summary.__dict__
 
 

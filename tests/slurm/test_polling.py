@@ -113,3 +113,16 @@ def test_an_xid_in_a_nodes_kernel_log_reaches_the_job_running_there(
     anomaly = Anomaly.objects.get(workload=workload)
     assert (anomaly.category, anomaly.attribution) == ("gpu_hardware", "hardware")
     assert anomaly.implicated_nodes == [node]
+
+
+def test_a_second_poll_of_the_same_cluster_waits_its_turn(cluster: Cluster) -> None:
+    import redis
+    from django.conf import settings
+
+    lock = redis.Redis.from_url(settings.REDIS_URL).lock(f"wr:poll:{cluster.pk}", timeout=30)
+    assert lock.acquire()
+    try:
+        assert poll_cluster_task(cluster.pk) == {"skipped": 1}
+    finally:
+        lock.release()
+    assert "jobs_seen" in poll_cluster_task(cluster.pk)
