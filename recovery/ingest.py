@@ -17,12 +17,14 @@ from typing import Protocol
 from django.db import transaction
 from django.utils import timezone
 
+from recovery.attribution import attribute
 from recovery.audit import record_event
 from recovery.choices import AnomalyKind, AuditKind, NodeHealth, WorkloadState
 from recovery.detection.findings import Finding
 from recovery.detection.scanner import LogScanner, ScanResult
 from recovery.models import Anomaly, Attempt, Cluster, LogCursor, Node, NodeLogCursor, Workload
 from recovery.patterns import active_signature_set
+from recovery.policy import recommend
 from recovery.schedulers.base import Transport
 
 DETECTOR = "detector"
@@ -177,6 +179,7 @@ def _record_findings(
         for f in result.findings
         if f not in recorded
     ]
+    created_anomalies: list[Anomaly] = []
     for finding in recorded:
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
@@ -209,6 +212,7 @@ def _record_findings(
             anomaly.save(update_fields=["occurrences", "implicated_nodes", "implicated_ranks"])
             continue
         new += 1
+        created_anomalies.append(anomaly)
         record_event(
             cluster=workload.cluster,
             workload=workload,
@@ -227,6 +231,11 @@ def _record_findings(
                 "evidence_at": anomaly.evidence_at.isoformat(),
             },
         )
+    for anomaly in created_anomalies:
+        # Detect, attribute, recommend: the policy decides in the same transaction, so a
+        # recorded anomaly never lacks its recommendation.
+        attribute(anomaly)
+        recommend(anomaly)
     return new
 
 
