@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api import advisor, views
+from api import advisor, goodput, views
 
 app_name = "api"
 
@@ -9,6 +9,8 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("v1/health/", views.health, name="health"),
+    path("v1/workloads/<int:workload_id>/goodput/", goodput.workload, name="workload-goodput"),
+    path("v1/clusters/<int:cluster_id>/goodput/", goodput.cluster, name="cluster-goodput"),
     path("v1/advisor/recommendations/", advisor.ready, name="advisor-ready"),
     path(
         "v1/advisor/recommendations/<int:recommendation_id>/claim/",

@@ -9,7 +9,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from recovery.health import service_statuses
+from recovery.health import attribution_status, service_statuses
 
 HEALTH = inline_serializer(
     "Health",
@@ -24,6 +24,18 @@ HEALTH = inline_serializer(
             },
             many=True,
         ),
+        "attribution": inline_serializer(
+            "AttributionStatus",
+            {
+                "provider": serializers.CharField(
+                    required=False, allow_null=True, help_text="Host of the provider, or null."
+                ),
+                "degraded": serializers.BooleanField(
+                    help_text="Built-in rules only: no provider, or its last call failed."
+                ),
+                "reason": serializers.CharField(required=False),
+            },
+        ),
     },
 )
 
@@ -37,9 +49,27 @@ HEALTH = inline_serializer(
             value={
                 "healthy": True,
                 "services": [{"name": "database", "ok": True}, {"name": "redis", "ok": True}],
+                "attribution": {
+                    "provider": "attribution.internal:8080",
+                    "degraded": False,
+                    "reason": "provider answered in 0.21 s",
+                },
             },
             response_only=True,
-        )
+        ),
+        OpenApiExample(
+            "Attribution on built-in rules only",
+            value={
+                "healthy": True,
+                "services": [{"name": "database", "ok": True}, {"name": "redis", "ok": True}],
+                "attribution": {
+                    "provider": None,
+                    "degraded": True,
+                    "reason": "no provider configured",
+                },
+            },
+            response_only=True,
+        ),
     ],
 )
 @api_view(["GET"])
@@ -47,11 +77,23 @@ HEALTH = inline_serializer(
 def health(request: Request) -> Response:
     """Liveness for load balancers: 200 when the database and Redis answer, else 503.
 
-    Anonymous callers learn only which service is down; error details need a login.
+    Anonymous callers learn only which service is down; error details need a login. Attribution
+    running degraded is reported but leaves the status at 200: recovery still works on its
+    built-in rules.
     """
     statuses = service_statuses()
     healthy = all(status.ok for status in statuses)
     services = [asdict(status) for status in statuses]
+    attribution = attribution_status()
+    attribution_body: dict[str, object] = {
+        "provider": attribution.provider,
+        "degraded": attribution.degraded,
+        "reason": attribution.reason,
+    }
     if not request.user.is_authenticated:
         services = [{"name": s["name"], "ok": s["ok"]} for s in services]
-    return Response({"healthy": healthy, "services": services}, status=200 if healthy else 503)
+        attribution_body = {"degraded": attribution.degraded}
+    return Response(
+        {"healthy": healthy, "services": services, "attribution": attribution_body},
+        status=200 if healthy else 503,
+    )

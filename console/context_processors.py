@@ -4,8 +4,24 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from recovery.health import NO_PROVIDER_REASON, attribution_status
 from recovery.roles import can_decide
 
 
 def console(request: HttpRequest) -> dict[str, Any]:
-    return {"can_decide": can_decide(request.user) if hasattr(request, "user") else False}
+    user = getattr(request, "user", None)
+    signed_in = bool(user is not None and user.is_authenticated)
+    return {
+        "can_decide": can_decide(user) if user is not None else False,
+        # Only signed-in users see how attribution runs: the provider's trouble is internal.
+        "attribution_warning": _attribution_warning() if signed_in else "",
+    }
+
+
+def _attribution_warning() -> str:
+    status = attribution_status()
+    if not status.degraded:
+        return ""
+    if status.reason == NO_PROVIDER_REASON:
+        return "Attribution: built-in rules only — no external provider configured."
+    return f"Attribution: built-in rules only — provider failing: {status.reason}"

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.fleet, name="fleet"),
     path("workloads/<int:workload_id>/", views.workload_detail, name="workload"),
     path("approvals/", views.approvals, name="approvals"),
+    path("nodes/", views.nodes, name="nodes"),
     path(
         "recommendations/<int:recommendation_id>/approve/",
         views.decide,

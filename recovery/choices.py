@@ -190,3 +190,6 @@ class AuditKind(models.TextChoices):
     TRAINING_COMPLETED = "training_completed", "Training completed"
     STOPPED = "stopped", "Stopped"
     INPUT_IGNORED = "input_ignored", "Input ignored"
+    NODE_SUSPECT = "node_suspect", "Node flagged as suspect"
+    POLICY_FAILED = "policy_failed", "Policy engine failed"
+    ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"

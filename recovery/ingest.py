@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from django.db import transaction
@@ -19,17 +19,54 @@ from django.utils import timezone
 
 from recovery.attribution import attribute
 from recovery.audit import record_event
-from recovery.choices import AnomalyKind, AuditKind, NodeHealth, WorkloadState
+from recovery.choices import AnomalyKind, AttemptExitState, AuditKind, NodeHealth, WorkloadState
 from recovery.detection.findings import Finding
 from recovery.detection.scanner import LogScanner, ScanResult
-from recovery.models import Anomaly, Attempt, Cluster, LogCursor, Node, NodeLogCursor, Workload
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    Cluster,
+    LogCursor,
+    Node,
+    NodeLogCursor,
+    ProgressSample,
+    Workload,
+)
 from recovery.patterns import active_signature_set
-from recovery.policy import recommend
+from recovery.policy import decide_when_ready
 from recovery.schedulers.base import Transport
+from recovery.suspects import flag_suspect_nodes
 
 DETECTOR = "detector"
+ANOMALY_KINDS = {
+    "crash": AnomalyKind.CRASH,
+    "hang": AnomalyKind.HANG,
+    "straggler": AnomalyKind.STRAGGLER,
+}
+# Detector details worth keeping on the anomaly (hang and straggler figures, job state facts).
+KEPT_DETAIL = frozenset(
+    {
+        "last_step",
+        "silent_seconds",
+        "allowed_seconds",
+        "median_step_seconds",
+        "ratio",
+        "member_median",
+        "peer_median",
+        "metric",
+        "state",
+        "exit_code",
+        "signal",
+        "reason",
+    }
+)
 MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_EXCERPT = 4000
+PROGRESS_SAMPLES = 256
+# How long after an attempt ended a node's failure still counts as evidence about it.
+RECENT_END = timedelta(minutes=10)
+# Progress samples older than this are dropped: the longest window a detector reads.
+SAMPLE_RETENTION = timedelta(hours=2)
 
 
 @dataclass
@@ -96,7 +133,9 @@ def read_new_lines(
 
 
 def scan(data: bytes) -> ScanResult:
-    scanner = LogScanner(active_signature_set())
+    # A poll reads a few seconds of output: keep every rank's progress lines for the hang and
+    # straggler detectors, not only the last few of each block.
+    scanner = LogScanner(active_signature_set(), progress_samples_per_block=PROGRESS_SAMPLES)
     scanner.feed(data)
     return scanner.finish()
 
@@ -115,11 +154,6 @@ def ingest_node_kernel_logs(
     template = (cluster.connection_settings or {}).get("node_kernel_log")
     if not template:
         return summary
-    running = [
-        (workload, attempt)
-        for workload in Workload.objects.filter(cluster=cluster, state=WorkloadState.RUNNING)
-        for attempt in Attempt.objects.filter(workload=workload, number=workload.current_attempt)
-    ]
     for node in Node.objects.filter(cluster=cluster):
         path = str(template).replace("{node}", node.name)
         size = transport.file_size(path)
@@ -135,14 +169,35 @@ def ingest_node_kernel_logs(
                 for finding in result.findings:
                     if node.name not in finding.nodes:
                         finding.nodes.append(node.name)
-                for workload, attempt in running:
-                    if node.name in attempt.nodes:
-                        summary.anomalies_new += _record_findings(
-                            workload, attempt, result, now, scope=f"kernel:{node.name}"
-                        )
+                for workload, attempt, _ in attempts_on_node(cluster, node.name, now):
+                    summary.anomalies_new += _record_findings(
+                        workload, attempt, result, now, scope=f"kernel:{node.name}"
+                    )
                 _mark_node(node, result, now)
             cursor.save()
     return summary
+
+
+def attempts_on_node(
+    cluster: Cluster, node: str, now: datetime
+) -> list[tuple[Workload, Attempt, bool]]:
+    """Current attempts on ``node``, running or ended within ``RECENT_END``."""
+    found = []
+    workloads = Workload.objects.filter(cluster=cluster, opted_in=True).exclude(
+        state__in=[WorkloadState.COMPLETED, WorkloadState.CANCELLED]
+    )
+    for workload in workloads.select_related("cluster"):
+        attempts = Attempt.objects.filter(workload=workload).order_by("-number")[:2]
+        for attempt in attempts:
+            if node not in attempt.nodes:
+                continue
+            ended = attempt.exit_state != AttemptExitState.RUNNING or attempt.ended_at is not None
+            running = not ended and workload.current_attempt == attempt.number
+            recent = ended and (attempt.ended_at or now) >= now - RECENT_END
+            if (running and workload.state == WorkloadState.RUNNING) or recent:
+                found.append((workload, attempt, running))
+                break
+    return found
 
 
 def _mark_node(node: Node, result: ScanResult, now: datetime) -> None:
@@ -168,7 +223,6 @@ def _record_findings(
     workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime, scope: str = ""
 ) -> int:
     """Record the read's findings; ``scope`` separates sources (a node's kernel log)."""
-    new = 0
     # Causes become anomalies; symptoms and wrappers (collective timeouts, "a child failed")
     # only when nothing better explains the read, and otherwise ride along as secondary.
     failures = [f for f in result.findings if f.severity != "warning"]
@@ -179,18 +233,35 @@ def _record_findings(
         for f in result.findings
         if f not in recorded
     ]
+    return len(record_anomalies(workload, attempt, recorded, now, scope=scope, secondary=secondary))
+
+
+def record_anomalies(
+    workload: Workload,
+    attempt: Attempt | None,
+    findings: list[Finding],
+    now: datetime,
+    *,
+    scope: str = "",
+    secondary: list[dict[str, object]] | None = None,
+) -> list[Anomaly]:
+    """Store each finding as an anomaly once, then attribute it and let the policy decide.
+
+    A finding seen again (a re-read, a repeated poll) only adds to the stored anomaly's count,
+    ranks and nodes. Returns the anomalies created now.
+    """
     created_anomalies: list[Anomaly] = []
-    for finding in recorded:
+    for finding in findings:
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
             attempt=attempt,
             fingerprint=_fingerprint(finding, scope),
             defaults={
-                "kind": AnomalyKind.CRASH,
+                "kind": ANOMALY_KINDS.get(finding.kind, AnomalyKind.CRASH),
                 "category": finding.category,
                 "attribution": finding.attribution,
                 "severity": finding.severity,
-                "signature": finding.signature,
+                "signature": finding.signature[:128],
                 "evidence_line": finding.evidence,
                 "evidence_excerpt": str(finding.detail.get("excerpt", ""))[:MAX_EXCERPT],
                 "implicated_nodes": finding.nodes,
@@ -199,7 +270,9 @@ def _record_findings(
                 "details": {
                     "role": finding.detail.get("role"),
                     "xid": finding.detail.get("xid"),
-                    "secondary": secondary[:20],
+                    "source": finding.source,
+                    "secondary": (secondary or [])[:20],
+                    **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
                 },
                 "evidence_at": finding.at or now,
                 "detected_at": now,
@@ -211,7 +284,6 @@ def _record_findings(
             anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
             anomaly.save(update_fields=["occurrences", "implicated_nodes", "implicated_ranks"])
             continue
-        new += 1
         created_anomalies.append(anomaly)
         record_event(
             cluster=workload.cluster,
@@ -221,6 +293,7 @@ def _record_findings(
             actor=DETECTOR,
             payload={
                 "anomaly": anomaly.pk,
+                "kind": anomaly.kind,
                 "category": anomaly.category,
                 "attribution": anomaly.attribution,
                 "signature": anomaly.signature,
@@ -232,17 +305,20 @@ def _record_findings(
             },
         )
     for anomaly in created_anomalies:
-        # Detect, attribute, recommend: the policy decides in the same transaction, so a
-        # recorded anomaly never lacks its recommendation.
+        # Detect, attribute, decide: a cause is decided in the same transaction, so a recorded
+        # cause never lacks its recommendation; a symptom may wait for its cause.
         attribute(anomaly)
-        recommend(anomaly)
-    return new
+        flag_suspect_nodes(anomaly, now)
+        decide_when_ready(anomaly, now)
+    return created_anomalies
 
 
 def _record_progress(
     workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime
 ) -> int:
     number = attempt.number if attempt else None
+    if number:
+        record_progress_samples(workload, number, result, now)
     if result.progress:
         latest = result.progress[-1]
         if number and number > 1 and not _has_event(workload, number, AuditKind.PROGRESS_RESUMED):
@@ -291,6 +367,29 @@ def _record_progress(
         ]
     )
     return saved
+
+
+def record_progress_samples(
+    workload: Workload, attempt: int, result: ScanResult, now: datetime
+) -> int:
+    """Keep the read's progress points (per rank and node) for the hang and straggler checks."""
+    samples = [
+        ProgressSample(
+            workload=workload,
+            attempt=attempt,
+            rank=point.rank,
+            node=(point.node or "")[:128],
+            step=point.step,
+            throughput=point.throughput,
+            step_time_seconds=point.step_time_seconds,
+            at=point.at or now,
+        )
+        for point in result.progress
+    ]
+    if samples:
+        ProgressSample.objects.bulk_create(samples)
+        ProgressSample.objects.filter(workload=workload, at__lt=now - SAMPLE_RETENTION).delete()
+    return len(samples)
 
 
 def _has_event(workload: Workload, attempt: int, kind: str) -> bool:

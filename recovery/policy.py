@@ -10,8 +10,9 @@ otherwise.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -21,14 +22,26 @@ from recovery.audit import record_event
 from recovery.choices import (
     OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
+    AttemptExitState,
     AuditKind,
     RecommendationAction,
     RecommendationStatus,
     StragglerAction,
+    WorkloadState,
 )
-from recovery.models import Anomaly, Attempt, Node, Policy, Recommendation, Workload
+from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendation, Workload
+
+logger = logging.getLogger(__name__)
 
 POLICY_ACTOR = "policy"
+# Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
+# failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
+AWAITING_CAUSE_ROLES = frozenset({"symptom", "wrapper"})
+# A policy engine failure is retried on later polls this many times, then left to the watchdog.
+MAX_POLICY_TRIES = 5
+POLICY_RETRY_SECONDS = 30
+# Anomalies older than this are never decided late: the state they describe is gone.
+DECISION_HORIZON = timedelta(hours=6)
 # Categories that say the program itself is wrong: a restart repeats them.
 APPLICATION_FAULTS = frozenset({"app_exception", "cuda_error_app", "nan_divergence"})
 
@@ -58,7 +71,12 @@ def policy_for(workload: Workload) -> Policy:
     return best or Policy(name="built-in defaults")
 
 
-def history_of(workload: Workload) -> History:
+def history_of(workload: Workload, policy: Policy | None = None) -> History:
+    """Attempts so far, the run of them without a new checkpoint, and the nodes to keep out.
+
+    Nodes stay excluded when an earlier attempt excluded them, or when an anomaly of this
+    workload implicated them with evidence the policy excludes on, within its exclusion time.
+    """
     attempts = list(Attempt.objects.filter(workload=workload).order_by("number"))
     without = 0
     for attempt in reversed(attempts):
@@ -66,14 +84,26 @@ def history_of(workload: Workload) -> History:
             break
         without += 1
     excluded = {node for attempt in attempts for node in attempt.excluded_nodes}
+    if policy is not None:
+        since = timezone.now() - timedelta(hours=policy.exclusion_hours)
+        for anomaly in Anomaly.objects.filter(workload=workload, detected_at__gte=since):
+            if excludes_nodes(anomaly, policy):
+                excluded.update(anomaly.implicated_nodes)
     return History(len(attempts), without, frozenset(excluded))
+
+
+def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
+    """Whether the policy keeps the nodes ``anomaly`` implicates out of later attempts."""
+    if anomaly.kind == AnomalyKind.STRAGGLER:
+        return False  # a straggler is excluded only by the straggler action, when it persists
+    return anomaly.attribution in (policy.exclude_on_attributions or []) or (
+        anomaly.category in (policy.exclude_on_categories or [])
+    )
 
 
 def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
     implicated = list(anomaly.implicated_nodes)
-    excludes = anomaly.attribution in (policy.exclude_on_attributions or []) or (
-        anomaly.category in (policy.exclude_on_categories or [])
-    )
+    excludes = excludes_nodes(anomaly, policy)
     if anomaly.kind == AnomalyKind.STRAGGLER:
         if policy.straggler_action == StragglerAction.RECORD or not implicated:
             return Decision(RecommendationAction.NONE, reason="straggler recorded")
@@ -119,15 +149,36 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
 
 
 def recommend(anomaly: Anomaly) -> Recommendation | None:
-    """Record the policy's decision for ``anomaly``; one recommendation per failed attempt."""
+    """Record the policy's decision for ``anomaly``; one recommendation per failed attempt.
+
+    A later anomaly of the same attempt may sharpen an open recommendation (more nodes to
+    exclude, a stop); it never adds a second action for an attempt that was already acted on,
+    and evidence that only shows a consequence never changes a decision made on a cause.
+    """
     workload = anomaly.workload
     cluster = workload.cluster
+    attempt_number = anomaly.attempt.number if anomaly.attempt else workload.current_attempt
+    if attempt_number == workload.current_attempt and workload.state in (
+        WorkloadState.COMPLETED,
+        WorkloadState.CANCELLED,
+    ):
+        return None  # finished or cancelled by its owner: nothing to restart
+    key = f"policy:{cluster.pk}:{workload.pk}:{attempt_number}:"
+    earlier = (
+        Recommendation.objects.filter(idempotency_key__startswith=key)
+        .exclude(status=RecommendationStatus.SUPERSEDED)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if earlier is not None and (
+        earlier.status not in OPEN_RECOMMENDATION_STATUSES
+        or anomaly.details.get("role") in AWAITING_CAUSE_ROLES
+    ):
+        return earlier
     policy = policy_for(workload)
-    decision = decide(anomaly, policy, history_of(workload))
+    decision = decide(anomaly, policy, history_of(workload, policy))
     if decision.action == RecommendationAction.NONE:
         return None
-    attempt_number = anomaly.attempt.number if anomaly.attempt else workload.current_attempt
-    key = f"policy:{cluster.pk}:{workload.pk}:{attempt_number}:"
     needs_person = not cluster.acts_automatically or _over_blast_radius(workload, decision, policy)
     status = RecommendationStatus.AWAITING_APPROVAL if needs_person else RecommendationStatus.READY
     now = timezone.now()
@@ -204,3 +255,109 @@ def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -
     for excluded in recent.values_list("excluded_nodes", flat=True):
         nodes.update(excluded or [])
     return len(nodes) * 100 > policy.blast_radius_percent * total
+
+
+def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
+    """Whether the policy may decide on ``anomaly`` now.
+
+    A cause is decided at once. Evidence that only shows a consequence waits for its cause,
+    but no longer than the attempt lasts or the policy's grace period: a rank that lost its
+    peer because a node died must lead to a restart without that node, and Slurm says the node
+    is down only some seconds after the surviving ranks said so.
+    """
+    if anomaly.kind != AnomalyKind.CRASH:
+        return True
+    if anomaly.details.get("role") not in AWAITING_CAUSE_ROLES:
+        return True
+    if _attempt_has_ended(anomaly):
+        return True
+    if Recommendation.objects.filter(workload=anomaly.workload, attempt=anomaly.attempt).exists():
+        return True  # the attempt was decided on a cause already
+    return now >= anomaly.detected_at + timedelta(seconds=policy.decision_grace_seconds)
+
+
+def _attempt_has_ended(anomaly: Anomaly) -> bool:
+    attempt = anomaly.attempt
+    if attempt is None:
+        return True
+    workload = anomaly.workload
+    return (
+        attempt.exit_state != AttemptExitState.RUNNING
+        or attempt.ended_at is not None
+        or workload.current_attempt > attempt.number
+        or workload.state not in (WorkloadState.RUNNING, WorkloadState.UNKNOWN)
+    )
+
+
+def decide_when_ready(anomaly: Anomaly, now: datetime | None = None) -> Recommendation | None:
+    """Decide on ``anomaly`` if it is ready; a failing policy engine never loses the anomaly.
+
+    The decision and the anomaly's ``decided_at`` are written together. When the engine raises,
+    the failure is recorded once (``policy_failed``) and retried on later polls a few times;
+    meanwhile the watchdog keeps held jobs moving.
+    """
+    now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            if not ready_to_decide(anomaly, policy_for(anomaly.workload), now):
+                return None
+            recommendation = recommend(anomaly)
+            Anomaly.objects.filter(pk=anomaly.pk).update(decided_at=now)
+            anomaly.decided_at = now
+            return recommendation
+    except Exception as exc:  # the engine is broken: record it, never lose the anomaly
+        logger.exception("policy engine failed on anomaly %s", anomaly.pk)
+        _record_policy_failure(anomaly, exc, now)
+        return None
+
+
+def _record_policy_failure(anomaly: Anomaly, exc: Exception, now: datetime) -> None:
+    tries = int(anomaly.details.get("policy_tries", 0)) + 1
+    error = f"{type(exc).__name__}: {exc}"[:500]
+    details = {**anomaly.details, "policy_tries": tries, "policy_error": error}
+    details["policy_failed_at"] = now.isoformat()
+    changes: dict[str, object] = {"details": details}
+    if tries >= MAX_POLICY_TRIES:
+        changes["decided_at"] = now  # given up: the trail says so, the watchdog takes over
+    with transaction.atomic():
+        Anomaly.objects.filter(pk=anomaly.pk).update(**changes)
+        if tries == 1 or tries >= MAX_POLICY_TRIES:
+            workload = anomaly.workload
+            record_event(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=anomaly.attempt.number if anomaly.attempt else None,
+                kind=AuditKind.POLICY_FAILED,
+                actor=POLICY_ACTOR,
+                payload={
+                    "anomaly": anomaly.pk,
+                    "error": error,
+                    "tries": tries,
+                    "given_up": tries >= MAX_POLICY_TRIES,
+                },
+            )
+    anomaly.details = details
+
+
+def decide_pending(cluster: Cluster, now: datetime | None = None) -> int:
+    """Decide the cluster's anomalies that were waiting; returns how many were decided."""
+    now = now or timezone.now()
+    waiting = (
+        Anomaly.objects.filter(
+            workload__cluster=cluster,
+            decided_at__isnull=True,
+            detected_at__gte=now - DECISION_HORIZON,
+        )
+        .select_related("workload__cluster", "attempt")
+        .order_by("detected_at", "id")
+    )
+    decided = 0
+    for anomaly in waiting:
+        failed_at = anomaly.details.get("policy_failed_at")
+        if failed_at and datetime.fromisoformat(failed_at) > now - timedelta(
+            seconds=POLICY_RETRY_SECONDS
+        ):
+            continue
+        decide_when_ready(anomaly, now)
+        decided += anomaly.decided_at is not None
+    return decided

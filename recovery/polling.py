@@ -20,6 +20,8 @@ from recovery.audit import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
 from recovery.ingest import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
+from recovery.monitors import check_job_ending, check_node, check_progress, out_of_service
+from recovery.policy import decide_pending
 from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
 from recovery.schedulers.transport import LocalTransport, SSHTransport
@@ -68,6 +70,7 @@ class PollSummary:
     ignored: int = 0
     log_bytes: int = 0
     anomalies_new: int = 0
+    decisions: int = 0
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
@@ -113,22 +116,30 @@ def poll_cluster(
             _sync_node(cluster, node)
     summary.nodes_seen = len(nodes)
     seen: list[int] = []
+    endings: list[tuple[int, int, JobInfo]] = []
     for job in jobs:
         if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
             continue  # not ours: no opt-in key at all
         summary.jobs_seen += 1
         try:
             with transaction.atomic():
-                created, changed = _sync_job(cluster, job, now)
+                created, changed, ended = _sync_job(cluster, job, now)
         except IntegrityError:
             summary.ignored += 1  # another worker created it this instant; the next poll syncs
             continue
         summary.workloads_created += created
         summary.state_changes += changed
+        if ended is not None and job.opt_in.opted_in:
+            endings.append((*ended, job))
         if ingest_logs and job.opt_in.opted_in:
             seen.append(job.job_id)
     if ingest_logs:
         transport = getattr(adapter, "transport", None)
+        if transport is not None:
+            # Nodes first: an Xid in a node's kernel log is the cause a job's CUDA error shows.
+            kernel = ingest_node_kernel_logs(cluster, transport, now=now)
+            summary.log_bytes += kernel.bytes_read
+            summary.anomalies_new += kernel.anomalies_new
         workloads = Workload.objects.filter(cluster=cluster, job_id__in=seen).order_by(
             "-submit_time"
         )
@@ -140,12 +151,32 @@ def poll_cluster(
             read = ingest_workload_logs(workload, transport, now=now)
             summary.log_bytes += read.bytes_read
             summary.anomalies_new += read.anomalies_new
-        if transport is not None:
-            kernel = ingest_node_kernel_logs(cluster, transport, now=now)
-            summary.log_bytes += kernel.bytes_read
-            summary.anomalies_new += kernel.anomalies_new
+    summary.anomalies_new += _run_monitors(cluster, endings, now)
+    summary.decisions = decide_pending(cluster, now)
     Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
     return summary
+
+
+def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now: datetime) -> int:
+    """After the logs had their say: job endings, nodes out of service, hangs, stragglers."""
+    new = 0
+    for workload_id, attempt_id, job in endings:
+        with transaction.atomic():
+            workload = Workload.objects.select_related("cluster").get(pk=workload_id)
+            attempt = Attempt.objects.get(pk=attempt_id)
+            new += len(check_job_ending(workload, attempt, job, now))
+    for node in Node.objects.filter(cluster=cluster).exclude(scheduler_state=""):
+        if not out_of_service(node.scheduler_state):
+            continue
+        with transaction.atomic():
+            new += len(check_node(cluster, node, now))
+    running = Workload.objects.filter(
+        cluster=cluster, opted_in=True, state=WorkloadState.RUNNING
+    ).select_related("cluster")
+    for workload in running:
+        with transaction.atomic():
+            new += len(check_progress(workload, now))
+    return new
 
 
 def _sync_node(cluster: Cluster, node: NodeInfo) -> None:
@@ -157,7 +188,13 @@ def _sync_node(cluster: Cluster, node: NodeInfo) -> None:
     )
 
 
-def _sync_job(cluster: Cluster, job: JobInfo, now: datetime) -> tuple[bool, bool]:
+def _sync_job(
+    cluster: Cluster, job: JobInfo, now: datetime
+) -> tuple[bool, bool, tuple[int, int] | None]:
+    """Upsert the job's workload and attempt; returns (created, state changed, ended attempt).
+
+    The ended attempt is (workload id, attempt id) when this poll saw the attempt end.
+    """
     workload = (
         Workload.objects.select_for_update()
         .filter(cluster=cluster, job_id=job.job_id)
@@ -189,7 +226,15 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime) -> tuple[bool, bool
     number = job.restart_count + 1
     attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)
     _close_earlier_attempts(workload, number, now)
+    was_running = attempt.exit_state == AttemptExitState.RUNNING
     _update_attempt(attempt, job)
+    ended = None
+    if was_running and attempt.exit_state not in (
+        AttemptExitState.RUNNING,
+        AttemptExitState.COMPLETED,
+        AttemptExitState.CANCELLED,
+    ):
+        ended = (workload.pk, attempt.pk)
 
     new_state = _workload_state(job)
     changed = new_state != workload.state
@@ -231,7 +276,7 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime) -> tuple[bool, bool
     workload.state_reason = job.reason[:255]
     workload.current_attempt = number
     workload.save()
-    return created, changed
+    return created, changed, ended
 
 
 def _is_another_job(workload: Workload, job: JobInfo) -> bool:

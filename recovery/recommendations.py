@@ -76,10 +76,13 @@ def _decide(
                 else f"Not awaiting approval: it is {status}."
             )
             return Decision(recommendation, changed=False, message=message)
+        now = timezone.now()
+        changes: dict[str, Any] = {"decided_by": operator, "decided_at": now}
+        if new_status == RecommendationStatus.READY and recommendation.expires_at is not None:
+            # The deadline to execute counts from the approval, as long as it was at creation.
+            changes["expires_at"] = now + (recommendation.expires_at - recommendation.created_at)
         try:
-            recommendation.transition(
-                new_status, decided_by=operator, decided_at=timezone.now(), decision_note=note
-            )
+            recommendation.transition(new_status, decision_note=note, **changes)
         except InvalidTransition:
             return Decision(
                 recommendation,

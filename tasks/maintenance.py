@@ -2,10 +2,17 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from recovery import recommendations
+from recovery import recommendations, watchdog
 
 
 @shared_task(name="tasks.maintenance.release_expired_leases")
 def release_expired_leases() -> int:
     """Hand recommendations whose controller went silent back to the other controllers."""
     return recommendations.release_expired_leases()
+
+
+@shared_task(name="tasks.maintenance.run_watchdog")
+def run_watchdog() -> dict[str, object]:
+    """Release jobs held past their decision timeout; expire ready advice nobody carried out."""
+    summary = watchdog.run_watchdog()
+    return {"expired": summary.expired, "released": summary.released, "errors": summary.errors}

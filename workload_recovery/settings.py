@@ -104,6 +104,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
 POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
+WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "poll-clusters": {
         "task": "tasks.polling.poll_all_clusters",
@@ -116,7 +117,19 @@ CELERY_BEAT_SCHEDULE = {
         # A sweep that waited longer than its period is useless: the next one is due.
         "options": {"expires": LEASE_SWEEP_SECONDS * 0.9},
     },
+    "watchdog": {
+        "task": "tasks.maintenance.run_watchdog",
+        "schedule": float(WATCHDOG_SECONDS),
+        "options": {"expires": WATCHDOG_SECONDS * 0.9},
+    },
 }
+
+# An external attribution provider (docs/attribution-provider.md). Empty: built-in rules only,
+# and the Console says attribution runs degraded. The call happens inside ingestion, so its
+# timeout is short; it is given in milliseconds because the env helpers read integers.
+ATTRIBUTION_PROVIDER_URL = env_str("WR_ATTRIBUTION_URL", "")
+ATTRIBUTION_PROVIDER_TIMEOUT = env_int("WR_ATTRIBUTION_TIMEOUT_MS", 2000, minimum=50) / 1000
+ATTRIBUTION_PROVIDER_TOKEN = env_str("WR_ATTRIBUTION_TOKEN", "")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

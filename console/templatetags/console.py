@@ -31,3 +31,35 @@ def as_json(value: object) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    """Seconds as a short human duration ("2.0 s", "4 min 05 s", "3 h 20 min"); "—" if unknown."""
+    if seconds is None:
+        return "—"
+    value = float(seconds)
+    if value < 60:
+        return f"{value:.1f} s"
+    whole = round(value)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
+
+
+@register.filter
+def percent(ratio: float | None) -> str:
+    """A 0..1 ratio such as ETTR as "93.0 %"; "—" if unknown."""
+    if ratio is None:
+        return "—"
+    return f"{float(ratio) * 100:.1f} %"
+
+
+@register.filter
+def get_item(mapping: dict[str, object] | None, key: str) -> object:
+    """``mapping[key]``, or "" when absent: templates cannot index by a variable."""
+    if not mapping:
+        return ""
+    return mapping.get(key, "")

@@ -794,16 +794,29 @@ SIGNATURES: list[Signature] = [
         "nccl_error",
         "unknown",
         r"(?:NCCL Error \d+: |NCCL WARN Duplicate GPU detected|"
-        r"NCCL WARN Error : ring \d+ does not loop back|ncclCommInitRank failed|"
-        r"Connection closed by peer|Connection reset by peer.*(?:nccl|NCCL|gloo|c10d)|"
-        r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed|Read error|Timed out))",
+        r"NCCL WARN Error : ring \d+ does not loop back|ncclCommInitRank failed)",
         [
             "RuntimeError: NCCL Error 2: unhandled system error",
             "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000",
-            "RuntimeError: [/opt/conda/conda-bld/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.3]:36472",
         ],
         ["NCCL INFO Connected all rings"],
         priority=54,
+    ),
+    _sig(
+        "peer-connection-lost",
+        "nccl_error",
+        "unknown",
+        r"(?:Connection closed by peer|Connection reset by peer.*(?:nccl|NCCL|gloo|c10d)|"
+        r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed|Read error|Timed out))",
+        [
+            "RuntimeError: [/opt/conda/conda-bld/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.3]:36472",
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:47398: Connection reset by peer",
+        ],
+        ["NCCL INFO Connected all rings", "gloo: connection to peer established"],
+        priority=53,
+        role=SYMPTOM,
+        description="The rank that prints this lost a peer: the cause is on the peer's side "
+        "(its process died, its node failed) or in the network between them.",
     ),
     _sig(
         "distributed-setup-timeout",
@@ -917,6 +930,7 @@ SIGNATURES: list[Signature] = [
         ],
         ["DistributedSampler initialised"],
         priority=29,
+        role=SYMPTOM,
         description="The c10d store lost its peer: usually a consequence of another rank dying.",
     ),
     _sig(

@@ -5,7 +5,7 @@ from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
 from recovery.models.policy import Policy
 from recovery.models.recommendation import Recommendation
-from recovery.models.workload import Attempt, LogCursor, Workload
+from recovery.models.workload import Attempt, LogCursor, ProgressSample, Workload
 
 __all__ = [
     "Anomaly",
@@ -19,6 +19,7 @@ __all__ = [
     "Node",
     "NodeLogCursor",
     "Policy",
+    "ProgressSample",
     "Recommendation",
     "Verdict",
     "Workload",

@@ -36,6 +36,9 @@ class Anomaly(models.Model):
     fingerprint = models.CharField(max_length=64)
     evidence_at = models.DateTimeField(help_text="When the evidence was produced.")
     detected_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the policy engine took this anomaly into account."
+    )
 
     class Meta:
         ordering = ["-detected_at", "-id"]

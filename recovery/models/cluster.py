@@ -69,6 +69,13 @@ class Node(models.Model):
     times_implicated = models.PositiveIntegerField(default=0)
     last_implicated_at = models.DateTimeField(null=True, blank=True)
     excluded_until = models.DateTimeField(null=True, blank=True)
+    suspect_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Implicated in several workloads within the policy's window: a recommendation "
+        "to the health layer (drain and test it); recovery does not drain nodes itself.",
+    )
+    suspect_reason = models.CharField(max_length=255, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -103,6 +103,13 @@ class Policy(models.Model):
     blast_radius_window_minutes = models.PositiveIntegerField(
         default=60, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
     )
+    decision_grace_seconds = models.PositiveIntegerField(
+        default=30,
+        validators=[MaxValueValidator(3600)],
+        help_text="A crash known only by its symptoms (a rank lost its peer, a collective timed "
+        "out) waits this long for its cause — a node going down, an Xid — unless the attempt "
+        "ends first.",
+    )
     decision_timeout_seconds = models.PositiveIntegerField(
         default=300,
         validators=[MinValueValidator(5), MaxValueValidator(24 * 3600)],

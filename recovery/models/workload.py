@@ -105,3 +105,28 @@ class LogCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.path}@{self.offset}"
+
+
+class ProgressSample(models.Model):
+    """A progress line seen in a workload's output: the step a rank or node reached, and when.
+
+    Kept for a bounded window per workload; the hang and straggler detectors read them.
+    """
+
+    workload = models.ForeignKey(
+        Workload, on_delete=models.CASCADE, related_name="progress_samples"
+    )
+    attempt = models.PositiveIntegerField()
+    rank = models.IntegerField(null=True, blank=True)
+    node = models.CharField(max_length=128, blank=True)
+    step = models.BigIntegerField()
+    throughput = models.FloatField(null=True, blank=True)
+    step_time_seconds = models.FloatField(null=True, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["workload", "at", "id"]
+        indexes = [models.Index(fields=["workload", "attempt", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.workload} step {self.step} at {self.at:%H:%M:%S}"

@@ -16,7 +16,8 @@ from tests.factories import ClusterFactory
 
 pytestmark = pytest.mark.django_db
 
-SUBMITTED = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+# Recent: a job that started hours ago and never printed a step would rightly be a hang.
+SUBMITTED = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
 COMMENT = '{"nvidia-recovery":{"environment":"prod","mode":"act"}}'
 
 

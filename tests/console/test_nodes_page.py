@@ -1,0 +1,137 @@
+"""The Nodes page lists nodes that need a look, and the workload page flags suspect nodes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from recovery.choices import NodeHealth
+from recovery.models import Cluster, Node
+from tests.conftest import TEST_PASSWORD
+from tests.factories import AttemptFactory, ClusterFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user: User) -> Client:
+    client = Client()
+    assert client.login(username=user.username, password=TEST_PASSWORD)
+    return client
+
+
+def node(cluster: Cluster, name: str, **fields: object) -> Node:
+    return Node.objects.create(cluster=cluster, name=name, **fields)
+
+
+@pytest.fixture
+def nodes() -> dict[str, Node]:
+    now = timezone.now()
+    lab = ClusterFactory(name="lab")
+    prod = ClusterFactory(name="prod")
+    return {
+        "suspect": node(
+            lab,
+            "gpu-007",
+            scheduler_state="MIXED",
+            health=NodeHealth.SUSPECT,
+            times_implicated=3,
+            last_implicated_at=now - timedelta(minutes=5),
+            suspect_since=now - timedelta(minutes=4),
+            suspect_reason="implicated in 3 workloads within 6 h",
+        ),
+        "unhealthy": node(
+            lab,
+            "gpu-003",
+            scheduler_state="DRAIN",
+            state_reason="Kill task failed",
+            health=NodeHealth.UNHEALTHY,
+        ),
+        "excluded": node(prod, "gpu-101", excluded_until=now + timedelta(hours=2)),
+        "implicated": node(prod, "gpu-102", times_implicated=1, last_implicated_at=now),
+        "fine": node(lab, "gpu-001", scheduler_state="IDLE", health=NodeHealth.HEALTHY),
+        "excluded_long_ago": node(lab, "gpu-002", excluded_until=now - timedelta(days=1)),
+    }
+
+
+def test_a_viewer_sees_the_nodes_that_need_a_look(viewer: User, nodes: dict[str, Node]) -> None:
+    response = logged_in(viewer).get(reverse("console:nodes"))
+    assert response.status_code == 200
+    body = response.content.decode()
+    for key in ("suspect", "unhealthy", "excluded", "implicated"):
+        assert nodes[key].name in body
+    assert "gpu-001" not in body
+    assert "gpu-002" not in body
+    assert "implicated in 3 workloads within 6 h" in body
+    assert "Kill task failed" in body
+    assert "node-row--suspect" in body
+    assert "1 suspect" in body
+
+
+def test_suspect_nodes_lead_their_cluster(viewer: User, nodes: dict[str, Node]) -> None:
+    body = logged_in(viewer).get(reverse("console:nodes")).content.decode()
+    assert body.index("gpu-007") < body.index("gpu-003")
+    assert body.index(">lab</h2>") < body.index(">prod</h2>")
+
+
+def test_it_filters_by_cluster_and_by_flag(viewer: User, nodes: dict[str, Node]) -> None:
+    client = logged_in(viewer)
+    body = client.get(reverse("console:nodes"), {"cluster": "prod"}).content.decode()
+    assert "gpu-101" in body
+    assert "gpu-007" not in body
+    body = client.get(reverse("console:nodes"), {"show": "suspect"}).content.decode()
+    assert "gpu-007" in body
+    assert "gpu-003" not in body
+    body = client.get(reverse("console:nodes"), {"show": "excluded"}).content.decode()
+    assert "gpu-101" in body
+    assert "gpu-102" not in body
+
+
+def test_an_empty_list_says_so(viewer: User) -> None:
+    body = logged_in(viewer).get(reverse("console:nodes")).content.decode()
+    assert "No node needs a look." in body
+
+
+def test_the_navigation_links_the_nodes_page(viewer: User) -> None:
+    body = logged_in(viewer).get(reverse("console:fleet")).content.decode()
+    assert f'href="{reverse("console:nodes")}"' in body
+
+
+def test_anonymous_users_are_sent_to_log_in() -> None:
+    response = Client().get(reverse("console:nodes"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_a_user_without_a_role_is_refused(outsider: User) -> None:
+    assert logged_in(outsider).get(reverse("console:nodes")).status_code == 403
+
+
+def test_the_workload_page_flags_a_suspect_node_of_an_attempt(
+    viewer: User, nodes: dict[str, Node]
+) -> None:
+    lab = Cluster.objects.get(name="lab")
+    attempt = AttemptFactory(workload__cluster=lab, nodes=["gpu-001", "gpu-007"])
+    body = (
+        logged_in(viewer)
+        .get(reverse("console:workload", args=[attempt.workload.pk]))
+        .content.decode()
+    )
+    assert body.count("badge--suspect") == 1
+    assert "Suspect: implicated in 3 workloads within 6 h" in body
+
+
+def test_a_suspect_node_of_another_cluster_is_not_flagged(
+    viewer: User, nodes: dict[str, Node]
+) -> None:
+    attempt = AttemptFactory(nodes=["gpu-007"])
+    body = (
+        logged_in(viewer)
+        .get(reverse("console:workload", args=[attempt.workload.pk]))
+        .content.decode()
+    )
+    assert "badge--suspect" not in body

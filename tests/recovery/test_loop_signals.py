@@ -1,0 +1,352 @@
+"""Scheduler states, node states and progress become anomalies; the policy waits for causes.
+
+The scheduler here is scripted; tests/slurm and tests/e2e run the same code on real Slurm.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from recovery.choices import (
+    AnomalyKind,
+    AuditKind,
+    ClusterMode,
+    RecommendationAction,
+    StragglerAction,
+    WorkloadState,
+)
+from recovery.detection.findings import Finding
+from recovery.ingest import record_anomalies
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    Node,
+    Policy,
+    ProgressSample,
+    Recommendation,
+    Workload,
+)
+from recovery.monitors import check_progress
+from recovery.policy import decide_pending
+from recovery.polling import poll_cluster
+from recovery.schedulers.base import NodeInfo
+from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
+from tests.recovery.test_polling import Scripted, job
+
+pytestmark = pytest.mark.django_db
+
+NODES = ["node001", "node002", "node003"]
+
+
+def healthy(*flagged: NodeInfo) -> list[NodeInfo]:
+    named = {node.name: node for node in flagged}
+    return [named.get(name, NodeInfo(name, "ALLOCATED")) for name in NODES]
+
+
+def symptom(node: str = "node001") -> Finding:
+    return Finding(
+        kind="crash",
+        category="nccl_error",
+        attribution="unknown",
+        severity="fatal",
+        signature="peer-connection-lost",
+        evidence="RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:45678",
+        nodes=[node],
+        ranks=[0],
+        detail={"role": "symptom"},
+    )
+
+
+@pytest.fixture
+def acting_cluster():  # type: ignore[no-untyped-def]
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    Policy.objects.create(name="lab", cluster=cluster, blast_radius_percent=100)
+    return cluster
+
+
+def running_workload(cluster, nodes=NODES):  # type: ignore[no-untyped-def]
+    running = job(nodes=list(nodes))
+    poll_cluster(cluster, Scripted([running], healthy()))
+    return running, Workload.objects.get(cluster=cluster), Attempt.objects.get()
+
+
+def test_a_symptom_waits_and_a_node_that_stops_responding_supplies_the_cause(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    running, workload, attempt = running_workload(acting_cluster)
+    record_anomalies(workload, attempt, [symptom()], timezone.now())
+    assert not Recommendation.objects.exists()
+
+    lost = NodeInfo("node002", "ALLOCATED", flags=["NOT_RESPONDING"])
+    poll_cluster(acting_cluster, Scripted([running], healthy(lost)))
+
+    recommendation = Recommendation.objects.get()
+    assert recommendation.action == RecommendationAction.RESTART_EXCLUDING
+    assert recommendation.excluded_nodes == ["node002"]
+    assert recommendation.anomaly.attribution == "hardware"
+    assert not Anomaly.objects.filter(decided_at__isnull=True).exists()
+    assert Node.objects.get(name="node002").health == "unhealthy"
+
+
+def test_a_node_not_responding_under_a_healthy_job_is_not_a_failure(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    running, _, _ = running_workload(acting_cluster)
+    lost = NodeInfo("node002", "ALLOCATED", flags=["NOT_RESPONDING"])
+    poll_cluster(acting_cluster, Scripted([running], healthy(lost)))
+    assert not Anomaly.objects.exists()
+
+
+def test_a_node_going_down_under_a_running_job_is_a_failure_on_that_node(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    running, _, _ = running_workload(acting_cluster)
+    down = NodeInfo("node003", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
+    poll_cluster(acting_cluster, Scripted([running], healthy(down)))
+    poll_cluster(acting_cluster, Scripted([running], healthy(down)))
+    anomaly = Anomaly.objects.get()
+    assert (anomaly.category, anomaly.attribution) == ("scheduler_event", "hardware")
+    assert anomaly.implicated_nodes == ["node003"]
+    assert Recommendation.objects.get().excluded_nodes == ["node003"]
+
+
+def test_an_operator_draining_a_node_under_a_running_job_changes_nothing(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    running, _, _ = running_workload(acting_cluster)
+    drained = NodeInfo("node001", "MIXED", flags=["DRAIN"], reason="kernel upgrade")
+    poll_cluster(acting_cluster, Scripted([running], healthy(drained)))
+    assert not Anomaly.objects.exists()
+
+
+def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+    _, workload, attempt = running_workload(acting_cluster)
+    record_anomalies(workload, attempt, [symptom()], timezone.now())
+    failed = job(nodes=NODES, state="FAILED", exit_code=1, end_time=timezone.now())
+    poll_cluster(acting_cluster, Scripted([failed], healthy()))
+
+    recommendation = Recommendation.objects.get()
+    assert recommendation.action == RecommendationAction.RESTART
+    # The logs explained the failure: no second anomaly for the bare FAILED state.
+    assert Anomaly.objects.count() == 1
+
+
+def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+    _, workload, attempt = running_workload(acting_cluster)
+    now = timezone.now()
+    record_anomalies(workload, attempt, [symptom()], now)
+    assert decide_pending(acting_cluster, now + timedelta(seconds=29)) == 0
+    assert decide_pending(acting_cluster, now + timedelta(seconds=31)) == 1
+    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+
+
+def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    _, workload, attempt = running_workload(acting_cluster)
+    xid = Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        nodes=["node002"],
+        detail={"role": "cause", "xid": 79},
+    )
+    now = timezone.now()
+    record_anomalies(workload, attempt, [xid], now)
+    record_anomalies(workload, attempt, [symptom()], now)
+    decide_pending(acting_cluster, now + timedelta(minutes=5))
+    recommendation = Recommendation.objects.get()
+    assert recommendation.excluded_nodes == ["node002"]
+
+
+def test_a_bare_failed_state_is_an_anomaly_when_the_logs_said_nothing(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    running_workload(acting_cluster)
+    failed = job(nodes=NODES, state="FAILED", exit_code=3, end_time=timezone.now())
+    poll_cluster(acting_cluster, Scripted([failed], healthy()))
+    poll_cluster(acting_cluster, Scripted([failed], healthy()))
+    anomaly = Anomaly.objects.get()
+    assert anomaly.details["role"] == "wrapper"
+    assert anomaly.details["source"] == "scheduler"
+    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+
+
+def test_node_fail_implicates_the_node_that_went_down(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+    running_workload(acting_cluster)
+    down = NodeInfo("node002", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
+    ended = job(nodes=NODES, state="NODE_FAIL", reason="NodeDown", end_time=timezone.now())
+    poll_cluster(acting_cluster, Scripted([ended], healthy(down)))
+    implicated = {tuple(a.implicated_nodes) for a in Anomaly.objects.all()}
+    assert implicated == {("node002",)}
+    assert Recommendation.objects.get().excluded_nodes == ["node002"]
+
+
+def progress(
+    workload, attempt, *, start, seconds, every=5.0, nodes=NODES, slow=None, slow_from=None
+):  # type: ignore[no-untyped-def]
+    samples = []
+    count = int(seconds / every)
+    for index in range(count):
+        at = start + timedelta(seconds=index * every)
+        for rank, node in enumerate(nodes):
+            slowed = node == slow and (slow_from is None or at >= slow_from)
+            rate = 500.0 if slowed else 1000.0
+            samples.append(
+                ProgressSample(
+                    workload=workload,
+                    attempt=attempt.number,
+                    rank=rank,
+                    node=node,
+                    step=index,
+                    throughput=rate,
+                    at=at,
+                )
+            )
+    ProgressSample.objects.bulk_create(samples)
+
+
+def test_no_progress_past_the_policy_timeout_is_a_hang_dated_when_it_became_one() -> None:
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    Policy.objects.create(name="fast hangs", cluster=cluster, hang_timeout_minutes=1)
+    now = timezone.now()
+    workload = WorkloadFactory(cluster=cluster)
+    attempt = AttemptFactory(workload=workload, started_at=now - timedelta(minutes=10))
+    progress(workload, attempt, start=now - timedelta(minutes=9), seconds=300)
+    last = now - timedelta(minutes=9) + timedelta(seconds=295)
+
+    assert check_progress(workload, last + timedelta(seconds=50)) == []
+    (hang,) = check_progress(workload, now)
+    assert hang.kind == AnomalyKind.HANG
+    assert abs((hang.evidence_at - (last + timedelta(seconds=60))).total_seconds()) < 1
+    assert check_progress(workload, now + timedelta(seconds=5)) == []  # recorded once
+    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+
+
+@pytest.mark.parametrize("action", [StragglerAction.RECORD, StragglerAction.RESTART_EXCLUDING])
+def test_a_node_slower_than_its_peers_is_a_straggler(action: str) -> None:
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    Policy.objects.create(
+        name="stragglers",
+        cluster=cluster,
+        straggler_window_minutes=1,
+        straggler_action=action,
+        blast_radius_percent=100,
+    )
+    now = timezone.now()
+    workload = WorkloadFactory(cluster=cluster)
+    attempt = AttemptFactory(workload=workload, nodes=NODES, started_at=now - timedelta(minutes=5))
+    progress(
+        workload,
+        attempt,
+        start=now - timedelta(seconds=200),
+        seconds=200,
+        slow="node003",
+        slow_from=now - timedelta(seconds=50),
+    )
+
+    (straggler,) = check_progress(workload, now)
+    assert straggler.kind == AnomalyKind.STRAGGLER
+    assert straggler.implicated_nodes == ["node003"]
+    if action == StragglerAction.RECORD:
+        assert not Recommendation.objects.exists()
+    else:
+        assert Recommendation.objects.get().excluded_nodes == ["node003"]
+
+
+def test_a_node_behind_failures_of_several_workloads_is_flagged_suspect_once() -> None:
+    cluster = ClusterFactory()
+    Node.objects.create(cluster=cluster, name="gpu-009")
+    Policy.objects.create(name="suspects", cluster=cluster, suspect_node_workloads=3)
+    xid = Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-48",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error",
+        nodes=["gpu-009"],
+        detail={"role": "cause", "xid": 48},
+    )
+    now = timezone.now()
+    for index in range(4):
+        workload = WorkloadFactory(cluster=cluster)
+        attempt = AttemptFactory(workload=workload)
+        record_anomalies(workload, attempt, [xid], now)
+        flagged = Node.objects.get(name="gpu-009").suspect_since is not None
+        assert flagged == (index >= 2)
+    assert AuditEvent.objects.filter(kind=AuditKind.NODE_SUSPECT).count() == 1
+    assert "3 workloads" in Node.objects.get(name="gpu-009").suspect_reason
+
+
+def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
+    acting_cluster,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, workload, attempt = running_workload(acting_cluster)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("policy engine exploded")
+
+    monkeypatch.setattr("recovery.policy.decide", broken)
+    cause = Finding(
+        kind="crash",
+        category="app_exception",
+        attribution="application",
+        severity="fatal",
+        signature="python-exception",
+        evidence="KeyError: 'input_ids'",
+        detail={"role": "cause"},
+    )
+    now = timezone.now()
+    record_anomalies(workload, attempt, [cause], now)
+    decide_pending(acting_cluster, now + timedelta(seconds=40))
+    anomaly = Anomaly.objects.get()
+    assert anomaly.decided_at is None
+    assert anomaly.details["policy_tries"] == 2
+    (event,) = AuditEvent.objects.filter(kind=AuditKind.POLICY_FAILED)
+    assert "policy engine exploded" in event.payload["error"]
+
+    monkeypatch.undo()
+    decide_pending(acting_cluster, now + timedelta(seconds=80))
+    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+
+
+def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+    _, workload, attempt = running_workload(acting_cluster)
+    now = timezone.now()
+    first = Finding(
+        kind="crash",
+        category="app_exception",
+        attribution="application",
+        severity="fatal",
+        signature="python-exception",
+        evidence="ValueError: bad batch",
+        detail={"role": "cause"},
+    )
+    record_anomalies(workload, attempt, [first], now)
+    Recommendation.objects.update(status="executed")
+    later = Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        nodes=["node003"],
+        detail={"role": "cause", "xid": 79},
+    )
+    record_anomalies(workload, attempt, [later], now)
+    assert Recommendation.objects.count() == 1
+    # ... but the node stays out of the next attempt's restart.
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2, state=WorkloadState.RUNNING)
+    second = AttemptFactory(workload=workload, number=2)
+    record_anomalies(Workload.objects.get(pk=workload.pk), second, [first], now)
+    assert Recommendation.objects.latest("id").excluded_nodes == ["node003"]

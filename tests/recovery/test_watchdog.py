@@ -1,0 +1,141 @@
+"""The watchdog: held jobs are released after the decision timeout, stale ready advice expires.
+
+The scheduler here is scripted; tests/slurm/test_watchdog.py releases a real held Slurm job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from recovery.audit import record_event
+from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
+from recovery.models import AuditEvent, Policy, Recommendation
+from recovery.recommendations import approve
+from recovery.schedulers.base import CommandResult
+from recovery.watchdog import run_watchdog
+from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
+from tests.recovery.test_polling import Scripted, job
+
+pytestmark = pytest.mark.django_db
+
+
+class Releasing(Scripted):
+    def __init__(self, reason: str = "job_requeued_in_held_state") -> None:
+        super().__init__([job(state="PENDING", held=True, reason=reason, nodes=[])])
+        self.released: list[str] = []
+
+    def release(self, job_id: str) -> CommandResult:  # type: ignore[override]
+        self.released.append(job_id)
+        self.jobs = [replace(self.jobs[0], held=False, reason="BeginTime")]
+        return CommandResult(("scontrol", "release", job_id), 0, "", "")
+
+
+def held_workload(minutes_ago: float, held_from: str = "running"):  # type: ignore[no-untyped-def]
+    cluster = ClusterFactory()
+    workload = WorkloadFactory(cluster=cluster, job_id="4242", state=WorkloadState.HELD)
+    record_event(
+        cluster=cluster,
+        workload=workload,
+        kind=AuditKind.STATE_CHANGED,
+        actor="poller",
+        payload={"from": held_from, "to": "held"},
+        occurred_at=timezone.now() - timedelta(minutes=minutes_ago),
+    )
+    return cluster, workload
+
+
+def test_a_job_held_past_the_decision_timeout_is_released_once() -> None:
+    cluster, workload = held_workload(minutes_ago=6)  # the default timeout is 5 minutes
+    scheduler = Releasing()
+    assert run_watchdog(adapters={cluster.pk: scheduler}).released == 1
+    assert run_watchdog(adapters={cluster.pk: scheduler}).released == 0
+    assert scheduler.released == ["4242"]
+    event = AuditEvent.objects.get(kind=AuditKind.WATCHDOG_RELEASED)
+    assert (event.actor, event.workload) == ("watchdog", workload)
+    assert event.payload["decision_timeout_seconds"] == 300
+    assert event.payload["command"]["argv"] == ["scontrol", "release", "4242"]
+
+
+def test_a_job_held_shorter_than_its_policy_allows_stays_held() -> None:
+    cluster, _ = held_workload(minutes_ago=6)
+    Policy.objects.create(name="patient", cluster=cluster, decision_timeout_seconds=600)
+    scheduler = Releasing()
+    assert run_watchdog(adapters={cluster.pk: scheduler}).released == 0
+    assert scheduler.released == []
+
+
+def test_a_hold_on_a_job_waiting_to_start_is_never_released() -> None:
+    cluster, _ = held_workload(minutes_ago=60, held_from="pending")
+    scheduler = Releasing(reason="JobHeldUser")
+    assert run_watchdog(adapters={cluster.pk: scheduler}).released == 0
+
+
+def test_a_controller_with_a_live_lease_keeps_its_hold() -> None:
+    cluster, workload = held_workload(minutes_ago=60)
+    RecommendationFactory(
+        workload=workload,
+        status=RecommendationStatus.CLAIMED,
+        lease_owner="ctl",
+        lease_expires_at=timezone.now() + timedelta(seconds=60),
+    )
+    assert run_watchdog(adapters={cluster.pk: Releasing()}).released == 0
+
+
+def test_it_keeps_working_when_the_policy_engine_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, workload = held_workload(minutes_ago=6)
+    stale = RecommendationFactory(
+        workload=workload,
+        status=RecommendationStatus.READY,
+        expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("policy engine exploded")
+
+    monkeypatch.setattr("recovery.policy.policy_for", broken)
+    monkeypatch.setattr("recovery.policy.decide", broken)
+    summary = run_watchdog(adapters={cluster.pk: Releasing()})
+    assert (summary.released, summary.expired) == (1, 1)
+    stale.refresh_from_db()
+    assert stale.status == RecommendationStatus.EXPIRED
+
+
+def test_ready_advice_nobody_executed_expires_and_the_rest_is_left_alone() -> None:
+    now = timezone.now()
+    past = now - timedelta(seconds=1)
+    stale = RecommendationFactory(status=RecommendationStatus.READY, expires_at=past)
+    fresh = RecommendationFactory(
+        status=RecommendationStatus.READY, expires_at=now + timedelta(minutes=5)
+    )
+    waiting = RecommendationFactory(status=RecommendationStatus.AWAITING_APPROVAL, expires_at=past)
+    claimed = RecommendationFactory(status=RecommendationStatus.CLAIMED, expires_at=past)
+    assert run_watchdog().expired == 1
+    assert run_watchdog().expired == 0
+    statuses = {
+        r.pk: r.status
+        for r in Recommendation.objects.filter(pk__in=[stale.pk, fresh.pk, waiting.pk, claimed.pk])
+    }
+    assert statuses == {
+        stale.pk: RecommendationStatus.EXPIRED,
+        fresh.pk: RecommendationStatus.READY,
+        waiting.pk: RecommendationStatus.AWAITING_APPROVAL,
+        claimed.pk: RecommendationStatus.CLAIMED,
+    }
+    event = AuditEvent.objects.get(kind=AuditKind.EXPIRED)
+    assert (event.actor, event.payload["recommendation"]) == ("watchdog", stale.pk)
+
+
+def test_an_approval_gives_the_advice_its_full_time_to_be_executed() -> None:
+    created = timezone.now() - timedelta(hours=2)
+    recommendation = RecommendationFactory(
+        created_at=created, expires_at=created + timedelta(minutes=30)
+    )
+    approve(recommendation.pk, operator="olivia")
+    recommendation.refresh_from_db()
+    remaining = recommendation.expires_at - timezone.now()
+    assert timedelta(minutes=29) < remaining <= timedelta(minutes=30)
+    assert run_watchdog().expired == 0
