@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api import advisor, goodput, views
+from api import advisor, decisions, goodput, views
 
 app_name = "api"
 
@@ -11,6 +11,16 @@ urlpatterns = [
     path("v1/health/", views.health, name="health"),
     path("v1/workloads/<int:workload_id>/goodput/", goodput.workload, name="workload-goodput"),
     path("v1/clusters/<int:cluster_id>/goodput/", goodput.cluster, name="cluster-goodput"),
+    path(
+        "v1/recommendations/<int:recommendation_id>/approve/",
+        decisions.approve,
+        name="recommendation-approve",
+    ),
+    path(
+        "v1/recommendations/<int:recommendation_id>/reject/",
+        decisions.reject,
+        name="recommendation-reject",
+    ),
     path("v1/advisor/recommendations/", advisor.ready, name="advisor-ready"),
     path(
         "v1/advisor/recommendations/<int:recommendation_id>/claim/",
