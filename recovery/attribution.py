@@ -63,6 +63,10 @@ NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # down yields one ATTRIBUTION_DEGRADED event, not one per anomaly. ``cache.add`` makes the
 # announcement a claim when the cache is shared between processes.
 _ANNOUNCED_KEY = "wr:attribution:degraded-announced"
+# Categories a failing GPU, link or node shows up as in the program's own output.
+HARDWARE_SHOWS_AS = frozenset(
+    {"cuda_error_app", "nccl_error", "nccl_timeout", "segfault", "interconnect", ""}
+)
 
 
 def builtin_confidence(anomaly: Anomaly) -> float:
@@ -73,6 +77,28 @@ def builtin_confidence(anomaly: Anomaly) -> float:
     if anomaly.details.get("role") == "wrapper":
         return 0.5
     return 0.75
+
+
+def hardware_behind(anomaly: Anomaly) -> tuple[list[str], str] | None:
+    """Nodes whose hardware evidence explains ``anomaly``, and that evidence, or None.
+
+    A CUDA error, a collective failure or a segfault on a node that showed an Xid, an ECC
+    error or went down in the same attempt is that node's hardware failing, not the program:
+    the node must be left out of the restart.
+    """
+    if anomaly.category not in HARDWARE_SHOWS_AS or anomaly.attribution == "hardware":
+        return None
+    if anomaly.attempt_id is None:
+        return None
+    others = Anomaly.objects.filter(
+        workload_id=anomaly.workload_id, attempt_id=anomaly.attempt_id, attribution="hardware"
+    ).exclude(pk=anomaly.pk)
+    named = set(anomaly.implicated_nodes)
+    for other in others.order_by("detected_at", "id"):
+        nodes = sorted(set(other.implicated_nodes) & named if named else other.implicated_nodes)
+        if nodes:
+            return nodes, f"{other.signature or other.category} ({other.evidence_line[:120]})"
+    return None
 
 
 class ProviderError(Exception):
@@ -109,13 +135,24 @@ def attribute(anomaly: Anomaly) -> Verdict:
     earlier = _deciding_verdict(anomaly)
     if earlier is not None:
         return earlier
+    rule = f"{anomaly.signature or anomaly.kind} → {anomaly.attribution}"
+    hardware = hardware_behind(anomaly)
+    if hardware is not None:
+        nodes, evidence = hardware
+        rule = (
+            f"{anomaly.signature or anomaly.kind} on {', '.join(nodes)}, where {evidence} "
+            "was seen in the same attempt → hardware"
+        )
+        anomaly.attribution = Attribution.HARDWARE
+        anomaly.implicated_nodes = nodes
+        anomaly.save(update_fields=["attribution", "implicated_nodes"])
     builtin = Verdict(
         anomaly=anomaly,
         provider=Verdict.BUILTIN_PROVIDER,
         attribution=anomaly.attribution,
         confidence=builtin_confidence(anomaly),
         implicated_nodes=anomaly.implicated_nodes,
-        detail={"rule": f"{anomaly.signature or anomaly.kind} → {anomaly.attribution}"},
+        detail={"rule": rule},
     )
     # Asked before anything is written, so the verdicts and the event land together.
     outcome = consult_provider(anomaly, builtin)

@@ -350,3 +350,66 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster) -> No
     second = AttemptFactory(workload=workload, number=2)
     record_anomalies(Workload.objects.get(pk=workload.pk), second, [first], now)
     assert Recommendation.objects.latest("id").excluded_nodes == ["node003"]
+
+
+def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    _, workload, attempt = running_workload(acting_cluster)
+    xid = Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        nodes=["node002"],
+        detail={"role": "cause", "xid": 79},
+    )
+    cuda = Finding(
+        kind="crash",
+        category="cuda_error_app",
+        attribution="application",
+        severity="fatal",
+        signature="cuda-runtime-error",
+        evidence="RuntimeError: CUDA error: unspecified launch failure",
+        nodes=[],
+        ranks=[1],
+        detail={"role": "cause"},
+    )
+    now = timezone.now()
+    record_anomalies(workload, attempt, [xid], now)
+    (anomaly,) = record_anomalies(workload, attempt, [cuda], now)
+    assert (anomaly.attribution, anomaly.implicated_nodes) == ("hardware", ["node002"])
+    verdict = anomaly.verdicts.get()
+    assert "xid-79" in verdict.detail["rule"]
+    assert Recommendation.objects.get().excluded_nodes == ["node002"]
+
+
+def test_an_application_exception_stays_the_applications_beside_an_xid(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    _, workload, attempt = running_workload(acting_cluster)
+    xid = Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        nodes=["node002"],
+        detail={"role": "cause", "xid": 79},
+    )
+    bug = Finding(
+        kind="crash",
+        category="app_exception",
+        attribution="application",
+        severity="fatal",
+        signature="python-exception",
+        evidence="KeyError: 'input_ids'",
+        detail={"role": "cause"},
+    )
+    now = timezone.now()
+    record_anomalies(workload, attempt, [xid], now)
+    (anomaly,) = record_anomalies(workload, attempt, [bug], now)
+    assert anomaly.attribution == "application"
