@@ -8,7 +8,7 @@ double click, a re-delivered task) acts once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from recovery.audit import record_event
 from recovery.choices import AuditKind, RecommendationStatus
-from recovery.models import Cluster, Recommendation
+from recovery.models import Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
 LEASE_EXPIRED_ACTOR = "lease-sweeper"
@@ -220,6 +220,8 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             result.outcome, result=outcome_payload, lease_expires_at=None, updated_at=now
         )
         workload = recommendation.workload
+        if result.outcome == RecommendationStatus.EXECUTED and recommendation.excluded_nodes:
+            _mark_excluded(workload, recommendation.excluded_nodes, now)
         record_event(
             cluster=workload.cluster,
             workload=workload,
@@ -234,6 +236,16 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             },
         )
     return recommendation
+
+
+def _mark_excluded(workload: Workload, nodes: list[str], now: datetime) -> None:
+    """Record until when the nodes a restart left out stay excluded (shown in the Console)."""
+    from recovery.policy import policy_for
+
+    until = now + timedelta(hours=policy_for(workload).exclusion_hours)
+    Node.objects.filter(cluster=workload.cluster, name__in=nodes).filter(
+        Q(excluded_until__isnull=True) | Q(excluded_until__lt=until)
+    ).update(excluded_until=until)
 
 
 def release_expired_leases() -> int:

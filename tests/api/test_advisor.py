@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from recovery.choices import AuditKind, RecommendationStatus
-from recovery.models import AuditEvent, Cluster, ControllerToken, Recommendation
+from recovery.models import AuditEvent, Cluster, ControllerToken, Node, Recommendation
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +108,20 @@ def test_a_report_is_recorded_once_with_the_commands_run() -> None:
     assert event.payload["commands"][0]["argv"] == ["scontrol", "requeuehold", "4242"]
     assert event.payload["state_before"]["job_state"] == "RUNNING"
     assert event.payload["converged"] is True
+
+
+def test_an_executed_exclusion_says_until_when_the_node_stays_out() -> None:
+    cluster = ClusterFactory()
+    Node.objects.create(cluster=cluster, name="gpu-002")
+    Node.objects.create(cluster=cluster, name="gpu-003")
+    recommendation = ready_recommendation(cluster, excluded_nodes=["gpu-002"])
+    client = controller(cluster)
+    claim(client, recommendation)
+    report(client, recommendation, **EXECUTED)
+    until = Node.objects.get(name="gpu-002").excluded_until
+    assert until is not None
+    assert timedelta(hours=23) < until - timezone.now() <= timedelta(hours=24)
+    assert Node.objects.get(name="gpu-003").excluded_until is None
 
 
 def test_a_skipped_report_says_it_was_already_done() -> None:
