@@ -49,6 +49,8 @@ _PREFIXES = [
     ("skip", compile_linear(r"^\[\s*\+?\d+\.\d+\] ")),
     # NCCL: "host:pid:tid [gpu] "
     ("node", compile_linear(r"^([A-Za-z0-9][A-Za-z0-9._-]*):\d+:\d+ \[\d+\] ")),
+    # Slurm's step daemon: "slurmstepd-node001: error: ..."
+    ("node", compile_linear(r"^slurmstepd-([A-Za-z0-9][A-Za-z0-9._-]*): ")),
     # pdsh/clush style "node001: " (a host name has a digit and no capitals)
     ("node", compile_linear(r"^([a-z0-9][a-z0-9.-]*\d[a-z0-9.-]*): ")),
 ]

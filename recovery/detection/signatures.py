@@ -607,7 +607,9 @@ SIGNATURES: list[Signature] = [
         ["scancel --signal=USR1 4211"],
         severity="error",
         priority=35,
-        description="Cancelled by someone or something: a person, a dependency, an admin.",
+        role=SYMPTOM,
+        description="Cancelled by someone or something: a person, an admin, or srun ending a "
+        "step after one of its tasks failed. The cause, if any, is elsewhere.",
     ),
     # ------------------------------------------------------------------ segfault
     _sig(
