@@ -25,6 +25,7 @@ from recovery.detection.scanner import LogScanner, ScanResult
 from recovery.models import (
     Anomaly,
     Attempt,
+    AuditEvent,
     Cluster,
     LogCursor,
     Node,
@@ -226,6 +227,8 @@ def _record_findings(
     # Causes become anomalies; symptoms and wrappers (collective timeouts, "a child failed")
     # only when nothing better explains the read, and otherwise ride along as secondary.
     failures = [f for f in result.findings if f.severity != "warning"]
+    if failures and _requeued_by_us(workload, now):
+        failures = [f for f in failures if not _is_requeue_notice(f)]
     causes = [f for f in failures if f.detail.get("role") == "cause"]
     recorded = causes or failures[:1]
     secondary = [
@@ -234,6 +237,21 @@ def _record_findings(
         if f not in recorded
     ]
     return len(record_anomalies(workload, attempt, recorded, now, scope=scope, secondary=secondary))
+
+
+def _is_requeue_notice(finding: Finding) -> bool:
+    return finding.signature == "slurm-preempted" and "REQUEUE" in finding.evidence.upper()
+
+
+def _requeued_by_us(workload: Workload, now: datetime) -> bool:
+    """Whether a controller restarted the workload lately: Slurm's "CANCELLED ... DUE TO JOB
+    REQUEUE" line is then the echo of that restart, not a new failure (and, read after the
+    restart, it would otherwise count against the new attempt)."""
+    return AuditEvent.objects.filter(
+        workload=workload,
+        kind=AuditKind.SCHEDULER_ACTION,
+        occurred_at__gte=now - RECENT_END,
+    ).exists()
 
 
 def record_anomalies(
@@ -393,6 +411,4 @@ def record_progress_samples(
 
 
 def _has_event(workload: Workload, attempt: int, kind: str) -> bool:
-    from recovery.models import AuditEvent
-
     return AuditEvent.objects.filter(workload=workload, attempt=attempt, kind=kind).exists()

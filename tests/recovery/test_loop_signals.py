@@ -413,3 +413,27 @@ def test_an_application_exception_stays_the_applications_beside_an_xid(
     record_anomalies(workload, attempt, [xid], now)
     (anomaly,) = record_anomalies(workload, attempt, [bug], now)
     assert anomaly.attribution == "application"
+
+
+def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    from recovery.audit import record_event
+    from recovery.ingest import _record_findings, scan
+
+    _, workload, attempt = running_workload(acting_cluster)
+    line = (
+        b"slurmstepd-node001: error: *** JOB 4242 ON node001 CANCELLED AT "
+        b"2026-11-29T18:28:24 DUE TO JOB REQUEUE ***\n"
+    )
+    result = scan(line)
+    assert result.findings  # without the restart in the trail it would be an anomaly
+    record_event(
+        cluster=acting_cluster,
+        workload=workload,
+        kind=AuditKind.SCHEDULER_ACTION,
+        actor="controller:test",
+        payload={"action": "restart"},
+    )
+    assert _record_findings(workload, attempt, result, timezone.now()) == 0
+    assert not Anomaly.objects.exists()
