@@ -5,11 +5,18 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+E2E_STAMP := $(VENV)/.installed-e2e
 
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/1
+# `make e2e` uses its own database and Slurm cluster, so it can run beside `make test` and a
+# `make slurm-up` cluster.
+E2E_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery_e2e
+E2E_SLURM_DIR ?= var/slurm-e2e
+E2E_SLURM_CTLD_PORT ?= 17200
+E2E_SLURM_NODE_PORT ?= 17201
 
-.PHONY: install demo test lint format clean bench bench-detect slurm-up slurm-down
+.PHONY: install install-e2e demo test e2e lint format clean bench bench-detect slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -19,12 +26,31 @@ $(STAMP): pyproject.toml deploy/dev/system-packages.sh
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
+# torch for the end-to-end scenarios: a separate step, so `make demo` does without it.
+install-e2e: $(E2E_STAMP)
+
+$(E2E_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,e2e]'
+	touch $(E2E_STAMP)
+
 demo: install
 	$(BIN)/python manage.py demo
 
-test: install
+test: install install-e2e
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
+
+# Fault scenarios injected into real multi-node jobs on a local Slurm cluster; writes
+# var/e2e/report.json and prints it as a table checked against the targets.
+e2e: install-e2e
+	deploy/dev/ensure-services.sh
+	rm -f var/e2e/report.json
+	status=0; \
+	WR_TEST_SLURM_DIR=$(E2E_SLURM_DIR) WR_TEST_SLURM_CTLD_PORT=$(E2E_SLURM_CTLD_PORT) \
+	WR_TEST_SLURM_NODE_PORT=$(E2E_SLURM_NODE_PORT) DATABASE_URL=$(E2E_DATABASE_URL) \
+	REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest tests/e2e -m e2e || status=$$?; \
+	$(BIN)/python tests/e2e/report.py || status=1; \
+	exit $$status
 
 # Benchmarks print their figures next to a reference measured in the same run.
 bench: bench-detect

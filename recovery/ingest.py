@@ -100,12 +100,29 @@ def _ingest_file(
         consumed = read_new_lines(transport, path, size, cursor, summary)
         if consumed:
             result = scan(consumed)
-            attempt = Attempt.objects.filter(
-                workload=workload, number=workload.current_attempt
-            ).first()
+            attempt = attempt_writing(workload)
             summary.anomalies_new += _record_findings(workload, attempt, result, now)
             summary.checkpoints += _record_progress(workload, attempt, result, now)
         cursor.save()
+
+
+def attempt_writing(workload: Workload) -> Attempt | None:
+    """The attempt whose output is being read now.
+
+    Until a requeued job starts again, what it prints is the previous attempt shutting down
+    (Slurm's cancel notices, srun's last words): it belongs to that attempt, not to the next.
+    """
+    attempts = list(
+        Attempt.objects.filter(workload=workload, number__lte=workload.current_attempt).order_by(
+            "-number"
+        )[:2]
+    )
+    if not attempts:
+        return None
+    current = attempts[0]
+    if current.started_at is None and len(attempts) > 1:
+        return attempts[1]
+    return current
 
 
 class _Cursor(Protocol):

@@ -163,6 +163,9 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     if hang is not None:
         created += record_anomalies(workload, attempt, [_hang_evidence_time(hang)], now)
     current = [s for s in samples if s.attempt == attempt.number and s.throughput]
+    window = straggler_policy(policy).window_seconds
+    if not current or current[0].at > now - timedelta(seconds=window):
+        return created  # a slowdown is judged only once the attempt has run a whole window
     for finding in detect_stragglers(
         [
             ThroughputObservation(at=s.at, value=s.throughput, node=s.node or None, rank=s.rank)

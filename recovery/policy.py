@@ -158,6 +158,8 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     workload = anomaly.workload
     cluster = workload.cluster
     attempt_number = anomaly.attempt.number if anomaly.attempt else workload.current_attempt
+    if training_went_on(anomaly):
+        return None
     if attempt_number == workload.current_attempt and workload.state in (
         WorkloadState.COMPLETED,
         WorkloadState.CANCELLED,
@@ -271,9 +273,28 @@ def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
         return True
     if _attempt_has_ended(anomaly):
         return True
+    if training_went_on(anomaly):
+        return True  # decided as nothing to do: see ``recommend``
     if Recommendation.objects.filter(workload=anomaly.workload, attempt=anomaly.attempt).exists():
         return True  # the attempt was decided on a cause already
     return now >= anomaly.detected_at + timedelta(seconds=policy.decision_grace_seconds)
+
+
+def training_went_on(anomaly: Anomaly) -> bool:
+    """A consequence-only anomaly after which the same attempt kept making progress.
+
+    A rank that lost a peer, or a step that was cancelled, while training carries on is not a
+    failure of this attempt (often it is the previous attempt's last words, read late).
+    """
+    if anomaly.details.get("role") not in AWAITING_CAUSE_ROLES or _attempt_has_ended(anomaly):
+        return False
+    workload = anomaly.workload
+    return (
+        workload.last_progress_at is not None
+        and workload.last_progress_at > anomaly.detected_at
+        and anomaly.attempt is not None
+        and workload.current_attempt == anomaly.attempt.number
+    )
 
 
 def _attempt_has_ended(anomaly: Anomaly) -> bool:

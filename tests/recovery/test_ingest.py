@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from recovery.choices import AuditKind
 from recovery.ingest import ingest_workload_logs
@@ -73,7 +74,7 @@ def test_progress_and_checkpoints_reach_the_workload(workload: Workload) -> None
 
 
 def test_progress_after_a_restart_is_recorded_once(workload: Workload) -> None:
-    Attempt.objects.create(workload=workload, number=2)
+    Attempt.objects.create(workload=workload, number=2, started_at=timezone.now())
     Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
     workload.refresh_from_db()
     write(workload, PROGRESS.format(step=6))
@@ -131,3 +132,14 @@ def test_a_node_kernel_log_ties_an_xid_to_the_workloads_on_that_node(tmp_path: P
     assert Node.objects.get(name="node002").health == NodeHealth.UNHEALTHY
     assert Node.objects.get(name="node001").health == NodeHealth.UNKNOWN
     assert ingest_node_kernel_logs(cluster, LocalTransport()).anomalies_new == 0
+
+
+def test_output_read_before_a_requeued_job_starts_again_belongs_to_the_old_attempt(
+    workload: Workload,
+) -> None:
+    Attempt.objects.create(workload=workload, number=2)  # requeued, not started yet
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    workload.refresh_from_db()
+    write(workload, XID)
+    ingest_workload_logs(workload, LocalTransport())
+    assert Anomaly.objects.get().attempt.number == 1

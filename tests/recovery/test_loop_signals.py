@@ -437,3 +437,33 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
     )
     assert _record_findings(workload, attempt, result, timezone.now()) == 0
     assert not Anomaly.objects.exists()
+
+
+def test_a_symptom_followed_by_more_training_is_no_failure(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+    _, workload, attempt = running_workload(acting_cluster)
+    now = timezone.now()
+    (anomaly,) = record_anomalies(workload, attempt, [symptom()], now)
+    Workload.objects.filter(pk=workload.pk).update(
+        last_progress_at=now + timedelta(seconds=2), last_progress_step=120
+    )
+    decide_pending(acting_cluster, now + timedelta(seconds=5))
+    anomaly.refresh_from_db()
+    assert anomaly.decided_at is not None
+    assert not Recommendation.objects.exists()
+
+
+def test_a_job_younger_than_the_straggler_window_is_not_judged_yet() -> None:
+    cluster = ClusterFactory()
+    Policy.objects.create(name="stragglers", cluster=cluster, straggler_window_minutes=1)
+    now = timezone.now()
+    workload = WorkloadFactory(cluster=cluster)
+    attempt = AttemptFactory(workload=workload, nodes=NODES, started_at=now - timedelta(minutes=1))
+    progress(
+        workload,
+        attempt,
+        start=now - timedelta(seconds=40),
+        seconds=40,
+        slow="node003",
+        slow_from=now - timedelta(seconds=30),
+    )
+    assert check_progress(workload, now) == []

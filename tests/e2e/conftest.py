@@ -1,0 +1,80 @@
+"""End-to-end fault scenarios: real multi-node jobs on the local Slurm cluster, the whole loop.
+
+Every scenario records one row of figures in ``var/e2e/report.json`` (``WR_E2E_REPORT`` moves
+it), written at the end of the session and printed by ``tests/e2e/report.py``. The harness is
+in tests/e2e/harness.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import HERE, REPORT, Harness, Report
+from tests.slurm_fixtures import SlurmCluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slurm)
+
+
+@pytest.fixture(scope="session")
+def e2e_report() -> Iterator[Report]:
+    report = Report()
+    yield report
+    if report.rows:
+        report.write(REPORT)
+
+
+@pytest.fixture(scope="session")
+def _torch_installed() -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.fail(
+            "the e2e scenarios need torch: pip install -e '.[e2e]' (make install-e2e does it)",
+            pytrace=False,
+        )
+
+
+OUTCOME = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" or (report.when == "setup" and report.failed):
+        item.stash[OUTCOME] = report
+    return report
+
+
+@pytest.fixture
+def scenario(
+    request: pytest.FixtureRequest,
+    live_server: Any,
+    slurm_cluster: SlurmCluster,
+    tmp_path: Path,
+    e2e_report: Report,
+    _torch_installed: None,
+) -> Iterator[Harness]:
+    harness = Harness(
+        request.node.name.removeprefix("test_"),
+        live_server_url=live_server.url,
+        slurm_cluster=slurm_cluster,
+        workdir=tmp_path,
+        report=e2e_report,
+    )
+    try:
+        yield harness
+    finally:
+        outcome = request.node.stash.get(OUTCOME, None)
+        if outcome is not None and outcome.passed:
+            harness.finish(None)
+        else:
+            harness.finish(str(outcome.longrepr) if outcome is not None else "did not finish")
+        harness.close()

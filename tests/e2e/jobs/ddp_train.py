@@ -1,0 +1,217 @@
+"""A small data-parallel training program for the end-to-end fault scenarios.
+
+One process per node, started by ``srun -l`` (see ddp_train.sh): torch.distributed with the
+gloo backend on CPU, a tiny model, a fixed step time. Every rank prints one torchtitan-style
+progress line per step with a timestamp, its node and its *own* compute throughput, so that a
+slow rank shows a lower rate even though the gradient all-reduce keeps every rank in step::
+
+    2026-11-29T18:00:01.123Z node002: step: 12  loss: 2.3100  memory: 0.10GiB  tps: 5,231
+
+Rank 0 saves a checkpoint every CKPT_EVERY steps (write, then rename) and prints Megatron's
+``successfully saved checkpoint from iteration N to DIR``; every rank resumes from the newest
+one. Faults the harness asks for are read from CONTROL_FILE (JSON) before every step:
+
+    {"cuda_error": {"node": "node002", "restart_count": 0},
+     "app_exception": {"after_steps": 2},
+     "slow": {"node": "node003", "factor": 3.0}}
+
+``cuda_error`` fires on the selected rank (``node`` or ``rank``) only on the named restart
+count; ``app_exception`` fires on rank 0 of every attempt once it has run ``after_steps``
+steps; ``slow`` stretches the selected rank's compute part by ``factor``.
+
+Environment: CKPT_DIR, CONTROL_FILE, TOTAL_STEPS (200), STEP_SECONDS (0.3), CKPT_EVERY (5),
+plus what Slurm and ddp_train.sh set (SLURM_PROCID, SLURM_NTASKS, SLURMD_NODENAME,
+SLURM_RESTART_COUNT, MASTER_ADDR, MASTER_PORT).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+# The CPU wheel warns when NumPy is missing; the program does not use NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+WIDTH = 64
+BATCH = 32
+SEQUENCE = 128  # "tokens" per sample, for a tokens-per-second figure like an LLM trainer's
+
+
+def stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def say(node: str, message: str, *, stream: Any = None) -> None:
+    print(f"{stamp()} {node}: {message}", file=stream or sys.stdout, flush=True)
+
+
+def newest_checkpoint(directory: Path) -> tuple[int, Path] | None:
+    best: tuple[int, Path] | None = None
+    for path in directory.glob("step_*.pt"):
+        number = path.stem.removeprefix("step_")
+        if number.isdigit() and (best is None or int(number) > best[0]):
+            best = (int(number), path)
+    return best
+
+
+def read_faults(control: Path | None) -> dict[str, Any]:
+    if control is None:
+        return {}
+    try:
+        faults = json.loads(control.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}  # absent, or caught half-written: no fault this step
+    return faults if isinstance(faults, dict) else {}
+
+
+def selects(spec: dict[str, Any], rank: int, node: str) -> bool:
+    if "node" in spec:
+        return spec["node"] == node
+    return int(spec.get("rank", 0)) == rank
+
+
+def cuda_error(node: str) -> None:
+    """What PyTorch prints when a kernel dies under a failing GPU (Xid 79, ECC)."""
+    sys.stdout.flush()
+    print(
+        f"{stamp()} {node}: Traceback (most recent call last):\n"
+        '  File "/workspace/train/ddp_train.py", line 214, in <module>\n'
+        "    main()\n"
+        '  File "/workspace/train/ddp_train.py", line 188, in main\n'
+        "    loss.backward()\n"
+        '  File "/usr/local/lib/python3.11/site-packages/torch/_tensor.py", line 648, in backward\n'
+        "    torch.autograd.backward(\n"
+        '  File "/usr/local/lib/python3.11/site-packages/torch/autograd/__init__.py", line 353, '
+        "in backward\n"
+        "    _engine_run_backward(\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect.\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
+
+
+def app_exception(node: str) -> None:
+    """A bug in the data pipeline: the same error on every attempt."""
+    sys.stdout.flush()
+    print(
+        f"{stamp()} {node}: Traceback (most recent call last):\n"
+        '  File "/workspace/train/ddp_train.py", line 214, in <module>\n'
+        "    main()\n"
+        '  File "/workspace/train/ddp_train.py", line 176, in main\n'
+        "    batch = next(batches)\n"
+        '  File "/workspace/train/data.py", line 88, in __iter__\n'
+        "    yield self.collate([self.samples[key] for key in keys])\n"
+        '  File "/workspace/train/data.py", line 88, in <listcomp>\n'
+        "    yield self.collate([self.samples[key] for key in keys])\n"
+        "KeyError: 'shard-00017/sample-004211'",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
+
+
+def main() -> None:
+    rank = int(os.environ["SLURM_PROCID"])
+    world = int(os.environ["SLURM_NTASKS"])
+    node = os.environ.get("SLURMD_NODENAME", f"rank{rank}")
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    total = int(os.environ.get("TOTAL_STEPS", "200"))
+    step_seconds = float(os.environ.get("STEP_SECONDS", "0.3"))
+    ckpt_every = int(os.environ.get("CKPT_EVERY", "5"))
+    ckpt_dir = Path(os.environ["CKPT_DIR"])
+    control = Path(os.environ["CONTROL_FILE"]) if os.environ.get("CONTROL_FILE") else None
+    torch.set_num_threads(1)
+
+    # A long collective timeout: a stopped rank must look like a hang, not a quick error.
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=world, timeout=timedelta(minutes=30), init_method="env://"
+    )
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh(), torch.nn.Linear(WIDTH, WIDTH)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    start = 0
+    found = newest_checkpoint(ckpt_dir)
+    if found is not None:
+        start, path = found
+        state = torch.load(path, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if rank == 0:
+            say(node, f"resuming from checkpoint at iteration {start} (restart {restarts})")
+    elif rank == 0:
+        say(node, f"starting from scratch (restart {restarts})")
+
+    generator = torch.Generator().manual_seed(rank)
+    target = torch.nn.Linear(WIDTH, WIDTH)
+    # ``ran``: steps this attempt has completed before this one.
+    for ran, step in enumerate(range(start + 1, total + 1)):
+        faults = read_faults(control)
+        error = faults.get("cuda_error")
+        if (
+            isinstance(error, dict)
+            and selects(error, rank, node)
+            and int(error.get("restart_count", 0)) == restarts
+        ):
+            cuda_error(node)
+        failure = faults.get("app_exception")
+        if isinstance(failure, dict) and rank == 0 and ran >= int(failure.get("after_steps", 0)):
+            app_exception(node)
+        slow = faults.get("slow")
+        factor = float(slow.get("factor", 1.0)) if isinstance(slow, dict) else 1.0
+        if not (isinstance(slow, dict) and selects(slow, rank, node)):
+            factor = 1.0
+
+        began = time.monotonic()
+        inputs = torch.randn(BATCH, WIDTH, generator=generator)
+        with torch.no_grad():
+            wanted = target(inputs)
+        loss = torch.nn.functional.mse_loss(model(inputs), wanted)
+        optimizer.zero_grad()
+        loss.backward()
+        # The step's compute stands for a GPU's forward and backward pass.
+        time.sleep(step_seconds * factor)
+        compute = time.monotonic() - began
+        for parameter in model.parameters():
+            assert parameter.grad is not None
+            dist.all_reduce(parameter.grad)
+            parameter.grad /= world
+        optimizer.step()
+        tps = BATCH * SEQUENCE / compute
+        say(
+            node,
+            f"step: {step}  loss: {loss.item():.4f}  memory: 0.10GiB  tps: {tps:,.0f}",
+        )
+        if rank == 0 and step % ckpt_every == 0:
+            final = ckpt_dir / f"step_{step}.pt"
+            partial = ckpt_dir / f".step_{step}.pt.tmp"
+            say(node, f"saving checkpoint at iteration {step} to {ckpt_dir}")
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
+            partial.rename(final)
+            say(node, f"successfully saved checkpoint from iteration {step} to {ckpt_dir}")
+    dist.barrier()
+    if rank == 0:
+        say(node, f"training finished at iteration {total}")
+    sys.stdout.flush()
+    # Tearing gloo down at exit can abort ("terminate called without an active exception")
+    # while its threads still run; every rank is past the barrier, so leave at once.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

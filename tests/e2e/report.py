@@ -1,0 +1,187 @@
+"""Print var/e2e/report.json as a table and check it against the targets.
+
+``python tests/e2e/report.py [REPORT]`` exits 1 when a target is missed or a scenario is missing,
+2 when there is no report. "node s" is when the faulty node was first named by an anomaly, for
+the scenarios whose fault is on one node. Targets, for this two-core machine:
+
+* median detection latency of crashes and node failures at most 5 s;
+* a hang detected within the policy's hang threshold plus 5 s;
+* median action latency (detection to the scheduler action) at most 5 s;
+* no duplicate scheduler actions;
+* every scenario present and passed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_REPORT = Path(__file__).resolve().parents[2] / "var" / "e2e" / "report.json"
+SCENARIOS = (
+    "1-rank-killed",
+    "2-node-death",
+    "3-hang",
+    "4-xid-hardware",
+    "5-app-exception",
+    "6-straggler",
+    "7-monitor-approval",
+    "8-controller-killed",
+)
+# Scenarios whose fault is a crash or a node failure, for the detection-latency target.
+CRASHES = frozenset(SCENARIOS) - {"3-hang", "6-straggler"}
+DETECTION_TARGET_S = 5.0
+ACTION_TARGET_S = 5.0
+HANG_MARGIN_S = 5.0
+
+COLUMNS = (
+    ("scenario", 20),
+    ("passed", 6),
+    ("detect s", 8),
+    ("action s", 8),
+    ("new ckpt s", 10),
+    ("attribution", 15),
+    ("actions", 7),
+    ("node s", 6),
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    header = "  ".join(name.ljust(width) for name, width in COLUMNS)
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        values = (
+            row.get("scenario"),
+            row.get("passed"),
+            row.get("detection_latency_s"),
+            row.get("action_latency_s"),
+            row.get("time_to_new_checkpoint_s"),
+            row.get("attribution"),
+            row.get("scheduler_actions"),
+            row.get("node_implicated_after_s"),
+        )
+        lines.append(
+            "  ".join(_cell(v).ljust(width) for v, (_, width) in zip(values, COLUMNS, strict=True))
+        )
+    return lines
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def check(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+    """(target, what was measured, met) for each target."""
+    by_name = {row["scenario"]: row for row in rows}
+    results = []
+
+    detections = [
+        row["detection_latency_s"]
+        for name, row in by_name.items()
+        if name in CRASHES and row.get("detection_latency_s") is not None
+    ]
+    missing_detection = [
+        name
+        for name in CRASHES
+        if name in by_name and by_name[name].get("detection_latency_s") is None
+    ]
+    median = _median(detections)
+    results.append(
+        (
+            f"median crash/node-failure detection <= {DETECTION_TARGET_S:.0f} s",
+            f"{_cell(median)} s over {len(detections)}"
+            + (
+                f"; not detected: {', '.join(sorted(missing_detection))}"
+                if missing_detection
+                else ""
+            ),
+            median is not None and median <= DETECTION_TARGET_S and not missing_detection,
+        )
+    )
+
+    hang = by_name.get("3-hang")
+    if hang is not None:
+        threshold = hang.get("hang_threshold_s")
+        latency = hang.get("detection_latency_s")
+        met = latency is not None and threshold is not None and latency <= threshold + HANG_MARGIN_S
+        results.append(
+            (
+                f"hang detected within threshold + {HANG_MARGIN_S:.0f} s",
+                f"{_cell(latency)} s (threshold {_cell(threshold)} s)",
+                met,
+            )
+        )
+
+    actions = [row["action_latency_s"] for row in rows if row.get("action_latency_s") is not None]
+    median = _median(actions)
+    results.append(
+        (
+            f"median action latency <= {ACTION_TARGET_S:.0f} s",
+            f"{_cell(median)} s over {len(actions)}",
+            median is not None and median <= ACTION_TARGET_S,
+        )
+    )
+
+    duplicates = {
+        row["scenario"]: row.get("duplicate_actions", 0)
+        for row in rows
+        if row.get("duplicate_actions")
+    }
+    results.append(
+        (
+            "zero duplicate actions",
+            ", ".join(f"{k}: {v}" for k, v in duplicates.items()) or "none",
+            not duplicates,
+        )
+    )
+
+    missing = [name for name in SCENARIOS if name not in by_name]
+    failed = [row["scenario"] for row in rows if not row.get("passed")]
+    results.append(
+        (
+            "every scenario passed",
+            f"{len(rows) - len(failed)}/{len(SCENARIOS)} passed"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+            + (f"; missing: {', '.join(missing)}" if missing else ""),
+            not failed and not missing,
+        )
+    )
+    return results
+
+
+def main(argv: Sequence[str]) -> int:
+    path = Path(argv[0]) if argv else DEFAULT_REPORT
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"no report at {path}: {exc}", file=sys.stderr)
+        return 2
+    order = {name: i for i, name in enumerate(SCENARIOS)}
+    rows = sorted(rows, key=lambda row: order.get(row.get("scenario", ""), len(order)))
+    print("\n".join(table(rows)))
+    print()
+    results = check(rows)
+    for target, measured, met in results:
+        print(f"{'ok  ' if met else 'MISS'}  {target}: {measured}")
+    for row in rows:
+        if not row.get("passed") and row.get("failure"):
+            last = [line for line in str(row["failure"]).splitlines() if line.strip()][-3:]
+            print(f"\n{row['scenario']} failed:\n  " + "\n  ".join(last))
+    return 0 if all(met for _, _, met in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,402 @@
+"""Faults injected into real three-node torch.distributed jobs, and the end state each must reach.
+
+Every scenario runs the production loop (poller, policy, Advisor Controller over HTTP) against the
+local Slurm cluster and records its figures in var/e2e/report.json, passed or not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from recovery.choices import (
+    AnomalyKind,
+    AuditKind,
+    ClusterMode,
+    RecommendationAction,
+    RecommendationStatus,
+    WorkloadState,
+)
+from recovery.models import Anomaly, AuditEvent, Node, Recommendation
+from tests.e2e.harness import (
+    E2EJob,
+    Harness,
+    expand_nodes,
+    job_fields,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+RESUMED = re.compile(r"resuming from checkpoint at iteration (\d+) \(restart (\d+)\)")
+SAVED = re.compile(r"successfully saved checkpoint from iteration (\d+)")
+RESTARTS = {RecommendationAction.RESTART, RecommendationAction.RESTART_EXCLUDING}
+# The smallest hang timeout a policy allows.
+HANG_TIMEOUT_S = 60
+
+
+def acted(scenario: Harness, job: E2EJob) -> list[Recommendation]:
+    return list(
+        Recommendation.objects.filter(
+            workload__cluster=scenario.cluster,
+            workload__job_id=job.job_id,
+            status__in=[RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED],
+        ).order_by("created_at", "pk")
+    )
+
+
+def scheduler_actions(scenario: Harness, job: E2EJob) -> list[AuditEvent]:
+    return list(
+        AuditEvent.objects.filter(
+            workload__cluster=scenario.cluster,
+            workload__job_id=job.job_id,
+            kind=AuditKind.SCHEDULER_ACTION,
+        ).order_by("occurred_at", "pk")
+    )
+
+
+def resumed_after(job: E2EJob, restart: int) -> int | None:
+    """The checkpoint step attempt ``restart + 1`` said it resumed from."""
+    steps = [int(m.group(1)) for m in RESUMED.finditer(job.log()) if int(m.group(2)) == restart]
+    return steps[0] if steps else None
+
+
+def assert_resumed_and_progressed(job: E2EJob, checkpoint_before: int, restart: int = 1) -> None:
+    resumed = resumed_after(job, restart)
+    assert resumed is not None and resumed >= checkpoint_before, job.log()[-3000:]
+    saved = [int(m.group(1)) for m in SAVED.finditer(job.log())]
+    assert max(saved) > resumed, "the new attempt saved no later checkpoint"
+
+
+def test_1_a_killed_rank_is_restarted_from_its_checkpoint(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training and checkpointing
+    WHEN one rank's process is killed with SIGKILL
+    THEN the crash is detected, the job is restarted once and resumes from its checkpoint
+    """
+    scenario.setup("1-rank-killed")
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    scenario.kill_rank(job, 1)
+
+    fields = scenario.wait_for_restart(job)
+
+    assert int(fields["Restarts"]) == 1
+    assert [r.action in RESTARTS for r in acted(scenario, job)] == [True]
+    assert len(scheduler_actions(scenario, job)) == 1
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_2_a_dead_node_is_excluded_from_the_restart(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training and checkpointing
+    WHEN one of its nodes dies: its slurmd and every process of the job there killed at once
+    THEN a node failure is detected and the job restarts from its checkpoint without that node
+    """
+    scenario.setup("2-node-death")
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    node = job.ranks()[1].env["SLURMD_NODENAME"]
+    try:
+        scenario.kill_node(job, node)
+        fields = scenario.wait_for_restart(job, timeout=150)
+        scenario.record(log_tail=_tail_around_failure(job))
+    finally:
+        scenario.revive_node(node)
+
+    executed = acted(scenario, job)
+    assert executed, "no recommendation was carried out"
+    assert node in executed[-1].excluded_nodes, executed[-1].reason
+    assert node in expand_nodes(fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(fields.get("NodeList", ""))
+    assert len(scheduler_actions(scenario, job)) == 1
+    assert Anomaly.objects.filter(
+        workload__job_id=job.job_id, implicated_nodes__contains=node
+    ).exists()
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_3_a_stopped_rank_is_detected_as_a_hang_and_restarted(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training and checkpointing, with a one-minute hang timeout
+    WHEN one rank is stopped with SIGSTOP, so every rank waits in the all-reduce
+    THEN a hang is detected within the timeout plus five seconds, and the job is restarted
+    """
+    scenario.setup("3-hang", hang_timeout_minutes=1)
+    scenario.anomaly_kind = AnomalyKind.HANG
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    injection = scenario.kill_rank(job, 1, signal.SIGSTOP)
+    scenario.record(hang_threshold_s=HANG_TIMEOUT_S)
+
+    hang = scenario.wait_for(
+        "a hang anomaly",
+        lambda: Anomaly.objects.filter(workload__job_id=job.job_id, kind=AnomalyKind.HANG).first(),
+        timeout=HANG_TIMEOUT_S + 60,
+    )
+    fields = scenario.wait_for_restart(job)
+
+    assert (hang.detected_at - injection.at).total_seconds() <= HANG_TIMEOUT_S + 5
+    assert int(fields["Restarts"]) == 1
+    assert len(scheduler_actions(scenario, job)) == 1
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_4_a_cuda_error_with_an_xid_on_the_node_excludes_that_node(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training and checkpointing
+    WHEN one node's kernel log reports Xid 79 and that node's rank dies with a CUDA error
+    THEN the verdict is hardware on that node, and the job restarts without it
+    """
+    scenario.setup("4-xid-hardware")
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    node = job.ranks()[1].env["SLURMD_NODENAME"]
+    scenario.inject(job, "Xid 79 in the kernel log, CUDA error on its rank", node=node)
+    line = scenario.xid(node)
+    job.set_faults(cuda_error={"node": node, "restart_count": 0})
+    scenario.record(kernel_line=line)
+
+    fields = scenario.wait_for_restart(job)
+
+    executed = acted(scenario, job)
+    assert executed, "no recommendation was carried out"
+    assert executed[-1].anomaly is not None
+    assert executed[-1].anomaly.attribution == "hardware", executed[-1].reason
+    assert node in executed[-1].anomaly.implicated_nodes
+    assert node in executed[-1].excluded_nodes
+    assert node in expand_nodes(fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(fields.get("NodeList", ""))
+    assert len(scheduler_actions(scenario, job)) == 1
+    assert Node.objects.get(cluster=scenario.cluster, name=node).health == "unhealthy"
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_5_an_exception_on_every_attempt_stops_after_the_policy_budget(
+    scenario: Harness,
+) -> None:
+    """
+    GIVEN a job that trained and checkpointed, with a policy of two attempts without checkpoint
+    WHEN its data pipeline raises the same exception early in every attempt
+    THEN it is restarted while retries may pay off, then stopped, and no new checkpoint appears
+    """
+    scenario.setup("5-app-exception", max_attempts_without_checkpoint=2)
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    scenario.inject(job, "KeyError in the data loader on every attempt")
+    job.set_faults(app_exception={"after_steps": 2})
+
+    stop = scenario.wait_for(
+        "a stop recommendation carried out",
+        lambda: Recommendation.objects.filter(
+            workload__job_id=job.job_id,
+            action=RecommendationAction.STOP,
+            status__in=[RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED],
+        ).first(),
+        timeout=150,
+    )
+    time.sleep(3)  # anything still to come would show now
+
+    fields = job_fields(job.job_id)
+    assert fields["JobState"] in {"FAILED", "CANCELLED"}, fields
+    workload = scenario.workload(job)
+    assert workload is not None
+    assert workload.state in {WorkloadState.FAILED, WorkloadState.CANCELLED, WorkloadState.STOPPED}
+    restarts = [r for r in acted(scenario, job) if r.action in RESTARTS]
+    # Attempt 1 had saved checkpoints; attempts 2 and 3 saved none, which is the budget.
+    assert len(restarts) == 2 and int(fields["Restarts"]) == 2, fields
+    assert stop.attempt is not None and stop.attempt.number == 3
+    assert not AuditEvent.objects.filter(
+        workload=workload, kind=AuditKind.CHECKPOINT_SAVED, attempt__gt=1
+    ).exists()
+    # The attempts after the fault resumed from the checkpoint attempt 1 had saved.
+    assert resumed_after(job, 2) == resumed_after(job, 1) >= before.last_checkpoint_step
+
+
+def test_6_a_slowed_rank_is_flagged_as_a_straggler_on_its_node(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training, with a 20 % straggler threshold over one minute
+    WHEN one rank's compute becomes three times slower
+    THEN a straggler anomaly names that rank's node, and nothing touches the scheduler
+    """
+    scenario.setup(
+        "6-straggler",
+        straggler_threshold_percent=20,
+        straggler_window_minutes=1,
+        straggler_action="record",
+    )
+    scenario.anomaly_kind = AnomalyKind.STRAGGLER
+    job = scenario.submit()
+    scenario.wait_until_training(job)
+    node = job.ranks()[2].env["SLURMD_NODENAME"]
+    scenario.inject(job, "rank 2 three times slower", node=node)
+    job.set_faults(slow={"node": node, "factor": 3.0})
+
+    straggler = scenario.wait_for(
+        "a straggler anomaly",
+        lambda: Anomaly.objects.filter(
+            workload__job_id=job.job_id, kind=AnomalyKind.STRAGGLER
+        ).first(),
+        timeout=180,
+    )
+
+    assert straggler.implicated_nodes == [node], straggler.implicated_nodes
+    assert scheduler_actions(scenario, job) == []
+    assert int(job_fields(job.job_id).get("Restarts", "0")) == 0
+
+
+def test_7_monitor_mode_records_then_acts_once_on_approval(
+    scenario: Harness, operator: User
+) -> None:
+    """
+    GIVEN a cluster in monitor mode
+    WHEN a rank of a job is killed
+    THEN a recommendation waits for approval and nothing touches the scheduler; once an
+         operator approves it, it is carried out exactly once
+    """
+    scenario.setup("7-monitor-approval", mode=ClusterMode.MONITOR)
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    scenario.kill_rank(job, 1)
+
+    waiting = scenario.wait_for(
+        "a recommendation awaiting approval",
+        lambda: Recommendation.objects.filter(
+            workload__job_id=job.job_id, status=RecommendationStatus.AWAITING_APPROVAL
+        ).first(),
+        timeout=60,
+    )
+    time.sleep(5)  # the controller runs every half second meanwhile
+    assert scheduler_actions(scenario, job) == []
+    assert int(job_fields(job.job_id).get("Restarts", "0")) == 0
+    scenario.record(actions_before_approval=0)
+
+    # No REST endpoint approves yet: approve as an operator does, through the Console's form.
+    console = Client()
+    console.force_login(operator)
+    answer = console.post(reverse("console:approve", args=[waiting.pk]), {"note": "e2e"})
+    assert answer.status_code == 302, answer.content[:500]
+    scenario.record(approved_through="console POST /console/recommendations/<id>/approve/")
+    fields = scenario.wait_for_restart(job)
+    time.sleep(3)
+
+    assert int(fields["Restarts"]) == 1
+    assert len(scheduler_actions(scenario, job)) == 1
+    assert (
+        AuditEvent.objects.filter(workload__job_id=job.job_id, kind=AuditKind.APPROVED).count() == 1
+    )
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_8_a_controller_killed_mid_recovery_restarts_the_job_exactly_once(
+    scenario: Harness, tmp_path: Any
+) -> None:
+    """
+    GIVEN a controller process carrying out the restart of a crashed job
+    WHEN it is killed with SIGKILL after requeueing the job held, and started again
+    THEN the job is restarted exactly once, and released by the second controller
+    """
+    cluster = scenario.setup("8-controller-killed", controller=False)
+    token_file = tmp_path / "token"
+    token_file.write_text(scenario.token)
+    command = [
+        sys.executable, "manage.py", "advisor_controller", "--cluster", cluster.name,
+        "--url", scenario.live_server_url, "--token-file", str(token_file),
+        "--slurm-conf", str(scenario.slurm.conf), "--interval", "0.5", "--lease-seconds", "10",
+    ]  # fmt: skip
+    logs = tmp_path / "controllers.log"
+
+    def start() -> subprocess.Popen[bytes]:
+        with logs.open("ab") as out:
+            return subprocess.Popen(
+                command, cwd=settings.BASE_DIR, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    first = start()
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        scenario.kill_rank(job, 1)
+        killed_at = _kill_between_requeue_and_release(scenario, job, first)
+        scenario.record(controller_killed=killed_at)
+        second = start()
+        fields = scenario.wait_for_restart(job)
+        time.sleep(2)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+
+    requeues_in_reports = sum(
+        1
+        for event in scheduler_actions(scenario, job)
+        for command_run in event.payload.get("commands", [])
+        if command_run["argv"][1:2] in (["requeue"], ["requeuehold"])
+    )
+    log = (scenario.slurm.directory / "log" / "slurmctld.log").read_text(errors="replace")
+    requeues_by_slurm = len(re.findall(rf"Requeuing JobId={job.job_id}\b", log))
+    scenario.record(
+        requeues_in_reports=requeues_in_reports,
+        requeues_by_slurmctld=requeues_by_slurm,
+        controller_output=logs.read_text(errors="replace")[-2000:],
+    )
+    assert int(fields["Restarts"]) == 1
+    assert requeues_by_slurm == 1
+    assert requeues_in_reports <= 1
+    assert [r.status for r in acted(scenario, job)] in (
+        [RecommendationStatus.EXECUTED],
+        [RecommendationStatus.SKIPPED],
+    )
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def _kill_between_requeue_and_release(
+    scenario: Harness, job: E2EJob, process: subprocess.Popen[bytes]
+) -> str:
+    """SIGKILL the controller once Slurm shows the job requeued and held, before its release.
+
+    The controller is frozen with SIGSTOP while Slurm is read, so that it cannot release the
+    job between the look and the kill.
+    """
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        os.kill(process.pid, signal.SIGSTOP)
+        fields = job_fields(job.job_id)
+        restarted = int(fields.get("Restarts", "0") or 0) >= 1
+        held = fields.get("Reason", "") == "job_requeued_in_held_state" or (
+            fields.get("Priority") == "0"
+        )
+        if restarted:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            where = "after requeuehold, before release" if held else "after release"
+            if scenario.timeline is not None:
+                scenario.timeline.note(f"controller killed {where}")
+            return where
+        os.kill(process.pid, signal.SIGCONT)
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    raise AssertionError("the controller never requeued the job")
+
+
+def _tail_around_failure(job: E2EJob) -> str:
+    """What srun and the surviving ranks printed when the node died (progress lines left out)."""
+    lines = [
+        line
+        for line in job.log().splitlines()
+        if " step: " not in line and "saving checkpoint" not in line
+    ]
+    return "\n".join(lines[-60:])
