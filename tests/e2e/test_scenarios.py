@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
 from django.urls import reverse
+from rest_framework.test import APIClient
 
 from recovery.choices import (
     AnomalyKind,
@@ -281,12 +281,13 @@ def test_7_monitor_mode_records_then_acts_once_on_approval(
     assert int(job_fields(job.job_id).get("Restarts", "0")) == 0
     scenario.record(actions_before_approval=0)
 
-    # No REST endpoint approves yet: approve as an operator does, through the Console's form.
-    console = Client()
-    console.force_login(operator)
-    answer = console.post(reverse("console:approve", args=[waiting.pk]), {"note": "e2e"})
-    assert answer.status_code == 302, answer.content[:500]
-    scenario.record(approved_through="console POST /console/recommendations/<id>/approve/")
+    api = APIClient()
+    api.force_authenticate(operator)
+    url = reverse("api:recommendation-approve", args=[waiting.pk])
+    answers = [api.post(url, {"note": "e2e"}, format="json") for _ in range(2)]  # a double click
+    assert [a.status_code for a in answers] == [200, 200], answers[0].content[:500]
+    assert [a.json()["changed"] for a in answers] == [True, False]
+    scenario.record(approved_through="POST /api/v1/recommendations/<id>/approve/ (twice)")
     fields = scenario.wait_for_restart(job)
     time.sleep(3)
 
