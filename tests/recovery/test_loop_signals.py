@@ -61,6 +61,31 @@ def symptom(node: str = "node001") -> Finding:
     )
 
 
+def xid_79(node: str) -> Finding:
+    return Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        nodes=[node],
+        detail={"role": "cause", "xid": 79},
+    )
+
+
+def app_exception(evidence: str) -> Finding:
+    return Finding(
+        kind="crash",
+        category="app_exception",
+        attribution="application",
+        severity="fatal",
+        signature="python-exception",
+        evidence=evidence,
+        detail={"role": "cause"},
+    )
+
+
 @pytest.fixture
 def acting_cluster():  # type: ignore[no-untyped-def]
     cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
@@ -148,16 +173,7 @@ def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
     acting_cluster,  # type: ignore[no-untyped-def]
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
-    xid = Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
-        nodes=["node002"],
-        detail={"role": "cause", "xid": 79},
-    )
+    xid = xid_79("node002")
     now = timezone.now()
     record_anomalies(workload, attempt, [xid], now)
     record_anomalies(workload, attempt, [symptom()], now)
@@ -296,15 +312,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
         raise RuntimeError("policy engine exploded")
 
     monkeypatch.setattr("recovery.policy.decide", broken)
-    cause = Finding(
-        kind="crash",
-        category="app_exception",
-        attribution="application",
-        severity="fatal",
-        signature="python-exception",
-        evidence="KeyError: 'input_ids'",
-        detail={"role": "cause"},
-    )
+    cause = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
     record_anomalies(workload, attempt, [cause], now)
     decide_pending(acting_cluster, now + timedelta(seconds=40))
@@ -322,27 +330,10 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
 def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster) -> None:  # type: ignore[no-untyped-def]
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
-    first = Finding(
-        kind="crash",
-        category="app_exception",
-        attribution="application",
-        severity="fatal",
-        signature="python-exception",
-        evidence="ValueError: bad batch",
-        detail={"role": "cause"},
-    )
+    first = app_exception("ValueError: bad batch")
     record_anomalies(workload, attempt, [first], now)
     Recommendation.objects.update(status="executed")
-    later = Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
-        nodes=["node003"],
-        detail={"role": "cause", "xid": 79},
-    )
+    later = xid_79("node003")
     record_anomalies(workload, attempt, [later], now)
     assert Recommendation.objects.count() == 1
     # ... but the node stays out of the next attempt's restart.
@@ -356,16 +347,7 @@ def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
     acting_cluster,  # type: ignore[no-untyped-def]
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
-    xid = Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
-        nodes=["node002"],
-        detail={"role": "cause", "xid": 79},
-    )
+    xid = xid_79("node002")
     cuda = Finding(
         kind="crash",
         category="cuda_error_app",
@@ -390,25 +372,8 @@ def test_an_application_exception_stays_the_applications_beside_an_xid(
     acting_cluster,  # type: ignore[no-untyped-def]
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
-    xid = Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
-        nodes=["node002"],
-        detail={"role": "cause", "xid": 79},
-    )
-    bug = Finding(
-        kind="crash",
-        category="app_exception",
-        attribution="application",
-        severity="fatal",
-        signature="python-exception",
-        evidence="KeyError: 'input_ids'",
-        detail={"role": "cause"},
-    )
+    xid = xid_79("node002")
+    bug = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
     record_anomalies(workload, attempt, [xid], now)
     (anomaly,) = record_anomalies(workload, attempt, [bug], now)
