@@ -933,7 +933,7 @@ def _seed_a100(b: _Builder) -> None:
         mode=ClusterMode.MONITOR,
         acknowledge_scheduler_actions=False,
         environment="prod",
-        connection_settings={"simulator": {"nodes": hostlist(A100_NODES), "gpus_per_node": 8}},
+        connection_settings={"recorded": {"nodes": hostlist(A100_NODES), "gpus_per_node": 8}},
     )
     allocated = {*a100(1, 2, 3, 4, 5, 6, 8, 9), *a100(12, 13), *a100(15, 16)}
     specs = {
@@ -2040,7 +2040,7 @@ def _seed_h100(b: _Builder) -> None:
         mode=ClusterMode.ACTION,
         acknowledge_scheduler_actions=True,
         environment="prod",
-        connection_settings={"simulator": {"nodes": hostlist(H100_NODES), "gpus_per_node": 8}},
+        connection_settings={"recorded": {"nodes": hostlist(H100_NODES), "gpus_per_node": 8}},
     )
     specs = {name: _NodeSpec(state="ALLOCATED") for name in H100_NODES}
     specs["gpu-h100-005"] = _NodeSpec(

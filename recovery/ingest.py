@@ -256,6 +256,22 @@ def _record_findings(
     return len(record_anomalies(workload, attempt, recorded, now, scope=scope, secondary=secondary))
 
 
+def attempt_with_nodes(
+    workload: Workload, attempt: Attempt | None, nodes: list[str]
+) -> Attempt | None:
+    """The attempt evidence naming ``nodes`` is about: the previous one when only it ran there.
+
+    A node failure reported while the job already runs again elsewhere (Slurm requeued it
+    itself) belongs to the allocation that lost the node.
+    """
+    if attempt is None or not nodes or not attempt.nodes or set(nodes) & set(attempt.nodes):
+        return attempt
+    previous = Attempt.objects.filter(workload=workload, number=attempt.number - 1).first()
+    if previous is not None and set(nodes) & set(previous.nodes):
+        return previous
+    return attempt
+
+
 def _is_requeue_notice(finding: Finding) -> bool:
     return finding.signature == "slurm-preempted" and "REQUEUE" in finding.evidence.upper()
 
@@ -289,7 +305,7 @@ def record_anomalies(
     for finding in findings:
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
-            attempt=attempt,
+            attempt=attempt_with_nodes(workload, attempt, finding.nodes),
             fingerprint=_fingerprint(finding, scope),
             defaults={
                 "kind": ANOMALY_KINDS.get(finding.kind, AnomalyKind.CRASH),
@@ -323,7 +339,7 @@ def record_anomalies(
         record_event(
             cluster=workload.cluster,
             workload=workload,
-            attempt=attempt.number if attempt else None,
+            attempt=anomaly.attempt.number if anomaly.attempt else None,
             kind=AuditKind.DETECTED,
             actor=DETECTOR,
             payload={

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings as django_settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -94,9 +95,26 @@ def adapter_for(cluster: Cluster) -> SchedulerAdapter:
                 f"cluster {cluster.name}: SSH settings incomplete: {exc}"
             ) from None
         return SlurmAdapter(transport)
+    if cluster.connection == Connection.SIMULATED and "simulator" in settings:
+        from recovery.simulator.adapter import SimulatedAdapter
+        from recovery.simulator.store import SimulationStore, config_from_settings
+
+        config = config_from_settings(dict(settings["simulator"]))
+        return SimulatedAdapter(SimulationStore.from_url(django_settings.REDIS_URL, config))
     raise SchedulerError(
         f"cluster {cluster.name} is {cluster.connection}: not polled over a transport"
     )
+
+
+def is_polled(cluster: Cluster) -> bool:
+    """Whether a scheduler stands behind the cluster: Slurm, or a running simulation.
+
+    The demo's recorded history clusters are simulated without a simulator: nothing to poll.
+    """
+    if cluster.connection != Connection.SIMULATED:
+        return True
+    simulator = (cluster.connection_settings or {}).get("simulator")
+    return isinstance(simulator, dict) and "name" in simulator
 
 
 def poll_cluster(
@@ -133,6 +151,7 @@ def poll_cluster(
             endings.append((*ended, job))
         if ingest_logs and job.opt_in.opted_in:
             seen.append(job.job_id)
+    summary.state_changes += _forget_vanished(cluster, {job.job_id for job in jobs})
     if ingest_logs:
         transport = getattr(adapter, "transport", None)
         if transport is not None:
@@ -177,6 +196,46 @@ def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now
         with transaction.atomic():
             new += len(check_progress(workload, now))
     return new
+
+
+ACTIVE_STATES = (
+    WorkloadState.PENDING,
+    WorkloadState.RUNNING,
+    WorkloadState.REQUEUED,
+    WorkloadState.HELD,
+)
+
+
+def _forget_vanished(cluster: Cluster, listed: set[str]) -> int:
+    """Active workloads whose job the scheduler no longer lists become unknown, once.
+
+    Slurm forgets a finished job after MinJobAge; when its end was missed (polling was down),
+    or the scheduler's state was reset, the workload must not stay "running" forever, watched
+    for a hang that cannot be helped.
+    """
+    vanished = Workload.objects.filter(cluster=cluster, state__in=ACTIVE_STATES).exclude(
+        job_id__in=listed
+    )
+    changed = 0
+    for workload in vanished.select_related("cluster"):
+        with transaction.atomic():
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=workload.current_attempt or None,
+                kind=AuditKind.STATE_CHANGED,
+                actor=POLLER,
+                payload={
+                    "from": workload.state,
+                    "to": WorkloadState.UNKNOWN,
+                    "reason": "the scheduler no longer lists the job",
+                },
+            )
+            workload.state = WorkloadState.UNKNOWN
+            workload.state_reason = "no longer listed by the scheduler"
+            workload.save(update_fields=["state", "state_reason", "updated_at"])
+        changed += 1
+    return changed
 
 
 def _sync_node(cluster: Cluster, node: NodeInfo) -> None:
@@ -296,10 +355,21 @@ def _workload_state(job: JobInfo) -> str:
 
 
 def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
-    if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"}:
+    # Right after a requeue the job is still COMPLETING its previous allocation, with the
+    # restart count already raised: until it starts again, its nodes and start time are the
+    # previous attempt's.
+    previous_start = (
+        Attempt.objects.filter(workload=attempt.workload_id, number=attempt.number - 1)
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    started_anew = job.start_time is not None and (
+        previous_start is None or job.start_time > previous_start
+    )
+    if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"} and started_anew:
         attempt.nodes = job.nodes  # Slurm forgets them on requeue: keep them now
     attempt.excluded_nodes = job.excluded_nodes
-    if job.start_time and job.state != "PENDING":
+    if started_anew and job.state != "PENDING":
         attempt.started_at = attempt.started_at or job.start_time
     ending = ATTEMPT_ENDINGS.get(job.state)
     if ending is not None:

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery.audit import record_event
-from recovery.choices import AuditKind, Connection, RecommendationStatus, WorkloadState
+from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
 from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 from recovery.schedulers.base import SchedulerAdapter, SchedulerError
@@ -57,8 +57,11 @@ def run_watchdog(
     now = now or timezone.now()
     summary = WatchdogSummary()
     summary.expired = expire_stale_recommendations(now)
-    clusters = Cluster.objects.exclude(connection=Connection.SIMULATED)
-    for cluster in clusters:
+    from recovery.polling import is_polled
+
+    for cluster in Cluster.objects.all():
+        if not is_polled(cluster):
+            continue
         held = list(
             Workload.objects.filter(cluster=cluster, state=WorkloadState.HELD).select_related(
                 "cluster"

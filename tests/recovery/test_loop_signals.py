@@ -5,6 +5,7 @@ The scheduler here is scripted; tests/slurm and tests/e2e run the same code on r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -432,3 +433,35 @@ def test_a_job_younger_than_the_straggler_window_is_not_judged_yet() -> None:
         slow_from=now - timedelta(seconds=30),
     )
     assert check_progress(workload, now) == []
+
+
+def test_a_node_failure_read_after_the_job_runs_elsewhere_belongs_to_the_old_attempt(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    _, workload, first = running_workload(acting_cluster)
+    second = AttemptFactory(workload=workload, number=2, nodes=["node004", "node005"])
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    failure = Finding(
+        kind="crash",
+        category="scheduler_event",
+        attribution="hardware",
+        severity="fatal",
+        signature="slurm-node-failure",
+        evidence="*** JOB 4242 ON node002 CANCELLED AT 2026-11-29T19:37:27 DUE TO NODE FAILURE ***",
+        nodes=["node002"],
+        detail={"role": "cause"},
+    )
+    (anomaly,) = record_anomalies(
+        Workload.objects.get(pk=workload.pk), second, [failure], timezone.now()
+    )
+    assert anomaly.attempt == first
+
+
+def test_a_requeued_job_still_completing_lends_its_old_nodes_to_no_new_attempt(
+    acting_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    running, _, _ = running_workload(acting_cluster)
+    completing = replace(running, state="COMPLETING", restart_count=1)
+    poll_cluster(acting_cluster, Scripted([completing], healthy()))
+    second = Attempt.objects.get(number=2)
+    assert (second.nodes, second.started_at) == ([], None)

@@ -98,7 +98,13 @@ def test_a_requeue_starts_a_new_attempt_and_keeps_the_old_nodes() -> None:
     requeued = job(state="PENDING", reason="BeginTime", nodes=[], restart_count=1,
                    submit_time=SUBMITTED + timedelta(minutes=9))  # fmt: skip
     poll_cluster(cluster, Scripted([requeued]))
-    running = replace(requeued, state="RUNNING", nodes=["node003"], excluded_nodes=["node002"])
+    running = replace(
+        requeued,
+        state="RUNNING",
+        nodes=["node003"],
+        excluded_nodes=["node002"],
+        start_time=SUBMITTED + timedelta(minutes=10),
+    )
     poll_cluster(cluster, Scripted([running]))
 
     workload = Workload.objects.get()
@@ -162,3 +168,15 @@ def test_incomplete_ssh_settings_are_explained() -> None:
     cluster = ClusterFactory(connection=Connection.SSH, connection_settings={"host": "login1"})
     with pytest.raises(SchedulerError, match="SSH settings incomplete"):
         adapter_for(cluster)
+
+
+def test_a_job_the_scheduler_forgot_is_no_longer_running() -> None:
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]))
+    poll_cluster(cluster, Scripted([]))
+    poll_cluster(cluster, Scripted([]))
+    workload = Workload.objects.get()
+    assert workload.state == WorkloadState.UNKNOWN
+    event = AuditEvent.objects.filter(kind=AuditKind.STATE_CHANGED).last()
+    assert event is not None and event.payload["to"] == WorkloadState.UNKNOWN
+    assert AuditEvent.objects.filter(kind=AuditKind.STATE_CHANGED).count() == 2

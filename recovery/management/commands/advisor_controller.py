@@ -6,13 +6,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.advisor_client import AdvisorAPIError, AdvisorClient
 from recovery.advisor_controller import AdvisorController
-from recovery.schedulers.base import SchedulerError, Transport
+from recovery.schedulers.base import SchedulerAdapter, SchedulerError, Transport
 from recovery.schedulers.slurm import SlurmAdapter
 from recovery.schedulers.transport import LocalTransport, SSHTransport
+from recovery.simulator.store import SimulationStore
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,11 @@ class Command(BaseCommand):
         parser.add_argument("--known-hosts", help="known_hosts file (required with --ssh)")
         parser.add_argument("--key", help="private key file (required with --ssh)")
         parser.add_argument("--slurm-conf", default=os.environ.get("SLURM_CONF", ""))
+        parser.add_argument(
+            "--simulated",
+            action="store_true",
+            help="act on the simulation of --cluster (manage.py simulate) through REDIS_URL",
+        )
         parser.add_argument("--partitions", default="", help="comma-separated allowlist")
         parser.add_argument("--interval", type=float, default=5.0)
         parser.add_argument("--lease-seconds", type=int, default=120)
@@ -59,7 +66,13 @@ class Command(BaseCommand):
             raise CommandError("give the token in WR_CONTROLLER_TOKEN or --token-file")
         env = {"SLURM_CONF": options["slurm_conf"]} if options["slurm_conf"] else {}
         transport: Transport
-        if options["ssh"]:
+        adapter: SchedulerAdapter
+        if options["simulated"]:
+            from recovery.simulator.adapter import SimulatedAdapter
+
+            store = self._simulation(options["cluster"])
+            adapter = SimulatedAdapter(store)
+        elif options["ssh"]:
             if not options["known_hosts"] or not options["key"]:
                 raise CommandError("--ssh needs --known-hosts and --key")
             user, host, port = parse_ssh_target(options["ssh"])
@@ -67,11 +80,12 @@ class Command(BaseCommand):
                 host, user=user, port=port, key_file=options["key"],
                 known_hosts=options["known_hosts"], env=env,
             )  # fmt: skip
+            adapter = SlurmAdapter(transport)
         else:
-            transport = LocalTransport(env=env)
+            adapter = SlurmAdapter(LocalTransport(env=env))
         controller = AdvisorController(
             AdvisorClient(options["url"], token),
-            SlurmAdapter(transport),
+            adapter,
             partitions=[p for p in options["partitions"].split(",") if p],
             lease_seconds=options["lease_seconds"],
         )
@@ -87,3 +101,14 @@ class Command(BaseCommand):
             if options["once"]:
                 return
             time.sleep(options["interval"])
+
+    def _simulation(self, name: str, wait_seconds: float = 60.0) -> SimulationStore:
+        """The running simulation of ``name``, waiting a while for it to start."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                return SimulationStore.published(settings.REDIS_URL, name)
+            except SchedulerError as exc:
+                if time.monotonic() > deadline:
+                    raise CommandError(str(exc)) from None
+            time.sleep(1.0)

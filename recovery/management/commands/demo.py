@@ -3,11 +3,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from recovery.choices import ClusterMode
+from recovery.live_demo import DEMO_FAULTS_PER_JOB_HOUR, DEMO_SPEEDUP, LIVE_CLUSTERS
 from workload_recovery import stack
 
 
@@ -35,14 +38,25 @@ class Command(BaseCommand):
                 helpers.append(redis_process)
                 self.stdout.write(f"Started a private Redis at {redis_url}")
             env["REDIS_URL"] = redis_url
+            url = f"http://{host}:{port}/"
             manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-            for step in (["migrate", "--no-input"], ["create_demo_users"], ["seed_demo"]):
+            steps = (
+                ["migrate", "--no-input"],
+                ["create_demo_users"],
+                ["seed_demo"],
+                ["prepare_live_demo"],
+            )
+            for step in steps:
                 result = subprocess.run([*manage, *step], env=env, check=False)
                 if result.returncode != 0:
                     raise CommandError(f"'manage.py {' '.join(step)}' failed")
-            url = f"http://{host}:{port}/"
+            # Polls often enough that the simulated failures are seen within seconds.
+            env.setdefault("WR_POLL_SECONDS", "2")
+            processes = stack.role_processes(host, port) + live_demo_processes(
+                url, settings.VAR_DIR
+            )
             code = stack.supervise(
-                stack.role_processes(host, port),
+                processes,
                 env,
                 on_started=lambda: self.stdout.write(
                     self.style.SUCCESS(
@@ -55,3 +69,25 @@ class Command(BaseCommand):
             stack.stop_all(helpers)
         if code:
             raise CommandError(f"a process exited with code {code}")
+
+
+def live_demo_processes(url: str, var_dir: Path) -> list[stack.Process]:
+    """One simulation per live cluster, and a controller for the one in action mode."""
+    manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+    processes = []
+    for live in LIVE_CLUSTERS:
+        simulate = [
+            *manage, "simulate", "--cluster", live.name, "--mode", live.mode,
+            "--nodes", str(live.nodes), "--jobs", str(live.jobs), "--seed", str(live.seed),
+            "--speedup", f"{DEMO_SPEEDUP:g}",
+            "--faults-per-job-hour", f"{DEMO_FAULTS_PER_JOB_HOUR:g}", "--reset",
+        ]  # fmt: skip
+        processes.append(stack.Process(f"sim-{live.name}", simulate))
+        if live.mode == ClusterMode.ACTION:
+            token_file = var_dir / "demo" / f"{live.name}.token"
+            controller = [
+                *manage, "advisor_controller", "--cluster", live.name, "--simulated",
+                "--url", url.rstrip("/"), "--token-file", str(token_file), "--interval", "1",
+            ]  # fmt: skip
+            processes.append(stack.Process(f"controller-{live.name}", controller))
+    return processes
