@@ -7,8 +7,8 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
-from recovery.choices import Connection
 from recovery.models import Cluster
+from recovery.polling import is_polled
 from recovery.polling import poll_cluster as poll
 from recovery.schedulers.base import SchedulerError
 
@@ -45,7 +45,7 @@ def poll_cluster(cluster_id: int) -> dict[str, int]:
 @shared_task(name="tasks.polling.poll_all_clusters")
 def poll_all_clusters() -> int:
     """Queue one poll per scheduler-backed cluster, each expiring before the next round."""
-    clusters = Cluster.objects.exclude(connection=Connection.SIMULATED).values_list("pk", flat=True)
+    clusters = [cluster.pk for cluster in Cluster.objects.all() if is_polled(cluster)]
     for cluster_id in clusters:
         poll_cluster.apply_async((cluster_id,), expires=settings.POLL_SECONDS * 0.9)
     return len(clusters)
