@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -49,6 +51,17 @@ def wait_for_http(url: str, process: subprocess.Popen[bytes], seconds: float) ->
     raise AssertionError(f"{url} did not answer within {seconds} s")
 
 
+def live_recommendations(database: Path) -> set[tuple[str, str]]:
+    """(cluster, status) pairs of the recommendations on the demo's live clusters."""
+    with contextlib.closing(sqlite3.connect(database, timeout=10)) as connection:
+        rows = connection.execute(
+            "SELECT DISTINCT c.name, r.status FROM recovery_recommendation r "
+            "JOIN recovery_workload w ON r.workload_id = w.id "
+            "JOIN recovery_cluster c ON w.cluster_id = c.id WHERE c.name LIKE 'live-%'"
+        ).fetchall()
+    return {(name, status) for name, status in rows}
+
+
 def test_the_demo_serves_the_seeded_fleet_and_stops_everything(tmp_path: Path) -> None:
     """
     GIVEN no Redis at REDIS_URL and an empty SQLite database
@@ -79,7 +92,8 @@ def test_the_demo_serves_the_seeded_fleet_and_stops_everything(tmp_path: Path) -
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{base}/accounts/login/", demo, seconds=120)
-        assert len(processes_with_marker(marker)) >= 4  # demo, web, worker, beat
+        # demo, web, worker, beat, two simulations and a controller
+        assert len(processes_with_marker(marker)) >= 7
 
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
@@ -103,6 +117,16 @@ def test_the_demo_serves_the_seeded_fleet_and_stops_everything(tmp_path: Path) -
         assert css.status == 200
         health = opener.open(f"{base}/api/v1/health/").read().decode()
         assert '"healthy":true' in health
+
+        # The live clusters: failures detected, recommended; restarted by itself in action
+        # mode, waiting for an operator in monitor mode.
+        wanted = {("live-action", "executed"), ("live-monitor", "awaiting_approval")}
+        deadline = time.monotonic() + 150
+        seen = live_recommendations(tmp_path / "demo.sqlite3")
+        while not wanted <= seen and time.monotonic() < deadline:
+            time.sleep(2)
+            seen = live_recommendations(tmp_path / "demo.sqlite3")
+        assert wanted <= seen, seen
     finally:
         demo.send_signal(signal.SIGINT)
         try:
