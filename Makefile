@@ -16,7 +16,7 @@ E2E_SLURM_DIR ?= var/slurm-e2e
 E2E_SLURM_CTLD_PORT ?= 17200
 E2E_SLURM_NODE_PORT ?= 17201
 
-.PHONY: install install-e2e demo test e2e lint format clean bench bench-detect slurm-up slurm-down
+.PHONY: install install-e2e demo test e2e lint format clean bench bench-detect bench-scale slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -53,10 +53,19 @@ e2e: install-e2e
 	exit $$status
 
 # Benchmarks print their figures next to a reference measured in the same run.
-bench: bench-detect
+bench: bench-detect bench-scale
 
 bench-detect: install
 	$(BIN)/python -m bench.detect
+
+# The whole stack (simulate, a Celery worker, MariaDB, Redis) against a simulated cluster, load
+# step by load step; a database and a Redis database of its own, emptied at each step.
+SCALE_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery_bench
+SCALE_REDIS_URL ?= redis://127.0.0.1:6379/3
+
+bench-scale: install
+	deploy/dev/ensure-services.sh
+	DATABASE_URL=$(SCALE_DATABASE_URL) REDIS_URL=$(SCALE_REDIS_URL) $(BIN)/python -m bench.scale
 
 lint: install
 	$(BIN)/ruff check .

@@ -326,7 +326,9 @@ def record_anomalies(
                     **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
                 },
                 "evidence_at": finding.at or now,
-                "detected_at": now,
+                # The moment it is recorded, not the poll's start: a long poll must not make
+                # detection look faster than it was.
+                "detected_at": timezone.now(),
             },
         )
         if not created:

@@ -34,7 +34,8 @@ from recovery.schedulers.base import JobInfo
 TELLING_END_STATES = frozenset(
     {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "PREEMPTED"}
 )
-MAX_SAMPLES = 5000
+MAX_SAMPLES = 2000
+SAMPLE_LOOK_BACK_SECONDS = 1800.0
 
 
 def hang_policy(policy: Policy) -> HangPolicy:
@@ -145,8 +146,18 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     if attempt is None or attempt.started_at is None:
         return []
     policy = policy_for(workload)
+    # The longest look back any check needs: the straggler window and its baseline, the hang
+    # allowance (its floor, or many median steps of a slow job).
+    window = straggler_policy(policy)
+    look_back = max(
+        window.window_seconds + window.baseline_seconds,
+        4 * hang_policy(policy).floor_seconds,
+        SAMPLE_LOOK_BACK_SECONDS,
+    )
     samples = list(
-        ProgressSample.objects.filter(workload=workload).order_by("-at", "-id")[:MAX_SAMPLES]
+        ProgressSample.objects.filter(
+            workload=workload, at__gte=now - timedelta(seconds=look_back)
+        ).order_by("-at", "-id")[:MAX_SAMPLES]
     )
     samples.reverse()
     created: list[Anomaly] = []
@@ -163,8 +174,7 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     if hang is not None:
         created += record_anomalies(workload, attempt, [_hang_evidence_time(hang)], now)
     current = [s for s in samples if s.attempt == attempt.number and s.throughput]
-    window = straggler_policy(policy).window_seconds
-    if not current or current[0].at > now - timedelta(seconds=window):
+    if not current or current[0].at > now - timedelta(seconds=window.window_seconds):
         return created  # a slowdown is judged only once the attempt has run a whole window
     for finding in detect_stragglers(
         [

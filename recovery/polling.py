@@ -129,9 +129,7 @@ def poll_cluster(
     summary = PollSummary()
     nodes = adapter.list_nodes()
     jobs = adapter.list_jobs()
-    with transaction.atomic():
-        for node in nodes:
-            _sync_node(cluster, node)
+    _sync_nodes(cluster, nodes)
     summary.nodes_seen = len(nodes)
     seen: list[int] = []
     endings: list[tuple[int, int, JobInfo]] = []
@@ -238,13 +236,33 @@ def _forget_vanished(cluster: Cluster, listed: set[str]) -> int:
     return changed
 
 
-def _sync_node(cluster: Cluster, node: NodeInfo) -> None:
-    state = "+".join([node.state, *node.flags]) if node.flags else node.state
-    Node.objects.update_or_create(
-        cluster=cluster,
-        name=node.name,
-        defaults={"scheduler_state": state[:64], "state_reason": node.reason[:255]},
-    )
+def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
+    """Store the nodes' scheduler states; only new nodes and changed states are written."""
+    stored = {
+        name: (state, reason)
+        for name, state, reason in Node.objects.filter(cluster=cluster).values_list(
+            "name", "scheduler_state", "state_reason"
+        )
+    }
+    new: list[Node] = []
+    changed: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        state = "+".join([node.state, *node.flags]) if node.flags else node.state
+        wanted = (state[:64], node.reason[:255])
+        if node.name not in stored:
+            new.append(
+                Node(cluster=cluster, name=node.name, scheduler_state=wanted[0],
+                     state_reason=wanted[1])
+            )  # fmt: skip
+        elif stored[node.name] != wanted:
+            changed.setdefault(wanted, []).append(node.name)
+    with transaction.atomic():
+        # Another worker may have added the same node a moment ago: it is the same row.
+        Node.objects.bulk_create(new, ignore_conflicts=True)
+        for (state, reason), names in changed.items():
+            Node.objects.filter(cluster=cluster, name__in=names).update(
+                scheduler_state=state, state_reason=reason, updated_at=timezone.now()
+            )
 
 
 def _sync_job(
