@@ -790,7 +790,7 @@ class Bench:
         targets = [
             (SimulatedAdapter, "list_nodes", "list_nodes (simulated store)"),
             (SimulatedAdapter, "list_jobs", "list_jobs (simulated store)"),
-            (polling, "_sync_node", "sync nodes"),
+            (polling, "_sync_nodes", "sync nodes"),
             (polling, "_sync_job", "sync jobs"),
             (polling, "ingest_node_kernel_logs", "node kernel logs"),
             (polling, "ingest_workload_logs", "ingest job logs"),
