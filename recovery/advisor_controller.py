@@ -196,8 +196,17 @@ class AdvisorController:
             self.sleep(self.poll_seconds)
 
     def _stop(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
+        if job.state == "COMPLETING":
+            # The failed attempt is still winding down; Slurm refuses updates until it ends.
+            job = self._wait(job.job_id, lambda j: j.state != "COMPLETING")
         if job.requeue_allowed and job.state not in FINISHED_STATES:
-            self._act(outcome, self.adapter.disable_requeue(job.job_id))
+            try:
+                self._act(outcome, self.adapter.disable_requeue(job.job_id))
+            except SchedulerError:
+                current = self.adapter.get_job(job.job_id)
+                if current is None or current.state not in FINISHED_STATES:
+                    raise
+                job = current  # it ended meanwhile: nothing left that could restart it
         if job.state not in FINISHED_STATES:
             self._act(outcome, self.adapter.cancel(job.job_id))
             job = self._wait(job.job_id, lambda j: j.state in FINISHED_STATES)
