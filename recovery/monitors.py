@@ -64,15 +64,10 @@ def check_job_ending(
 ) -> list[Anomaly]:
     """Record what the scheduler says about an attempt that ended abnormally."""
     # Implicate only the nodes the scheduler took out, not a whole allocation that ended.
-    out = set(
-        Node.objects.filter(cluster=workload.cluster, name__in=attempt.nodes)
-        .filter(health=NodeHealth.UNHEALTHY)
-        .values_list("name", flat=True)
-    )
-    out |= {
+    out = {
         node.name
         for node in Node.objects.filter(cluster=workload.cluster, name__in=attempt.nodes)
-        if out_of_service(node.scheduler_state)
+        if node.health == NodeHealth.UNHEALTHY or out_of_service(node.scheduler_state)
     }
     finding = finding_from_scheduler_state(
         job.state,

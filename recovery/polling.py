@@ -380,6 +380,8 @@ def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
         Attempt.objects.filter(workload=attempt.workload_id, number=attempt.number - 1)
         .values_list("started_at", flat=True)
         .first()
+        if attempt.number > 1 and attempt.started_at is None
+        else None
     )
     started_anew = job.start_time is not None and (
         previous_start is None or job.start_time > previous_start

@@ -30,6 +30,7 @@ from recovery.audit import record_event
 from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
 from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
+from recovery.polling import adapter_for, is_polled
 from recovery.schedulers.base import SchedulerAdapter, SchedulerError
 
 logger = logging.getLogger(__name__)
@@ -57,8 +58,6 @@ def run_watchdog(
     now = now or timezone.now()
     summary = WatchdogSummary()
     summary.expired = expire_stale_recommendations(now)
-    from recovery.polling import is_polled
-
     for cluster in Cluster.objects.all():
         if not is_polled(cluster):
             continue
@@ -70,7 +69,7 @@ def run_watchdog(
         if not held:
             continue
         try:
-            adapter = (adapters or {}).get(cluster.pk) or _adapter_for(cluster)
+            adapter = (adapters or {}).get(cluster.pk) or adapter_for(cluster)
         except SchedulerError as exc:
             summary.errors.append(f"{cluster.name}: {exc}")
             continue
@@ -81,12 +80,6 @@ def run_watchdog(
                 logger.warning("watchdog could not release %s: %s", workload, exc)
                 summary.errors.append(f"{workload}: {exc}")
     return summary
-
-
-def _adapter_for(cluster: Cluster) -> SchedulerAdapter:
-    from recovery.polling import adapter_for
-
-    return adapter_for(cluster)
 
 
 def expire_stale_recommendations(now: datetime) -> int:
