@@ -1,24 +1,34 @@
 from django.urls import path
 
-from console import views
+from console.views import approvals, audit, clusters, fleet, insights, nodes, workloads
 
 app_name = "console"
 
 urlpatterns = [
-    path("", views.fleet, name="fleet"),
-    path("workloads/<int:workload_id>/", views.workload_detail, name="workload"),
-    path("approvals/", views.approvals, name="approvals"),
-    path("nodes/", views.nodes, name="nodes"),
+    path("", fleet.fleet, name="fleet"),
+    path("workloads/<int:workload_id>/", workloads.workload_detail, name="workload"),
+    path(
+        "workloads/<int:workload_id>/timeline.json",
+        workloads.workload_timeline,
+        name="workload_timeline",
+    ),
+    path("approvals/", approvals.approvals, name="approvals"),
     path(
         "recommendations/<int:recommendation_id>/approve/",
-        views.decide,
+        approvals.decide,
         {"decision": "approve"},
         name="approve",
     ),
     path(
         "recommendations/<int:recommendation_id>/reject/",
-        views.decide,
+        approvals.decide,
         {"decision": "reject"},
         name="reject",
     ),
+    path("nodes/", nodes.nodes, name="nodes"),
+    path("insights/", insights.insights, name="insights"),
+    path("audit/", audit.audit_trail, name="audit"),
+    path("audit/export.csv", audit.audit_csv, name="audit_csv"),
+    path("audit/<int:event_id>/", audit.audit_event, name="audit_event"),
+    path("clusters/", clusters.clusters, name="clusters"),
 ]

@@ -65,6 +65,7 @@ class AuditEvent(models.Model):
             models.Index(fields=["cluster", "occurred_at"]),
             models.Index(fields=["workload", "occurred_at"]),
             models.Index(fields=["kind", "occurred_at"]),
+            models.Index(fields=["actor", "occurred_at"]),
         ]
 
     def __str__(self) -> str:

@@ -43,6 +43,10 @@ class Cluster(models.Model):
         max_length=63, blank=True, help_text="Label such as prod or staging, used by policies."
     )
     last_polled_at = models.DateTimeField(null=True, blank=True)
+    last_poll_error = models.CharField(
+        max_length=500, blank=True, help_text="Why the last poll failed; empty once one succeeds."
+    )
+    last_poll_error_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -206,6 +206,7 @@
   }
 
   function applyFresh(doc) {
+    var changed = [];
     refreshTargets().forEach(function (el) {
       var fresh = doc.getElementById(el.id);
       if (!fresh) return;
@@ -216,7 +217,12 @@
       lastHtml[el.id] = html;
       restoreState(el, state);
       highlightEvidence(el);
+      changed.push(el.id);
     });
+    // Charts and other widgets redraw from the regions' fresh data (charts.js).
+    if (changed.length) {
+      document.dispatchEvent(new CustomEvent('console:refreshed', { detail: { regions: changed } }));
+    }
   }
 
   /* ---------- start ---------- */

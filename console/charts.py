@@ -1,0 +1,64 @@
+"""Plotly figures for the Console, as plain JSON-ready dicts.
+
+Figures are built on the server with plotly's own graph objects and drawn in the browser by
+``static/console/charts.js`` with the plotly.js that ships in the same package. Colours of the
+page (text, grid, background) are applied in the browser, where the theme is known; data colours
+are fixed here so a category has the same colour on every chart.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+# One colour per failure category and attribution, readable on dark and light backgrounds.
+CATEGORY_COLOURS: dict[str, str] = {
+    "gpu_hardware": "#d6453d",
+    "interconnect": "#e07b39",
+    "nccl_timeout": "#d9a21b",
+    "nccl_error": "#c98a1e",
+    "cuda_error_app": "#c24f8a",
+    "gpu_oom": "#8e63ce",
+    "host_oom": "#a35ec0",
+    "app_exception": "#3f9b6e",
+    "storage_io": "#4d8fd6",
+    "scheduler_event": "#8a8f99",
+    "segfault": "#b8452e",
+    "nan_divergence": "#2e9ab3",
+    "healthy": "#5fae5a",
+}
+ATTRIBUTION_COLOURS: dict[str, str] = {
+    "hardware": "#d6453d",
+    "system_software": "#d9a21b",
+    "application": "#3f9b6e",
+    "unknown": "#9aa3ad",
+}
+FALLBACK_COLOUR = "#9aa3ad"
+
+
+def colour_for_category(category: str | None) -> str:
+    return CATEGORY_COLOURS.get(category or "", FALLBACK_COLOUR)
+
+
+def colour_for_attribution(attribution: str | None) -> str:
+    return ATTRIBUTION_COLOURS.get(attribution or "unknown", FALLBACK_COLOUR)
+
+
+def base_layout(**overrides: Any) -> dict[str, Any]:
+    """Layout shared by every Console chart: compact margins, legend on top, hover by x."""
+    layout: dict[str, Any] = {
+        "margin": {"l": 56, "r": 16, "t": 24, "b": 40},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "hovermode": "closest",
+        "height": 320,
+    }
+    layout.update(overrides)
+    return layout
+
+
+def figure_payload(figure: go.Figure) -> dict[str, Any]:
+    """The figure as data for ``json_script``: plotly's own encoding, then plain JSON types."""
+    return json.loads(pio.to_json(figure, validate=True, remove_uids=True))

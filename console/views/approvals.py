@@ -1,0 +1,50 @@
+"""The approval queue and the operator's decision."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from console.forms import DecisionForm
+from recovery import recommendations
+from recovery.models import Recommendation
+from recovery.queries import pending_approvals
+from recovery.roles import actor_name, can_decide
+
+
+@login_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "console/approvals.html",
+        {"pending": pending_approvals(), "decision_form": DecisionForm()},
+    )
+
+
+@require_POST
+def decide(request: HttpRequest, recommendation_id: int, decision: str) -> HttpResponse:
+    if not request.user.is_authenticated:
+        # After logging in, land on the queue: the decision URL itself only takes POST.
+        return redirect_to_login(reverse("console:approvals"))
+    if not can_decide(request.user):
+        raise PermissionDenied("Only operators may approve or reject recommendations.")
+    get_object_or_404(Recommendation, pk=recommendation_id)
+    form = DecisionForm(request.POST)
+    note = form.cleaned_data["note"] if form.is_valid() else ""
+    decide_with = recommendations.approve if decision == "approve" else recommendations.reject
+    outcome = decide_with(recommendation_id, operator=actor_name(request.user), note=note)
+    level = messages.SUCCESS if outcome.changed else messages.INFO
+    messages.add_message(request, level, f"Recommendation {recommendation_id}: {outcome.message}")
+    next_url = request.POST.get("next", "")
+    if next_url and url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(next_url)
+    return redirect("console:approvals")
