@@ -16,7 +16,7 @@ E2E_SLURM_DIR ?= var/slurm-e2e
 E2E_SLURM_CTLD_PORT ?= 17200
 E2E_SLURM_NODE_PORT ?= 17201
 
-.PHONY: install install-e2e demo test e2e lint format clean bench bench-detect bench-scale slurm-up slurm-down
+.PHONY: install install-e2e install-browser demo test e2e lint format clean bench bench-detect bench-scale bench-console slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -33,10 +33,14 @@ $(E2E_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,e2e]'
 	touch $(E2E_STAMP)
 
+# Debian's Chromium for the Console's browser tests (Playwright drives it; it never downloads one).
+install-browser: install
+	deploy/dev/browser-packages.sh
+
 demo: install
 	$(BIN)/python manage.py demo
 
-test: install install-e2e
+test: install install-e2e install-browser
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
 
@@ -53,7 +57,7 @@ e2e: install-e2e
 	exit $$status
 
 # Benchmarks print their figures next to a reference measured in the same run.
-bench: bench-detect bench-scale
+bench: bench-detect bench-scale bench-console
 
 bench-detect: install
 	$(BIN)/python -m bench.detect
@@ -66,6 +70,15 @@ SCALE_REDIS_URL ?= redis://127.0.0.1:6379/3
 bench-scale: install
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(SCALE_DATABASE_URL) REDIS_URL=$(SCALE_REDIS_URL) $(BIN)/python -m bench.scale
+
+# The Console at fleet scale: 10,000 workloads and 1,000,000 audit events in a MariaDB database
+# of its own (seeded once, kept), served by daphne; page server times and live push latency.
+CONSOLE_BENCH_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery_bench_console
+CONSOLE_BENCH_REDIS_URL ?= redis://127.0.0.1:6379/4
+
+bench-console: install install-browser
+	deploy/dev/ensure-services.sh
+	DATABASE_URL=$(CONSOLE_BENCH_DATABASE_URL) REDIS_URL=$(CONSOLE_BENCH_REDIS_URL) $(BIN)/python -m bench.console
 
 lint: install
 	$(BIN)/ruff check .

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings as django_settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from recovery.audit import record_event
@@ -124,7 +125,59 @@ def poll_cluster(
     now: datetime | None = None,
     ingest_logs: bool = True,
 ) -> PollSummary:
+    """Sync the cluster once; a failed poll is recorded on the cluster, then raised as before.
+
+    The Console reads ``last_poll_error`` to say the scheduler cannot be reached; the caller
+    still decides what a failure means (the task logs a SchedulerError, anything else raises).
+    """
     now = now or timezone.now()
+    try:
+        summary = _poll(cluster, adapter, now=now, ingest_logs=ingest_logs)
+    except Exception as exc:
+        _record_poll_failure(cluster, exc, now)
+        raise
+    _record_poll_success(cluster, now)
+    return summary
+
+
+POLL_ERROR_LENGTH = 500
+
+
+def poll_failure_reason(exc: BaseException) -> str:
+    """One line naming why the poll failed, short enough for ``Cluster.last_poll_error``."""
+    text = " ".join(str(exc).split())
+    # A SchedulerError's message already says what failed; anything else is a surprise, so
+    # its type is the most useful word.
+    if not isinstance(exc, SchedulerError) or not text:
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if len(text) > POLL_ERROR_LENGTH:
+        text = text[: POLL_ERROR_LENGTH - 1] + "…"
+    return text
+
+
+def _record_poll_failure(cluster: Cluster, exc: BaseException, now: datetime) -> None:
+    # Conditional: a poll that started earlier but failed late must not mark a cluster that a
+    # newer poll has already read successfully.
+    try:
+        Cluster.objects.filter(pk=cluster.pk).filter(
+            Q(last_polled_at__isnull=True) | Q(last_polled_at__lte=now)
+        ).update(last_poll_error=poll_failure_reason(exc), last_poll_error_at=now)
+    except DatabaseError:
+        # The poll's own exception matters more than the note about it: let that one raise.
+        logger.exception("could not record the failed poll of %s", cluster.name)
+
+
+def _record_poll_success(cluster: Cluster, now: datetime) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
+    # Only an error older than this poll is cleared: a failure seen since still stands.
+    Cluster.objects.filter(pk=cluster.pk).exclude(last_poll_error_at__gt=now).update(
+        last_poll_error="", last_poll_error_at=None
+    )
+
+
+def _poll(
+    cluster: Cluster, adapter: SchedulerAdapter | None, *, now: datetime, ingest_logs: bool
+) -> PollSummary:
     adapter = adapter or adapter_for(cluster)
     summary = PollSummary()
     nodes = adapter.list_nodes()
@@ -170,7 +223,6 @@ def poll_cluster(
             summary.anomalies_new += read.anomalies_new
     summary.anomalies_new += _run_monitors(cluster, endings, now)
     summary.decisions = decide_pending(cluster, now)
-    Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
     return summary
 
 

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from dataclasses import dataclass
+
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from recovery.choices import RecommendationStatus
 from recovery.models import Anomaly, AuditEvent, Recommendation, Workload
+
+# Sort keys the fleet offers, as the reader sees them → the fields they order by.
+FLEET_SORTS: dict[str, tuple[str, ...]] = {
+    "submitted": ("submit_time", "id"),
+    "job": ("job_id", "id"),
+    "name": ("name", "id"),
+    "cluster": ("cluster__name", "submit_time", "id"),
+    "user": ("user", "submit_time", "id"),
+    "state": ("state", "submit_time", "id"),
+    "attempt": ("current_attempt", "submit_time", "id"),
+    "progress": ("last_progress_at", "id"),
+    "checkpoint": ("last_checkpoint_step", "id"),
+}
+DEFAULT_FLEET_SORT = "-submitted"
+ANY_ANOMALY = "any"
+NO_ANOMALY = "none"
+
+
+def fleet_ordering(sort: str) -> list[str]:
+    """ORDER BY fields for a sort key such as ``"-progress"``; unknown keys sort newest first."""
+    descending = sort.startswith("-")
+    fields = FLEET_SORTS.get(sort.removeprefix("-"))
+    if fields is None:
+        return ["-submit_time", "-id"]
+    return [f"-{field}" if descending else field for field in fields]
 
 
 def fleet_workloads(
@@ -13,8 +40,15 @@ def fleet_workloads(
     cluster: str = "",
     state: str = "",
     search: str = "",
+    user: str = "",
+    anomaly: str = "",
+    sort: str = DEFAULT_FLEET_SORT,
 ) -> QuerySet[Workload]:
-    """Monitored workloads with their latest anomaly and pending recommendation, one query."""
+    """Monitored workloads with their latest anomaly and pending recommendation, one query.
+
+    ``anomaly`` keeps workloads that had an anomaly of that category (``"any"``: any anomaly,
+    ``"none"``: none at all).
+    """
     latest_anomaly = Anomaly.objects.filter(workload=OuterRef("pk")).order_by("-detected_at", "-id")
     pending = Recommendation.objects.filter(
         workload=OuterRef("pk"), status=RecommendationStatus.AWAITING_APPROVAL
@@ -27,25 +61,59 @@ def fleet_workloads(
             pending_action=Subquery(pending.values("action")[:1]),
             pending_recommendation_id=Subquery(pending.values("pk")[:1]),
         )
-        .order_by("-submit_time", "-id")
+        .order_by(*fleet_ordering(sort))
     )
     if cluster:
         workloads = workloads.filter(cluster__name=cluster)
     if state:
         workloads = workloads.filter(state=state)
+    if user:
+        workloads = workloads.filter(user=user.strip())
+    if anomaly:
+        any_anomaly = Anomaly.objects.filter(workload=OuterRef("pk"))
+        if anomaly == NO_ANOMALY:
+            workloads = workloads.filter(~Exists(any_anomaly))
+        elif anomaly == ANY_ANOMALY:
+            workloads = workloads.filter(Exists(any_anomaly))
+        else:
+            workloads = workloads.filter(Exists(any_anomaly.filter(category=anomaly)))
     if search:
         term = search.strip()
-        workloads = workloads.filter(job_id=term) | workloads.filter(name__icontains=term)
+        workloads = workloads.filter(Q(job_id=term) | Q(name__icontains=term))
     return workloads
 
 
-def pending_approvals() -> QuerySet[Recommendation]:
-    return (
+def pending_approvals(*, cluster: str = "") -> QuerySet[Recommendation]:
+    """Recommendations awaiting an operator, oldest first; of one cluster when named."""
+    pending = (
         Recommendation.objects.filter(status=RecommendationStatus.AWAITING_APPROVAL)
         .select_related("workload__cluster", "anomaly")
         .order_by("created_at", "id")
     )
+    if cluster:
+        pending = pending.filter(workload__cluster__name=cluster)
+    return pending
 
 
-def workload_trail(workload: Workload) -> QuerySet[AuditEvent]:
-    return AuditEvent.objects.filter(workload=workload).order_by("occurred_at", "id")
+WORKLOAD_TRAIL_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class WorkloadTrail:
+    """The newest events of a workload, newest first, and whether older ones exist."""
+
+    events: list[AuditEvent]
+    limit: int
+    has_older: bool
+
+
+def workload_trail(workload: Workload, *, limit: int = WORKLOAD_TRAIL_LIMIT) -> WorkloadTrail:
+    """The workload's newest ``limit`` audit events, in one query on (workload, occurred_at).
+
+    A workload may have thousands of events; the rest are on the audit page, filtered by
+    workload. One more row than shown is read to know whether there are older ones.
+    """
+    newest = list(
+        AuditEvent.objects.filter(workload=workload).order_by("-occurred_at", "-id")[: limit + 1]
+    )
+    return WorkloadTrail(events=newest[:limit], limit=limit, has_older=len(newest) > limit)

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -14,17 +15,33 @@ from django.views.decorators.http import require_POST
 
 from console.forms import DecisionForm
 from recovery import recommendations
-from recovery.models import Recommendation
+from recovery.models import Cluster, Recommendation
 from recovery.queries import pending_approvals
 from recovery.roles import actor_name, can_decide
+
+APPROVALS_PAGE_SIZE = 50
 
 
 @login_required
 def approvals(request: HttpRequest) -> HttpResponse:
+    cluster = request.GET.get("cluster", "").strip()
+    ignored = ""
+    if cluster and not Cluster.objects.filter(name=cluster).exists():
+        ignored = f"No cluster is called “{cluster}”: showing every cluster."
+        cluster = ""
+    queue = pending_approvals(cluster=cluster)
+    page = Paginator(queue, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
         "console/approvals.html",
-        {"pending": pending_approvals(), "decision_form": DecisionForm()},
+        {
+            "pending": page,
+            "page": page,
+            "cluster": cluster,
+            "clusters": Cluster.objects.values_list("name", flat=True),
+            "ignored": ignored,
+            "decision_form": DecisionForm(),
+        },
     )
 
 

@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from recovery.cluster_status import CONTROLLER_SEEN_WITHIN, STALE_AFTER_POLLS, cluster_statuses
+
+VIEW_CLUSTERS_PERMISSION = "recovery.view_cluster"
 
 
 @login_required
 def clusters(request: HttpRequest) -> HttpResponse:
-    raise NotImplementedError
+    """Every cluster: what it may do on its own, what runs degraded, and what waits."""
+    if not request.user.has_perm(VIEW_CLUSTERS_PERMISSION):
+        raise PermissionDenied("Viewing clusters needs a Console role (viewer or above).")
+    now = timezone.now()
+    return render(
+        request,
+        "console/clusters.html",
+        {
+            "statuses": cluster_statuses(now),
+            "now": now,
+            # Admin pages are for staff; everyone else would only meet a login wall there.
+            "show_admin_links": request.user.is_staff,
+            "stale_after_polls": STALE_AFTER_POLLS,
+            "controller_seen_minutes": int(CONTROLLER_SEEN_WITHIN.total_seconds() // 60),
+        },
+    )

@@ -10,28 +10,42 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from recovery.choices import WorkloadState
-from recovery.goodput import (
-    ClusterGoodput,
-    cluster_goodput,
-    workload_goodput,
-)
+from recovery.choices import FailureCategory, WorkloadState
+from recovery.goodput import ClusterGoodput, cluster_goodput, workload_goodput
 from recovery.models import Cluster
-from recovery.queries import fleet_workloads
+from recovery.queries import (
+    ANY_ANOMALY,
+    DEFAULT_FLEET_SORT,
+    FLEET_SORTS,
+    NO_ANOMALY,
+    fleet_workloads,
+)
 
 FLEET_PAGE_SIZE = 50
 # A cluster's figures read every event of the cluster; the fleet page is fetched again on each
 # live update, so they are computed at most once a minute.
 CLUSTER_GOODPUT_SECONDS = 60
+ANOMALY_CHOICES = [
+    (ANY_ANOMALY, "Any anomaly"),
+    (NO_ANOMALY, "No anomaly"),
+    *FailureCategory.choices,
+]
+# Columns the reader can sort by, in table order; the others are computed per row.
+SORTABLE_COLUMNS = {
+    "job": "Job",
+    "name": "Name",
+    "cluster": "Cluster",
+    "user": "User",
+    "state": "State",
+    "attempt": "Attempt",
+    "progress": "Last progress",
+    "checkpoint": "Checkpoint",
+}
 
 
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
-    filters = {
-        "cluster": request.GET.get("cluster", ""),
-        "state": request.GET.get("state", ""),
-        "search": request.GET.get("q", ""),
-    }
+    filters, ignored = _fleet_filters(request)
     page = Paginator(fleet_workloads(**filters), FLEET_PAGE_SIZE).get_page(request.GET.get("page"))
     for workload in page:
         workload.ettr = workload_goodput(workload).ettr
@@ -44,11 +58,54 @@ def fleet(request: HttpRequest) -> HttpResponse:
         {
             "page": page,
             "filters": filters,
+            "filtered": any(value for key, value in filters.items() if key != "sort"),
+            "ignored": ignored,
             "clusters": Cluster.objects.values_list("name", flat=True),
             "states": WorkloadState.choices,
+            "anomalies": ANOMALY_CHOICES,
+            "columns": _sort_links(filters["sort"]),
             "cluster_goodput": _cluster_figures(clusters),
         },
     )
+
+
+def _fleet_filters(request: HttpRequest) -> tuple[dict[str, str], list[str]]:
+    """The fleet's filters from the query string, and why any value was ignored."""
+    ignored: list[str] = []
+    filters = {
+        "cluster": request.GET.get("cluster", "").strip(),
+        "state": request.GET.get("state", "").strip(),
+        "search": request.GET.get("q", "").strip()[:200],
+        "user": request.GET.get("user", "").strip()[:64],
+        "anomaly": request.GET.get("anomaly", "").strip(),
+        "sort": request.GET.get("sort", DEFAULT_FLEET_SORT).strip() or DEFAULT_FLEET_SORT,
+    }
+    if filters["state"] and filters["state"] not in WorkloadState.values:
+        ignored.append(f"Unknown state “{filters['state']}”: showing every state.")
+        filters["state"] = ""
+    if filters["anomaly"] and filters["anomaly"] not in dict(ANOMALY_CHOICES):
+        ignored.append(f"Unknown anomaly category “{filters['anomaly']}”: not filtering on it.")
+        filters["anomaly"] = ""
+    if filters["sort"].removeprefix("-") not in FLEET_SORTS:
+        ignored.append(f"Cannot sort by “{filters['sort']}”: newest first instead.")
+        filters["sort"] = DEFAULT_FLEET_SORT
+    return filters, ignored
+
+
+def _sort_links(current: str) -> dict[str, dict[str, str]]:
+    """Per sortable column: the sort key a click asks for and the aria-sort state now."""
+    columns = {}
+    for key, label in SORTABLE_COLUMNS.items():
+        if current == key:
+            state, next_sort = "ascending", f"-{key}"
+        elif current == f"-{key}":
+            state, next_sort = "descending", key
+        else:
+            # Times and counts are most useful largest first; names alphabetically.
+            descending_first = key in {"progress", "attempt", "checkpoint"}
+            state, next_sort = "none", f"-{key}" if descending_first else key
+        columns[key] = {"label": label, "aria_sort": state, "next": next_sort}
+    return columns
 
 
 def _cluster_figures(clusters: Iterable[Cluster]) -> list[tuple[Cluster, ClusterGoodput]]:

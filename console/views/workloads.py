@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
+from console.charts import figure_payload
 from console.forms import DecisionForm
 from recovery.goodput import (
     Distribution,
@@ -17,35 +22,78 @@ from recovery.goodput import (
 )
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.queries import workload_trail
+from recovery.timeline import workload_timeline as workload_timeline_figure
+
+PAGE_ANOMALIES = 50
+PAGE_RECOMMENDATIONS = 50
 
 
 @login_required
 def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
     workload = get_object_or_404(Workload.objects.select_related("cluster"), pk=workload_id)
+    now = timezone.now()
     attempts = list(workload.attempts.all())
+    goodput = workload_goodput(workload, now=now)
+    flags = _node_flags(workload.cluster, attempts, now)
+    anomalies = list(
+        workload.anomalies.select_related("attempt")
+        .prefetch_related("verdicts")
+        .order_by("-detected_at", "-id")[: PAGE_ANOMALIES + 1]
+    )
+    recommendations = list(
+        workload.recommendations.order_by("-created_at", "-id")[: PAGE_RECOMMENDATIONS + 1]
+    )
+    timeline = workload_timeline_figure(workload, now=now, failures=goodput.failures)
     return render(
         request,
         "console/workload.html",
         {
             "workload": workload,
             "attempts": attempts,
-            "suspect_nodes": _suspects_among(workload.cluster, attempts),
-            "goodput": _goodput_panel(workload_goodput(workload)),
-            "anomalies": workload.anomalies.select_related("attempt").prefetch_related("verdicts"),
-            "recommendations": workload.recommendations.all(),
-            "events": workload_trail(workload),
+            "suspect_nodes": flags.suspect,
+            "excluded_nodes_until": flags.excluded_until,
+            "goodput": _goodput_panel(goodput),
+            "anomalies": anomalies[:PAGE_ANOMALIES],
+            "more_anomalies": len(anomalies) > PAGE_ANOMALIES,
+            "page_anomalies": PAGE_ANOMALIES,
+            "recommendations": recommendations[:PAGE_RECOMMENDATIONS],
+            "more_recommendations": len(recommendations) > PAGE_RECOMMENDATIONS,
+            "page_recommendations": PAGE_RECOMMENDATIONS,
+            "trail": workload_trail(workload),
+            "timeline": figure_payload(timeline),
             "decision_form": DecisionForm(),
         },
     )
 
 
-def _suspects_among(cluster: Cluster, attempts: Iterable[Attempt]) -> dict[str, str]:
-    """Suspect nodes among the attempts' nodes, with the reason each is suspect."""
+@dataclass(frozen=True)
+class NodeFlags:
+    """What recovery knows about an attempt's nodes: suspect (why), excluded (until when)."""
+
+    suspect: dict[str, str]
+    excluded_until: dict[str, datetime]
+
+
+def _node_flags(cluster: Cluster, attempts: Iterable[Attempt], now: datetime) -> NodeFlags:
+    """Suspect and currently excluded nodes among the attempts' nodes, in one query."""
     names = {name for attempt in attempts for name in attempt.nodes}
     if not names:
-        return {}
-    suspects = Node.objects.filter(cluster=cluster, name__in=names, suspect_since__isnull=False)
-    return {name: reason for name, reason in suspects.values_list("name", "suspect_reason")}
+        return NodeFlags({}, {})
+    flagged = (
+        Node.objects.filter(cluster=cluster, name__in=names)
+        .filter(Q(suspect_since__isnull=False) | Q(excluded_until__gt=now))
+        .order_by()  # the default order joins the cluster table for nothing
+    )
+    suspect: dict[str, str] = {}
+    excluded: dict[str, datetime] = {}
+    for name, suspect_since, reason, until in flagged.values_list(
+        "name", "suspect_since", "suspect_reason", "excluded_until"
+    ):
+        if suspect_since is not None:
+            suspect[name] = reason
+        if until is not None and until > now:
+            excluded[name] = until
+    return NodeFlags(suspect, excluded)
 
 
 def _goodput_panel(figure: WorkloadGoodput) -> dict[str, Any]:
@@ -63,5 +111,7 @@ def _goodput_panel(figure: WorkloadGoodput) -> dict[str, Any]:
 
 
 @login_required
-def workload_timeline(request: HttpRequest, workload_id: int) -> HttpResponse:
-    raise NotImplementedError
+def workload_timeline(request: HttpRequest, workload_id: int) -> JsonResponse:
+    """The workload page's timeline figure as JSON, for scripts and for redrawing it."""
+    workload = get_object_or_404(Workload.objects.select_related("cluster"), pk=workload_id)
+    return JsonResponse(figure_payload(workload_timeline_figure(workload)))

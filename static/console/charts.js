@@ -18,10 +18,23 @@
     return value && value.trim() ? value.trim() : fallback;
   }
 
+  // Theme colours are light-dark() pairs, which only an element's computed colour resolves.
+  var probe = null;
+  function cssColour(name, fallback) {
+    if (!probe) {
+      probe = document.createElement('span');
+      probe.style.display = 'none';
+      document.body.appendChild(probe);
+    }
+    probe.style.color = '';
+    probe.style.color = 'var(' + name + ', ' + fallback + ')';
+    return getComputedStyle(probe).color || fallback;
+  }
+
   function themed(layout) {
-    var fg = cssVar('--fg', '#1d2430');
-    var muted = cssVar('--muted', '#5b6675');
-    var grid = cssVar('--border', '#d8dde5');
+    var fg = cssColour('--text', '#1c2330');
+    var muted = cssColour('--text-muted', '#5a6474');
+    var grid = cssColour('--border', '#d9dde3');
     var out = Object.assign({}, layout);
     out.paper_bgcolor = 'rgba(0,0,0,0)';
     out.plot_bgcolor = 'rgba(0,0,0,0)';

@@ -160,3 +160,18 @@ def test_a_decision_does_not_redirect_off_site(operator: User) -> None:
 
 def test_deciding_an_unknown_recommendation_is_404(operator: User) -> None:
     assert logged_in(operator).post(reverse("console:approve", args=[999999])).status_code == 404
+
+
+def test_the_approval_queue_filters_by_cluster(viewer: User) -> None:
+    kept = RecommendationFactory(workload=WorkloadFactory(cluster__name="east", job_id="701"))
+    RecommendationFactory(workload=WorkloadFactory(cluster__name="west", job_id="702"))
+    body = logged_in(viewer).get(reverse("console:approvals"), {"cluster": "east"}).content.decode()
+    assert f'id="recommendation-{kept.pk}"' in body
+    assert ":702" not in body
+
+
+def test_an_unknown_cluster_in_the_queue_filter_is_ignored_with_the_reason(viewer: User) -> None:
+    RecommendationFactory(workload=WorkloadFactory(job_id="703"))
+    body = logged_in(viewer).get(reverse("console:approvals"), {"cluster": "nope"}).content.decode()
+    assert "No cluster is called" in body
+    assert ":703" in body

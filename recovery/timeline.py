@@ -1,0 +1,836 @@
+"""The workload timeline: attempts, anomalies, decisions and training progress on one time axis.
+
+The top panel has one row per attempt (a bar from start to end, or to now while it runs) with
+the attempt's anomalies on it, and one row for decisions and scheduler actions. The bottom panel
+shares the time axis and draws the training step over time, with checkpoints as diamonds and the
+cost of each failure shaded: the work lost since the last checkpoint, and the time from the
+failure until training progressed again.
+
+Every query is bounded and reads only the workload's own rows through indexed filters, so the
+figure stays small (a few thousand points at most) however long the workload's history is.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import plotly.graph_objects as go
+from django.db.models import F, Max, Window
+from django.db.models.functions import DenseRank, Mod, RowNumber
+from django.utils import timezone
+from plotly.subplots import make_subplots
+
+from console.charts import base_layout, colour_for_category
+from recovery.choices import (
+    AnomalyKind,
+    AttemptExitState,
+    AuditKind,
+    FailureCategory,
+    RecommendationAction,
+    RecommendationStatus,
+    WorkloadState,
+)
+from recovery.goodput import Failure, workload_goodput
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    ProgressSample,
+    Recommendation,
+    Workload,
+)
+from recovery.schedulers.nodelist import NodeListError, compress_nodelist
+
+TIMELINE_HEIGHT_PX = 480
+DECISIONS_ROW = "Decisions & actions"
+
+# Bounds: the figure must stay small however long the workload has been running.
+MAX_ATTEMPT_ROWS = 40
+MAX_ANOMALIES = 500
+MAX_RECOMMENDATIONS = 200
+MAX_DECISION_EVENTS = 500
+MAX_PROGRESS_EVENTS = 2000
+MAX_PROGRESS_POINTS = 2000
+
+EVIDENCE_HOVER_CHARS = 160
+REASON_HOVER_CHARS = 160
+BAR_TEXT_CHARS = 40
+BAR_TEXT_NODES = 3
+HOVER_LINE_CHARS = 80
+
+EXIT_STATE_COLOURS: dict[str, str] = {
+    AttemptExitState.RUNNING: "#4d8fd6",
+    AttemptExitState.COMPLETED: "#5fae5a",
+    AttemptExitState.FAILED: "#d6453d",
+    AttemptExitState.NODE_FAIL: "#b8452e",
+    AttemptExitState.TIMEOUT: "#d9a21b",
+    AttemptExitState.OUT_OF_MEMORY: "#a35ec0",
+    AttemptExitState.PREEMPTED: "#e07b39",
+    AttemptExitState.CANCELLED: "#8a8f99",
+    AttemptExitState.REQUEUED: "#2e9ab3",
+}
+ANOMALY_SYMBOLS: dict[str, str] = {
+    AnomalyKind.CRASH: "x",
+    AnomalyKind.HANG: "hourglass",
+    AnomalyKind.STRAGGLER: "triangle-down",
+}
+RECOMMENDATION_MARKER = ("star", "#8e63ce")
+# What operators, controllers and the watchdog did: (symbol, colour) per kind.
+DECISION_MARKERS: dict[str, tuple[str, str]] = {
+    AuditKind.APPROVED: ("circle", "#3f9b6e"),
+    AuditKind.REJECTED: ("circle-x", "#8a8f99"),
+    AuditKind.SCHEDULER_ACTION: ("triangle-right", "#1f5fbf"),
+    AuditKind.ACTION_SKIPPED: ("triangle-right-open", "#9aa3ad"),
+    AuditKind.ACTION_FAILED: ("x-thin-open", "#d6453d"),
+    AuditKind.WATCHDOG_RELEASED: ("square", "#d9a21b"),
+}
+PROGRESS_EVENT_KINDS = (
+    AuditKind.CHECKPOINT_SAVED,
+    AuditKind.PROGRESS_RESUMED,
+    AuditKind.TRAINING_COMPLETED,
+)
+PROGRESS_COLOUR = "#4d8fd6"
+CHECKPOINT_COLOUR = "#3f9b6e"
+RESUMED_COLOUR = "#2e9ab3"
+WORK_LOST_FILL = "rgba(214, 69, 61, 0.22)"
+DOWNTIME_FILL = "rgba(217, 162, 27, 0.22)"
+
+_FINISHED_STATES = {
+    WorkloadState.COMPLETED,
+    WorkloadState.FAILED,
+    WorkloadState.CANCELLED,
+    WorkloadState.STOPPED,
+}
+_CATEGORY_LABELS = dict(FailureCategory.choices)
+_KIND_LABELS = dict(AnomalyKind.choices)
+_EXIT_LABELS = dict(AttemptExitState.choices)
+_AUDIT_LABELS = dict(AuditKind.choices)
+_ACTION_LABELS = dict(RecommendationAction.choices)
+_STATUS_LABELS = dict(RecommendationStatus.choices)
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    """The step training had reached at a time, from a progress sample or an audit event."""
+
+    at: datetime
+    attempt: int | None
+    step: int
+    source: str
+
+
+@dataclass
+class TimelineData:
+    """Everything the figure shows, read with bounded queries."""
+
+    workload: Workload
+    now: datetime
+    attempts: list[Attempt]
+    older_attempts_hidden: bool
+    anomalies: list[Anomaly]
+    recommendations: list[Recommendation]
+    decision_events: list[AuditEvent]
+    progress_events: list[AuditEvent]
+    samples: list[ProgressPoint]
+    samples_downsampled: bool
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.workload.state in _FINISHED_STATES
+
+
+def workload_timeline(
+    workload: Workload,
+    *,
+    now: datetime | None = None,
+    failures: Sequence[Failure] | None = None,
+) -> go.Figure:
+    """The workload's timeline figure.
+
+    ``failures`` are the goodput figures' failures when the caller has them already (the
+    workload page computes them for its goodput panel); they are computed otherwise.
+    """
+    return timeline_figure(load_timeline(workload, now=now, failures=failures))
+
+
+def load_timeline(
+    workload: Workload,
+    *,
+    now: datetime | None = None,
+    failures: Sequence[Failure] | None = None,
+) -> TimelineData:
+    now = now or timezone.now()
+    if failures is None:
+        failures = workload_goodput(workload, now=now).failures
+    attempts = list(workload.attempts.order_by("-number")[: MAX_ATTEMPT_ROWS + 1])
+    older_attempts_hidden = len(attempts) > MAX_ATTEMPT_ROWS
+    attempts = sorted(attempts[:MAX_ATTEMPT_ROWS], key=lambda a: a.number)
+    anomalies = list(
+        Anomaly.objects.filter(workload=workload)
+        .select_related("attempt")
+        .only(
+            "kind",
+            "category",
+            "attribution",
+            "severity",
+            "signature",
+            "evidence_line",
+            "implicated_nodes",
+            "occurrences",
+            "evidence_at",
+            "detected_at",
+            "attempt__number",
+        )
+        .order_by("-detected_at", "-id")[:MAX_ANOMALIES]
+    )
+    recommendations = list(
+        Recommendation.objects.filter(workload=workload)
+        .only(
+            "action",
+            "status",
+            "excluded_nodes",
+            "reason",
+            "decided_by",
+            "created_at",
+            "anomaly_id",
+        )
+        .order_by("-created_at", "-id")[:MAX_RECOMMENDATIONS]
+    )
+    decision_events = _newest_events(workload, DECISION_MARKERS, MAX_DECISION_EVENTS)
+    progress_events = _newest_events(workload, PROGRESS_EVENT_KINDS, MAX_PROGRESS_EVENTS)
+    samples, downsampled = progress_samples(workload)
+    return TimelineData(
+        workload=workload,
+        now=now,
+        attempts=attempts,
+        older_attempts_hidden=older_attempts_hidden,
+        anomalies=anomalies,
+        recommendations=recommendations,
+        decision_events=decision_events,
+        progress_events=progress_events,
+        samples=samples,
+        samples_downsampled=downsampled,
+        failures=list(failures)[-MAX_ATTEMPT_ROWS:],
+    )
+
+
+def _newest_events(workload: Workload, kinds: Iterable[str], limit: int) -> list[AuditEvent]:
+    events = AuditEvent.objects.filter(workload=workload, kind__in=list(kinds)).order_by(
+        "-occurred_at", "-id"
+    )[:limit]
+    return sorted(events, key=lambda e: (e.occurred_at, e.pk))
+
+
+def progress_samples(
+    workload: Workload, *, limit: int = MAX_PROGRESS_POINTS
+) -> tuple[list[ProgressPoint], bool]:
+    """The furthest step any rank had reached at each sample time, per attempt, oldest first.
+
+    At most ``limit`` points: when there are more sample times, every n-th is kept (evenly over
+    the workload's sample times), and the database does the thinning. Returns the points and
+    whether they were thinned.
+    """
+    samples = ProgressSample.objects.filter(workload=workload)
+    total = samples.values("attempt", "at").distinct().count()
+    if total == 0:
+        return [], False
+    stride = max(-(-total // max(limit, 1)), 1)
+    # Window functions rather than GROUP BY: the database cannot thin grouped rows by their
+    # position in one query. Each sample time keeps its first row, carrying the furthest step.
+    same_time = [F("attempt"), F("at")]
+    per_time = samples.annotate(
+        top_step=Window(Max("step"), partition_by=same_time),
+        nth_at_time=Window(RowNumber(), partition_by=same_time, order_by=F("id").asc()),
+        time_index=Window(DenseRank(), order_by=[F("at").asc(), F("attempt").asc()]),
+    ).filter(nth_at_time=1)
+    if stride > 1:
+        per_time = per_time.annotate(thinning=Mod(F("time_index") - 1, stride)).filter(thinning=0)
+    rows = per_time.order_by("at", "attempt").values_list("at", "attempt", "top_step")[:limit]
+    points = [
+        ProgressPoint(at=moment, attempt=attempt, step=step, source="sample")
+        for moment, attempt, step in rows
+    ]
+    return points, stride > 1
+
+
+# ---------- the figure ----------
+
+
+def timeline_figure(data: TimelineData) -> go.Figure:
+    rows = [DECISIONS_ROW, *(_attempt_row(a.number) for a in data.attempts)]
+    figure = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.07,
+        row_heights=[0.55, 0.45],
+    )
+    for trace in _attempt_bars(data):
+        figure.add_trace(trace, row=1, col=1)
+    for trace in _anomaly_markers(data, set(rows)):
+        figure.add_trace(trace, row=1, col=1)
+    for trace in _decision_markers(data):
+        figure.add_trace(trace, row=1, col=1)
+    progress = _progress_points(data)
+    top_step = max((p.step for p in progress), default=0)
+    for trace in _progress_lines(progress):
+        figure.add_trace(trace, row=2, col=1)
+    for trace in _checkpoint_markers(data, progress):
+        figure.add_trace(trace, row=2, col=1)
+    for trace, (start, end, fill) in _failure_costs(data, progress, top_step):
+        figure.add_trace(trace, row=2, col=1)
+        figure.add_vrect(
+            x0=start, x1=end, fillcolor=fill, line_width=0, layer="below", row=1, col=1
+        )
+    notes = []
+    if data.older_attempts_hidden:
+        notes.append(f"newest {MAX_ATTEMPT_ROWS} attempts shown")
+    if data.samples_downsampled:
+        notes.append(f"progress thinned to {len(data.samples)} points")
+    figure.update_layout(
+        base_layout(
+            height=TIMELINE_HEIGHT_PX,
+            barmode="overlay",
+            hovermode="closest",
+            margin={"l": 130, "r": 16, "t": 24, "b": 40},
+        )
+    )
+    if notes:
+        figure.add_annotation(
+            text="; ".join(notes),
+            xref="paper",
+            yref="paper",
+            x=1,
+            y=0,
+            xanchor="right",
+            yanchor="bottom",
+            showarrow=False,
+            font={"size": 11},
+        )
+    figure.update_xaxes(type="date")
+    figure.update_yaxes(
+        type="category",
+        categoryorder="array",
+        categoryarray=rows,
+        range=[len(rows) - 0.5, -0.5],  # the decisions row on top, attempts in order below
+        fixedrange=True,
+        row=1,
+        col=1,
+    )
+    figure.update_yaxes(title_text="Step", rangemode="tozero", row=2, col=1)
+    return figure
+
+
+def _attempt_row(number: int) -> str:
+    return f"Attempt {number}"
+
+
+def _plot_time(moment: datetime) -> str:
+    """A time as plotly reads it: wall-clock time in the Console's time zone, no offset.
+
+    plotly.js does not understand UTC offsets; the page shows times in the current zone too.
+    """
+    local = timezone.localtime(moment) if timezone.is_aware(moment) else moment
+    return local.replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _shown_time(moment: datetime | None) -> str:
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment) if timezone.is_aware(moment) else moment
+    return local.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    whole = max(round(seconds), 0)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _esc(text: object) -> str:
+    # Hover text is plotly's small HTML dialect: user-supplied text must not become markup.
+    return html.escape(str(text), quote=False)
+
+
+def _hover(lines: Iterable[str]) -> str:
+    return "<br>".join(line for line in lines if line)
+
+
+def compressed_nodes(nodes: Sequence[str]) -> str:
+    """All the nodes in Slurm's compressed form (``gpu[01-04]``), or the names if unsafe."""
+    try:
+        return compress_nodelist(nodes)
+    except NodeListError:
+        return ",".join(nodes)
+
+
+def short_nodes(nodes: Sequence[str]) -> str:
+    """The nodes in a few characters for a bar's label: compressed, else the first few."""
+    if not nodes:
+        return ""
+    text = compressed_nodes(nodes)
+    if len(text) <= BAR_TEXT_CHARS:
+        return text
+    shown = ", ".join(nodes[:BAR_TEXT_NODES])
+    return f"{shown} +{len(nodes) - BAR_TEXT_NODES} more" if len(nodes) > BAR_TEXT_NODES else shown
+
+
+def _wrapped(text: str, width: int = HOVER_LINE_CHARS) -> str:
+    """A long node list over several hover lines, broken after top-level commas."""
+    lines: list[str] = []
+    current = ""
+    depth = 0
+    for char in text:
+        current += char
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0 and len(current) >= width:
+            lines.append(current)
+            current = ""
+    if current:
+        lines.append(current)
+    return "<br>".join(_esc(line) for line in lines)
+
+
+def _attempt_bars(data: TimelineData) -> list[go.Bar]:
+    by_state: dict[str, list[Attempt]] = {}
+    for attempt in data.attempts:
+        if attempt.started_at is not None:
+            by_state.setdefault(attempt.exit_state, []).append(attempt)
+    traces = []
+    for state, attempts in by_state.items():
+        bases, widths, rows, labels, hovers = [], [], [], [], []
+        for attempt in attempts:
+            assert attempt.started_at is not None
+            end = attempt.ended_at or data.now
+            seconds = max((end - attempt.started_at).total_seconds(), 0.0)
+            bases.append(_plot_time(attempt.started_at))
+            widths.append(seconds * 1000)
+            rows.append(_attempt_row(attempt.number))
+            labels.append(_esc(short_nodes(attempt.nodes)))
+            hovers.append(_attempt_hover(attempt, end, seconds, running=attempt.ended_at is None))
+        traces.append(
+            go.Bar(
+                name=f"Attempt: {_EXIT_LABELS.get(state, state)}",
+                legendgroup="attempts",
+                orientation="h",
+                base=bases,
+                x=widths,
+                y=rows,
+                text=labels,
+                textposition="inside",
+                insidetextanchor="start",
+                constraintext="none",
+                marker={"color": EXIT_STATE_COLOURS.get(state, "#9aa3ad"), "opacity": 0.85},
+                hovertext=hovers,
+                hovertemplate="%{hovertext}<extra></extra>",
+                width=0.6,
+            )
+        )
+    return traces
+
+
+def _attempt_hover(attempt: Attempt, end: datetime, seconds: float, *, running: bool) -> str:
+    state = _EXIT_LABELS.get(attempt.exit_state, attempt.exit_state)
+    if attempt.exit_code is not None:
+        state += f" (exit code {attempt.exit_code})"
+    ended = "still running" if running else _shown_time(end)
+    return _hover(
+        [
+            f"<b>{_attempt_row(attempt.number)}</b> · {_esc(state)}",
+            f"{_shown_time(attempt.started_at)} → {ended} ({_duration(seconds)})",
+            f"Nodes ({len(attempt.nodes)}): {_wrapped(compressed_nodes(attempt.nodes))}"
+            if attempt.nodes
+            else "Nodes: —",
+            f"Excluded: {_wrapped(compressed_nodes(attempt.excluded_nodes))}"
+            if attempt.excluded_nodes
+            else "",
+            "Produced a checkpoint" if attempt.produced_checkpoint else "",
+        ]
+    )
+
+
+def _anomaly_row(anomaly: Anomaly, attempts: Sequence[Attempt]) -> str:
+    if anomaly.attempt is not None:
+        return _attempt_row(anomaly.attempt.number)
+    # No attempt recorded: the attempt that was running when it was detected.
+    for attempt in reversed(attempts):
+        if attempt.started_at is not None and attempt.started_at <= anomaly.detected_at:
+            return _attempt_row(attempt.number)
+    return DECISIONS_ROW
+
+
+def _anomaly_markers(data: TimelineData, rows: set[str]) -> list[go.Scatter]:
+    by_category: dict[str, list[tuple[str, Anomaly]]] = {}
+    for anomaly in reversed(data.anomalies):  # oldest first
+        row = _anomaly_row(anomaly, data.attempts)
+        if row in rows:  # an anomaly of an attempt too old to be shown stays off the chart
+            by_category.setdefault(anomaly.category, []).append((row, anomaly))
+    traces = []
+    for category, found in by_category.items():
+        label = _CATEGORY_LABELS.get(category, category) if category else "uncategorised"
+        traces.append(
+            go.Scatter(
+                name=f"Anomaly: {label}",
+                legendgroup="anomalies",
+                mode="markers",
+                x=[_plot_time(a.detected_at) for _, a in found],
+                y=[row for row, _ in found],
+                marker={
+                    "color": colour_for_category(category),
+                    "symbol": [ANOMALY_SYMBOLS.get(a.kind, "circle") for _, a in found],
+                    "size": 13,
+                    "line": {"width": 2, "color": colour_for_category(category)},
+                },
+                hovertext=[_anomaly_hover(a, label) for _, a in found],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    return traces
+
+
+def _anomaly_hover(anomaly: Anomaly, category_label: str) -> str:
+    kind = _KIND_LABELS.get(anomaly.kind, anomaly.kind)
+    latency = (anomaly.detected_at - anomaly.evidence_at).total_seconds()
+    return _hover(
+        [
+            f"<b>{_esc(kind)}</b> · {_esc(category_label)} · #{anomaly.pk}",
+            f"Attribution: {_esc(anomaly.get_attribution_display())}"
+            f" · severity {_esc(anomaly.get_severity_display())}",
+            f"Signature: {_esc(anomaly.signature)}" if anomaly.signature else "",
+            f"Nodes: {_wrapped(compressed_nodes(anomaly.implicated_nodes))}"
+            if anomaly.implicated_nodes
+            else "",
+            f"Occurrences: {anomaly.occurrences}" if anomaly.occurrences > 1 else "",
+            f"Evidence at {_shown_time(anomaly.evidence_at)},"
+            f" detected {_shown_time(anomaly.detected_at)} ({latency:.1f} s later)",
+            f"<i>{_esc(_clip(anomaly.evidence_line, EVIDENCE_HOVER_CHARS))}</i>"
+            if anomaly.evidence_line
+            else "",
+        ]
+    )
+
+
+def _decision_markers(data: TimelineData) -> list[go.Scatter]:
+    traces = []
+    recommendations = list(reversed(data.recommendations))  # oldest first
+    if recommendations:
+        symbol, colour = RECOMMENDATION_MARKER
+        traces.append(
+            go.Scatter(
+                name="Recommendation",
+                legendgroup="decisions",
+                mode="markers",
+                x=[_plot_time(r.created_at) for r in recommendations],
+                y=[DECISIONS_ROW] * len(recommendations),
+                marker={"symbol": symbol, "color": colour, "size": 14},
+                hovertext=[_recommendation_hover(r) for r in recommendations],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    by_kind: dict[str, list[AuditEvent]] = {}
+    for event in data.decision_events:
+        by_kind.setdefault(event.kind, []).append(event)
+    for kind, (symbol, colour) in DECISION_MARKERS.items():
+        events = by_kind.get(kind)
+        if not events:
+            continue
+        traces.append(
+            go.Scatter(
+                name=_AUDIT_LABELS.get(kind, kind),
+                legendgroup="decisions",
+                mode="markers",
+                x=[_plot_time(e.occurred_at) for e in events],
+                y=[DECISIONS_ROW] * len(events),
+                marker={"symbol": symbol, "color": colour, "size": 12, "line": {"width": 2}},
+                hovertext=[_event_hover(e) for e in events],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    return traces
+
+
+def _recommendation_hover(recommendation: Recommendation) -> str:
+    action = _ACTION_LABELS.get(recommendation.action, recommendation.action)
+    status = _STATUS_LABELS.get(recommendation.status, recommendation.status)
+    excluded = recommendation.excluded_nodes
+    return _hover(
+        [
+            f"<b>Recommended: {_esc(action)}</b> · #{recommendation.pk}",
+            f"Status: {_esc(status)}"
+            + (f" (by {_esc(recommendation.decided_by)})" if recommendation.decided_by else ""),
+            f"Excluding: {_wrapped(compressed_nodes(excluded))}" if excluded else "",
+            f"At {_shown_time(recommendation.created_at)}",
+            _esc(_clip(recommendation.reason, REASON_HOVER_CHARS)),
+        ]
+    )
+
+
+def _event_hover(event: AuditEvent) -> str:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    details = [
+        f"{_esc(key)}: {_esc(_clip(str(value), 60))}"
+        for key, value in list(payload.items())[:6]
+        if value not in (None, "", [], {})
+    ]
+    return _hover(
+        [
+            f"<b>{_esc(event.get_kind_display())}</b> by {_esc(event.actor)}",
+            f"At {_shown_time(event.occurred_at)}"
+            + (f" · attempt {event.attempt}" if event.attempt is not None else ""),
+            *details,
+        ]
+    )
+
+
+# ---------- progress ----------
+
+
+def _event_step(event: AuditEvent) -> int | None:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    for key in ("step", "final_step"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _progress_points(data: TimelineData) -> list[ProgressPoint]:
+    """Samples and the steps the audit trail gives, oldest first: the samples are kept for a
+    short window only, the checkpoints and restarts for the workload's whole life."""
+    points = list(data.samples)
+    for event in data.progress_events:
+        step = _event_step(event)
+        if step is not None:
+            points.append(ProgressPoint(event.occurred_at, event.attempt, step, event.kind))
+    workload = data.workload
+    if workload.last_progress_step is not None and workload.last_progress_at is not None:
+        points.append(
+            ProgressPoint(
+                workload.last_progress_at,
+                workload.current_attempt or None,
+                workload.last_progress_step,
+                "latest",
+            )
+        )
+    return sorted(points, key=lambda p: (p.at, p.step))
+
+
+_SOURCE_LABELS = {
+    "sample": "progress line",
+    "latest": "latest progress",
+    AuditKind.CHECKPOINT_SAVED: "checkpoint saved",
+    AuditKind.PROGRESS_RESUMED: "progress resumed",
+    AuditKind.TRAINING_COMPLETED: "training completed",
+}
+
+
+def _progress_lines(points: Sequence[ProgressPoint]) -> list[go.Scatter]:
+    by_attempt: dict[int | None, list[ProgressPoint]] = {}
+    for point in points:
+        by_attempt.setdefault(point.attempt, []).append(point)
+    traces = []
+    for index, (attempt, line) in enumerate(
+        sorted(by_attempt.items(), key=lambda item: item[0] or 0)
+    ):
+        label = f"attempt {attempt}" if attempt is not None else "no attempt"
+        traces.append(
+            go.Scatter(
+                name=f"Progress, {label}",
+                legendgroup="progress",
+                showlegend=index == 0,
+                mode="lines",
+                line={"color": PROGRESS_COLOUR, "width": 2},
+                x=[_plot_time(p.at) for p in line],
+                y=[p.step for p in line],
+                hovertext=[
+                    f"Step {p.step} · {label}<br>{_shown_time(p.at)}"
+                    f" · {_SOURCE_LABELS.get(p.source, p.source)}"
+                    for p in line
+                ],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    if traces:
+        traces[0].name = "Progress"
+    return traces
+
+
+def _step_before(points: Sequence[ProgressPoint], moment: datetime, attempt: int | None) -> int:
+    """The furthest step seen up to ``moment`` (of ``attempt`` when it has points)."""
+    steps = [p.step for p in points if p.at <= moment and (attempt is None or p.attempt == attempt)]
+    if not steps and attempt is not None:
+        return _step_before(points, moment, None)
+    return max(steps, default=0)
+
+
+def _checkpoint_markers(data: TimelineData, points: Sequence[ProgressPoint]) -> list[go.Scatter]:
+    traces = []
+    for kind, name, symbol, colour in (
+        (AuditKind.CHECKPOINT_SAVED, "Checkpoint saved", "diamond", CHECKPOINT_COLOUR),
+        (AuditKind.PROGRESS_RESUMED, "Progress resumed", "triangle-up", RESUMED_COLOUR),
+    ):
+        events = [e for e in data.progress_events if e.kind == kind]
+        if not events:
+            continue
+        steps = [
+            step
+            if (step := _event_step(e)) is not None
+            else _step_before(points, e.occurred_at, e.attempt)
+            for e in events
+        ]
+        traces.append(
+            go.Scatter(
+                name=name,
+                legendgroup="progress",
+                mode="markers",
+                x=[_plot_time(e.occurred_at) for e in events],
+                y=steps,
+                marker={"symbol": symbol, "color": colour, "size": 10},
+                hovertext=[
+                    _hover(
+                        [
+                            f"<b>{name}</b> · step {step}",
+                            f"{_shown_time(e.occurred_at)}"
+                            + (f" · attempt {e.attempt}" if e.attempt is not None else ""),
+                            _esc(_clip(str(e.payload.get("path", "")), 80))
+                            if isinstance(e.payload, dict)
+                            else "",
+                        ]
+                    )
+                    for e, step in zip(events, steps, strict=True)
+                ],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    return traces
+
+
+def _failure_costs(
+    data: TimelineData, points: Sequence[ProgressPoint], top_step: int
+) -> list[tuple[go.Scatter, tuple[str, str, str]]]:
+    """Shaded spans for each failure: the work lost since the last checkpoint, and the time
+    from the failure until training progressed again (or until now, if it has not)."""
+    height = max(top_step, 1) * 1.05
+    end_of_chart = _chart_end(data)
+    checkpoint_steps = {
+        e.occurred_at: step
+        for e in data.progress_events
+        if e.kind == AuditKind.CHECKPOINT_SAVED and (step := _event_step(e)) is not None
+    }
+    spans: list[tuple[go.Scatter, tuple[str, str, str]]] = []
+    lost_shown = down_shown = False
+    for failure in data.failures:
+        attempt = f" (attempt {failure.attempt})" if failure.attempt is not None else ""
+        if failure.last_checkpoint_at is not None and failure.last_checkpoint_at < failure.at:
+            saved_step = checkpoint_steps.get(failure.last_checkpoint_at)
+            reached = _step_before(points, failure.at, failure.attempt)
+            steps = (
+                f"steps {saved_step} to {reached}: {reached - saved_step} steps to redo"
+                if saved_step is not None and reached >= saved_step
+                else ""
+            )
+            text = _hover(
+                [
+                    f"<b>Work lost</b>{attempt}: {_duration(failure.work_lost_s or 0)}",
+                    f"last checkpoint {_shown_time(failure.last_checkpoint_at)},"
+                    f" failure {_shown_time(failure.at)}",
+                    steps,
+                ]
+            )
+            spans.append(
+                (
+                    _span(
+                        "Work lost",
+                        failure.last_checkpoint_at,
+                        failure.at,
+                        height,
+                        text,
+                        WORK_LOST_FILL,
+                        show=not lost_shown,
+                    ),
+                    (
+                        _plot_time(failure.last_checkpoint_at),
+                        _plot_time(failure.at),
+                        WORK_LOST_FILL,
+                    ),
+                )
+            )
+            lost_shown = True
+        back_at = failure.resumed_at or end_of_chart
+        if back_at > failure.at:
+            productive = failure.time_to_productive_s
+            text = _hover(
+                [
+                    f"<b>Until training resumed</b>{attempt}:"
+                    f" {_duration((back_at - failure.at).total_seconds())}"
+                    + ("" if failure.resumed_at else " (not resumed yet)"),
+                    f"failure {_shown_time(failure.at)},"
+                    f" detected {_shown_time(failure.detected_at)}",
+                    f"action taken {_shown_time(failure.action_at)}" if failure.action_at else "",
+                    f"time to productive training (first new checkpoint): {_duration(productive)}"
+                    if productive is not None
+                    else "",
+                ]
+            )
+            spans.append(
+                (
+                    _span(
+                        "Until training resumed",
+                        failure.at,
+                        back_at,
+                        height,
+                        text,
+                        DOWNTIME_FILL,
+                        show=not down_shown,
+                    ),
+                    (_plot_time(failure.at), _plot_time(back_at), DOWNTIME_FILL),
+                )
+            )
+            down_shown = True
+    return spans
+
+
+def _chart_end(data: TimelineData) -> datetime:
+    if not data.finished:
+        return data.now
+    ends = [a.ended_at for a in data.attempts if a.ended_at is not None]
+    return max(ends, default=data.now)
+
+
+def _span(
+    name: str,
+    start: datetime,
+    end: datetime,
+    height: float,
+    text: str,
+    fill: str,
+    *,
+    show: bool,
+) -> go.Scatter:
+    x0, x1 = _plot_time(start), _plot_time(end)
+    return go.Scatter(
+        name=name,
+        legendgroup=name,
+        showlegend=show,
+        x=[x0, x0, x1, x1, x0],
+        y=[0, height, height, 0, 0],
+        mode="lines",
+        fill="toself",
+        fillcolor=fill,
+        line={"width": 0},
+        hoveron="fills",
+        text=text,
+        hoverinfo="text",
+    )

@@ -1,0 +1,449 @@
+"""The workload page's timeline, and a workload page that stays bounded for long histories."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from console.charts import colour_for_category, figure_payload
+from recovery.audit import record_event
+from recovery.choices import (
+    AnomalyKind,
+    AttemptExitState,
+    AuditKind,
+    FailureCategory,
+    RecommendationStatus,
+    WorkloadState,
+)
+from recovery.models import AuditEvent, Node, ProgressSample, Workload
+from recovery.queries import WORKLOAD_TRAIL_LIMIT
+from recovery.timeline import (
+    DECISIONS_ROW,
+    EXIT_STATE_COLOURS,
+    progress_samples,
+    short_nodes,
+    workload_timeline,
+)
+from tests.conftest import TEST_PASSWORD
+from tests.factories import (
+    AnomalyFactory,
+    AttemptFactory,
+    ClusterFactory,
+    RecommendationFactory,
+    WorkloadFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+NOW = T0 + timedelta(seconds=600)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def logged_in(user: User) -> Client:
+    client = Client()
+    assert client.login(username=user.username, password=TEST_PASSWORD)
+    return client
+
+
+def plotted(moment: datetime) -> str:
+    """A time as the figure carries it: wall-clock time in the current zone."""
+    return (
+        timezone.localtime(moment).replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds")
+    )
+
+
+def event(
+    workload: Workload, seconds: float, kind: str, attempt: int | None, **payload: Any
+) -> None:
+    record_event(
+        cluster=workload.cluster,
+        workload=workload,
+        attempt=attempt,
+        kind=kind,
+        actor="test",
+        payload=payload,
+        occurred_at=at(seconds),
+    )
+
+
+@pytest.fixture
+def history() -> Workload:
+    """
+    Attempt 1 on gpu01-04 runs from 0 and fails at 250 (checkpoints at 100 and 200); the
+    crash is detected at 252, a restart excluding gpu02 recommended at 253 and done at 255;
+    attempt 2 on gpu05-08 starts at 262, resumes from step 200 at 270, checkpoints at 330 and
+    is still running at 600.
+    """
+    workload = WorkloadFactory(
+        cluster=ClusterFactory(),
+        state=WorkloadState.RUNNING,
+        current_attempt=2,
+        submit_time=at(-60),
+    )
+    first = AttemptFactory(
+        workload=workload,
+        number=1,
+        nodes=["gpu01", "gpu02", "gpu03", "gpu04"],
+        started_at=at(0),
+        ended_at=at(250),
+        exit_state=AttemptExitState.FAILED,
+        exit_code=1,
+        produced_checkpoint=True,
+    )
+    AttemptFactory(
+        workload=workload,
+        number=2,
+        nodes=["gpu05", "gpu06", "gpu07", "gpu08"],
+        excluded_nodes=["gpu02"],
+        started_at=at(262),
+        exit_state=AttemptExitState.RUNNING,
+    )
+    anomaly = AnomalyFactory(
+        workload=workload,
+        attempt=first,
+        kind=AnomalyKind.CRASH,
+        category=FailureCategory.GPU_HARDWARE,
+        signature="xid_79",
+        evidence_line="NVRM: Xid 79 <GPU has fallen off the bus>",
+        implicated_nodes=["gpu02"],
+        evidence_at=at(250),
+        detected_at=at(252),
+    )
+    RecommendationFactory(
+        workload=workload,
+        anomaly=anomaly,
+        status=RecommendationStatus.EXECUTED,
+        created_at=at(253),
+    )
+    event(workload, 0, AuditKind.STATE_CHANGED, 1, to="running")
+    event(workload, 100, AuditKind.CHECKPOINT_SAVED, 1, step=100, path="/ckpt/100")
+    event(workload, 200, AuditKind.CHECKPOINT_SAVED, 1, step=200, path="/ckpt/200")
+    event(workload, 252, AuditKind.DETECTED, 1, evidence_at=at(250).isoformat())
+    event(workload, 255, AuditKind.SCHEDULER_ACTION, 1, action="requeue", excluded=["gpu02"])
+    event(workload, 262, AuditKind.RESTART_ALLOCATED, 2)
+    event(workload, 270, AuditKind.PROGRESS_RESUMED, 2, step=200)
+    event(workload, 330, AuditKind.CHECKPOINT_SAVED, 2, step=300, path="/ckpt/300")
+    samples = [
+        ProgressSample(workload=workload, attempt=1, rank=rank, step=seconds + rank, at=at(seconds))
+        for seconds in range(10, 250, 10)
+        for rank in (0, 1)
+    ]
+    samples += [
+        ProgressSample(workload=workload, attempt=2, rank=0, step=seconds - 70, at=at(seconds))
+        for seconds in range(280, 600, 20)
+    ]
+    ProgressSample.objects.bulk_create(samples)
+    return workload
+
+
+def traces(figure: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {trace["name"]: trace for trace in figure["data"]}
+
+
+@pytest.fixture
+def figure(history: Workload) -> dict[str, Any]:
+    return figure_payload(workload_timeline(history, now=NOW))
+
+
+# ---------- the figure ----------
+
+
+def test_it_has_a_decisions_row_above_one_row_per_attempt(figure: dict[str, Any]) -> None:
+    axis = figure["layout"]["yaxis"]
+    assert axis["categoryarray"] == [DECISIONS_ROW, "Attempt 1", "Attempt 2"]
+    assert axis["range"][0] > axis["range"][1]  # reversed: the decisions row on top
+    assert figure["layout"]["xaxis"]["type"] == "date"
+
+
+def test_attempts_are_bars_coloured_by_exit_state_with_their_nodes(
+    figure: dict[str, Any],
+) -> None:
+    failed = traces(figure)["Attempt: Failed"]
+    running = traces(figure)["Attempt: Running"]
+    assert failed["type"] == running["type"] == "bar"
+    assert failed["orientation"] == "h"
+    assert failed["marker"]["color"] == EXIT_STATE_COLOURS[AttemptExitState.FAILED]
+    assert running["marker"]["color"] == EXIT_STATE_COLOURS[AttemptExitState.RUNNING]
+    assert failed["y"] == ["Attempt 1"]
+    assert failed["text"] == ["gpu[01-04]"]
+    assert failed["base"] == [plotted(at(0))]
+    assert failed["x"] == [250_000]
+    assert "exit code 1" in failed["hovertext"][0]
+    assert "gpu[01-04]" in failed["hovertext"][0]
+    assert "Excluded: gpu02" in running["hovertext"][0]
+
+
+def test_a_running_attempt_ends_at_now(figure: dict[str, Any]) -> None:
+    running = traces(figure)["Attempt: Running"]
+    start = datetime.fromisoformat(running["base"][0])
+    end = start + timedelta(milliseconds=running["x"][0])
+    assert end == datetime.fromisoformat(plotted(NOW))
+    assert "still running" in running["hovertext"][0]
+
+
+def test_an_anomaly_sits_on_its_attempt_coloured_by_category(figure: dict[str, Any]) -> None:
+    crash = traces(figure)["Anomaly: GPU hardware"]
+    assert crash["mode"] == "markers"
+    assert crash["x"] == [plotted(at(252))]
+    assert crash["y"] == ["Attempt 1"]
+    assert crash["marker"]["color"] == colour_for_category(FailureCategory.GPU_HARDWARE)
+    assert crash["marker"]["symbol"] == ["x"]
+    hover = crash["hovertext"][0]
+    assert "Crash" in hover
+    assert "Hardware" in hover
+    assert "xid_79" in hover
+    assert "gpu02" in hover
+    assert "2.0 s later" in hover
+    # The evidence is text, not markup.
+    assert "&lt;GPU has fallen off the bus&gt;" in hover
+    assert "<GPU" not in hover
+
+
+def test_decisions_and_scheduler_actions_share_their_own_row(figure: dict[str, Any]) -> None:
+    recommendation = traces(figure)["Recommendation"]
+    action = traces(figure)["Scheduler action"]
+    assert recommendation["y"] == action["y"] == [DECISIONS_ROW]
+    assert recommendation["x"] == [plotted(at(253))]
+    assert action["x"] == [plotted(at(255))]
+    assert "Executed" in recommendation["hovertext"][0]
+    assert "Restart excluding nodes" in recommendation["hovertext"][0]
+    assert "requeue" in action["hovertext"][0]
+    assert recommendation["marker"]["symbol"] != action["marker"]["symbol"]
+
+
+def test_progress_is_drawn_below_with_checkpoints_as_diamonds(figure: dict[str, Any]) -> None:
+    named = traces(figure)
+    first, second = named["Progress"], named["Progress, attempt 2"]
+    assert first["yaxis"] == second["yaxis"] == "y2"
+    assert first["xaxis"] == "x2"
+    # Attempt 1: 24 sample times (the furthest rank each), 2 checkpoints.
+    assert len(first["x"]) == 24 + 2
+    assert max(first["y"]) == 241  # rank 1 at 240 s
+    # Attempt 2: resumed at step 200, 16 samples, a checkpoint at step 300.
+    assert len(second["x"]) == 1 + 16 + 1
+    assert second["y"][0] == 200
+    checkpoints = named["Checkpoint saved"]
+    assert checkpoints["marker"]["symbol"] == "diamond"
+    assert checkpoints["y"] == [100, 200, 300]
+    assert checkpoints["yaxis"] == "y2"
+    assert named["Progress resumed"]["y"] == [200]
+
+
+def test_the_cost_of_a_failure_is_shaded(figure: dict[str, Any]) -> None:
+    named = traces(figure)
+    lost = named["Work lost"]
+    assert lost["fill"] == "toself"
+    assert min(lost["x"]) == plotted(at(200))  # the last checkpoint before the failure
+    assert max(lost["x"]) == plotted(at(250))  # the failure
+    assert "50 s" in lost["text"]
+    assert "steps 200 to 241: 41 steps to redo" in lost["text"]
+    down = named["Until training resumed"]
+    assert min(down["x"]) == plotted(at(250))
+    assert max(down["x"]) == plotted(at(270))
+    assert "20 s" in down["text"]
+    assert "first new checkpoint): 1 min 20 s" in down["text"]
+    # The same spans shade the attempts' rows.
+    shapes = figure["layout"]["shapes"]
+    assert {(s["x0"], s["x1"]) for s in shapes} == {
+        (plotted(at(200)), plotted(at(250))),
+        (plotted(at(250)), plotted(at(270))),
+    }
+
+
+def test_a_workload_with_nothing_yet_still_gives_a_figure() -> None:
+    workload = WorkloadFactory(state=WorkloadState.PENDING)
+    figure = figure_payload(workload_timeline(workload))
+    assert figure["data"] == []
+    assert figure["layout"]["yaxis"]["categoryarray"] == [DECISIONS_ROW]
+
+
+def test_node_lists_are_compressed_or_cut_short() -> None:
+    assert short_nodes(["gpu01", "gpu02", "gpu03", "gpu04"]) == "gpu[01-04]"
+    scattered = [f"rack{r}-gpu{n:02d}" for r in range(8) for n in (1, 3, 5)]
+    assert short_nodes(scattered) == "rack0-gpu01, rack0-gpu03, rack0-gpu05 +21 more"
+    assert short_nodes([]) == ""
+
+
+# ---------- bounds ----------
+
+
+def test_progress_samples_are_thinned_evenly_to_the_bound() -> None:
+    workload = WorkloadFactory()
+    ProgressSample.objects.bulk_create(
+        ProgressSample(workload=workload, attempt=1, rank=rank, step=t * 10 + rank, at=at(t))
+        for t in range(1000)
+        for rank in range(3)
+    )
+    other = WorkloadFactory()
+    ProgressSample.objects.create(workload=other, attempt=1, step=10**9, at=at(5))
+
+    points, thinned = progress_samples(workload, limit=100)
+
+    assert thinned
+    assert len(points) == 100
+    assert points[0].at == at(0)
+    assert [p.at for p in points] == [at(t) for t in range(0, 1000, 10)]
+    assert all(p.step == (p.at - T0).total_seconds() * 10 + 2 for p in points)  # furthest rank
+
+
+def test_few_progress_samples_are_all_kept() -> None:
+    workload = WorkloadFactory()
+    ProgressSample.objects.bulk_create(
+        ProgressSample(workload=workload, attempt=1, step=t, at=at(t)) for t in range(50)
+    )
+    points, thinned = progress_samples(workload, limit=100)
+    assert not thinned
+    assert len(points) == 50
+
+
+def test_the_figure_stays_small_for_a_long_history(history: Workload) -> None:
+    ProgressSample.objects.bulk_create(
+        ProgressSample(workload=history, attempt=2, step=t, at=at(600 + t)) for t in range(5000)
+    )
+    figure = figure_payload(workload_timeline(history, now=at(6000)))
+    points = sum(len(trace.get("x") or []) for trace in figure["data"])
+    assert points < 2500
+    assert "progress thinned" in json.dumps(figure["layout"]["annotations"])
+
+
+# ---------- the JSON endpoint ----------
+
+
+def test_the_timeline_json_needs_a_login(history: Workload) -> None:
+    url = reverse("console:workload_timeline", args=[history.pk])
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_the_timeline_json_of_an_unknown_workload_is_404(viewer: User) -> None:
+    response = logged_in(viewer).get(reverse("console:workload_timeline", args=[999_999]))
+    assert response.status_code == 404
+
+
+def test_the_timeline_json_is_the_figure(viewer: User, history: Workload) -> None:
+    response = logged_in(viewer).get(reverse("console:workload_timeline", args=[history.pk]))
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    payload = response.json()
+    names = {trace["name"] for trace in payload["data"]}
+    assert {"Attempt: Failed", "Anomaly: GPU hardware", "Checkpoint saved"} <= names
+    assert payload["layout"]["height"] == 480
+
+
+# ---------- the page ----------
+
+
+def test_the_page_embeds_the_chart_outside_its_live_region(viewer: User, history: Workload) -> None:
+    body = logged_in(viewer).get(reverse("console:workload", args=[history.pk])).content.decode()
+    data = re.search(
+        r'<div id="workload-timeline-data" data-live-refresh[^>]*>(.*?)</div>', body, re.S
+    )
+    assert data is not None
+    assert '<script id="workload-timeline-figure" type="application/json">' in data.group(1)
+    assert 'data-chart-source="workload-timeline-figure"' not in data.group(1)
+    assert 'class="chart chart--timeline" data-chart-source="workload-timeline-figure"' in body
+    assert "vendor/plotly/plotly.min.js" in body
+    assert "console/charts.js" in body
+    assert "console/workload.css" in body
+    # Near the top: right after the summary, before the goodput panel.
+    assert body.index('id="workload-summary"') < body.index("chart--timeline")
+    assert body.index("chart--timeline") < body.index('id="workload-goodput"')
+    figure = json.loads(
+        re.search(r'type="application/json">(.*?)</script>', data.group(1), re.S).group(1)
+    )
+    assert "Attempt: Running" in {trace["name"] for trace in figure["data"]}
+
+
+def test_the_page_shows_excluded_nodes(viewer: User, history: Workload) -> None:
+    Node.objects.create(
+        cluster=history.cluster, name="gpu06", excluded_until=timezone.now() + timedelta(hours=1)
+    )
+    Node.objects.create(
+        cluster=history.cluster, name="gpu07", excluded_until=timezone.now() - timedelta(hours=1)
+    )
+    body = logged_in(viewer).get(reverse("console:workload", args=[history.pk])).content.decode()
+    attempts = body[body.index('id="workload-attempts"') :]
+    assert attempts.count(">excluded until <time") == 1
+    assert re.search(r"gpu06 <span class=\"badge badge--excluded\"", attempts)
+    assert '<span class="badge badge--excluded node-excluded">gpu02</span>' in attempts
+
+
+@pytest.fixture
+def long_history(history: Workload) -> Workload:
+    """Many events and anomalies on one workload, and another workload's events besides."""
+    kinds = [AuditKind.CHECKPOINT_SAVED, AuditKind.STATE_CHANGED, AuditKind.SCHEDULER_ACTION]
+    AuditEvent.objects.bulk_create(
+        AuditEvent(
+            cluster=history.cluster,
+            workload=history,
+            attempt=2,
+            kind=kinds[n % 3],
+            actor="test",
+            payload={"step": 300 + n},
+            occurred_at=at(400 + n),
+        )
+        for n in range(WORKLOAD_TRAIL_LIMIT + 100)
+    )
+    for n in range(60):
+        AnomalyFactory(workload=history, evidence_at=at(400 + n), detected_at=at(401 + n))
+    other = WorkloadFactory(cluster=history.cluster)
+    record_event(cluster=other.cluster, workload=other, kind=AuditKind.DETECTED, actor="x")
+    return history
+
+
+def test_the_audit_section_shows_the_newest_events_and_links_the_rest(
+    viewer: User, long_history: Workload
+) -> None:
+    body = (
+        logged_in(viewer).get(reverse("console:workload", args=[long_history.pk])).content.decode()
+    )
+    trail = body[body.index('id="audit-trail"') :]
+    rows = re.findall(r'<tr id="event-(\d+)"', trail)
+    assert len(rows) == WORKLOAD_TRAIL_LIMIT
+    newest = AuditEvent.objects.filter(workload=long_history).order_by("-occurred_at", "-id")
+    assert [int(pk) for pk in rows] == list(newest.values_list("pk", flat=True)[:200])
+    assert f'href="{reverse("console:audit_event", args=[int(rows[0])])}"' in trail
+    note = body[body.index('id="audit-trail-note"') :]
+    assert "The newest 200 events" in note
+    assert f'href="{reverse("console:audit")}?workload={long_history.pk}"' in note
+
+
+def test_a_short_audit_trail_is_shown_whole(viewer: User, history: Workload) -> None:
+    body = logged_in(viewer).get(reverse("console:workload", args=[history.pk])).content.decode()
+    rows = re.findall(r'<tr id="event-(\d+)"', body)
+    assert len(rows) == AuditEvent.objects.filter(workload=history).count()
+    assert "The newest 200 events" not in body
+    assert f"{reverse('console:audit')}?workload={history.pk}" in body
+
+
+def test_the_page_shows_the_newest_anomalies_only(viewer: User, long_history: Workload) -> None:
+    body = (
+        logged_in(viewer).get(reverse("console:workload", args=[long_history.pk])).content.decode()
+    )
+    assert body.count('<article class="anomaly"') == 50
+    assert "The newest 50 anomalies" in body
+
+
+def test_the_page_makes_a_bounded_number_of_queries(
+    viewer: User,
+    long_history: Workload,
+    django_assert_max_num_queries: Any,
+) -> None:
+    client = logged_in(viewer)
+    url = reverse("console:workload", args=[long_history.pk])
+    with django_assert_max_num_queries(25):
+        response = client.get(url)
+    assert response.status_code == 200
