@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -13,6 +12,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from console.access import console_view
 from console.forms import DecisionForm
 from recovery import recommendations
 from recovery.models import Cluster, Recommendation
@@ -22,7 +22,7 @@ from recovery.roles import actor_name, can_decide
 APPROVALS_PAGE_SIZE = 50
 
 
-@login_required
+@console_view("recovery.view_recommendation", "Viewing the approval queue")
 def approvals(request: HttpRequest) -> HttpResponse:
     cluster = request.GET.get("cluster", "").strip()
     ignored = ""

@@ -2,20 +2,157 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+
+from recovery.audit_trail import (
+    QUICK_RANGES,
+    AuditFilters,
+    Cursor,
+    InvalidCursor,
+    WorkloadRef,
+    acsv_lines,
+    csv_filename,
+    csv_lines,
+    cursor_at,
+    decode_cursor,
+    events_page,
+    find_event,
+    neighbours,
+    parse_filters,
+    payload_items,
+    pretty_payload,
+)
+from recovery.choices import AuditKind
+from recovery.models import Cluster
+
+VIEW_AUDIT_PERMISSION = "recovery.view_auditevent"
+
+
+def _require_view_permission(request: HttpRequest) -> None:
+    if not request.user.has_perm(VIEW_AUDIT_PERMISSION):
+        raise PermissionDenied("Reading the audit trail needs a Console role (viewer or above).")
+
+
+def _trail_url(filters: AuditFilters, cursor: str | None = None, *, view: str = "audit") -> str:
+    params = filters.query_params()
+    if cursor:
+        params.append(("cursor", cursor))
+    query = urlencode(params)
+    return reverse(f"console:{view}") + (f"?{query}" if query else "")
 
 
 @login_required
 def audit_trail(request: HttpRequest) -> HttpResponse:
-    raise NotImplementedError
+    """Every event, newest first, filtered and paged by keyset; live on the newest page."""
+    _require_view_permission(request)
+    clusters = list(Cluster.objects.order_by("name").values_list("name", flat=True))
+    parsed = parse_filters(request.GET, now=timezone.now(), known_clusters=clusters)
+    filters = parsed.filters
+    cursor: Cursor | None = None
+    cursor_problem = ""
+    if token := request.GET.get("cursor", "").strip():
+        try:
+            cursor = decode_cursor(token)
+        except InvalidCursor as error:
+            cursor_problem = f"That page link cannot be read ({error}); showing the newest events."
+    page = events_page(filters, cursor)
+    if cursor is not None and page.is_newest:
+        # Back at the top: drop the cursor from the address, so the live refresh (which
+        # re-fetches this address) keeps showing the newest events as they arrive.
+        return redirect(_trail_url(filters))
+    for event in page.events:
+        event.payload_items = payload_items(event.payload)  # type: ignore[attr-defined]
+    return render(
+        request,
+        "console/audit.html",
+        {
+            "parsed": parsed,
+            "filters": filters,
+            "form": parsed.form,
+            "cursor_problem": cursor_problem,
+            "page": page,
+            "clusters": clusters,
+            "kinds": AuditKind.choices,
+            "quick_ranges": [
+                (key, label, _trail_url(filters.with_quick_range(key)))
+                for key, (label, _span) in QUICK_RANGES.items()
+            ],
+            "any_time_url": _trail_url(filters.with_quick_range("")),
+            "newest_url": _trail_url(filters),
+            "newer_url": _trail_url(filters, page.newer_cursor) if page.newer_cursor else "",
+            "older_url": _trail_url(filters, page.older_cursor) if page.older_cursor else "",
+            "export_url": _trail_url(filters, view="audit_csv"),
+        },
+    )
 
 
 @login_required
 def audit_csv(request: HttpRequest) -> HttpResponse:
-    raise NotImplementedError
+    """The events the trail's filters select, as a CSV file, streamed in bounded batches."""
+    _require_view_permission(request)
+    now = timezone.now()
+    clusters = Cluster.objects.values_list("name", flat=True)
+    parsed = parse_filters(request.GET, now=now, known_clusters=set(clusters))
+    if parsed.problems:
+        # An export wider than asked for would be worse than none: say what to fix instead.
+        # (The page's own "Export CSV" link carries only filters that parsed.)
+        lines = ["The export was not made; fix these filters and try again:"]
+        lines += [f"- {problem.message}" for problem in parsed.problems]
+        return HttpResponse(
+            "\n".join(lines) + "\n", status=400, content_type="text/plain; charset=utf-8"
+        )
+    filters = parsed.filters
+    if filters.quick_range:
+        # Pin the end of a relative range, so the rows and the filename agree.
+        filters = replace(filters, until=now)
+    # Under ASGI (daphne) Django reads a plain iterator whole before sending; an async one
+    # streams. The test client and any WSGI server take the plain one.
+    chunks = acsv_lines(filters) if isinstance(request, ASGIRequest) else csv_lines(filters)
+    response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{csv_filename(filters, now)}"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required
 def audit_event(request: HttpRequest, event_id: int) -> HttpResponse:
-    raise NotImplementedError
+    """One event in full, with its neighbours in the same workload for context."""
+    _require_view_permission(request)
+    event = find_event(event_id)
+    if event is None:
+        raise Http404("No audit event has this id.")
+    nearby = neighbours(event)
+    nearby_rows = [*nearby.before, event, *nearby.after]
+    for row in nearby_rows:
+        row.payload_items = payload_items(row.payload)  # type: ignore[attr-defined]
+    cluster_filter = AuditFilters(cluster=event.cluster.name)
+    return render(
+        request,
+        "console/audit_event.html",
+        {
+            "event": event,
+            "payload": pretty_payload(event.payload),
+            "has_payload": event.payload not in (None, "", {}, []),
+            "nearby": nearby,
+            "nearby_rows": nearby_rows,
+            "cluster_trail_url": _trail_url(cluster_filter),
+            "cluster_trail_here_url": _trail_url(cluster_filter, cursor_at(event))
+            + f"#event-{event.pk}",
+            "workload_trail_url": _trail_url(
+                AuditFilters(workload=WorkloadRef(workload_id=event.workload_id))
+            )
+            if event.workload_id
+            else "",
+            "actor_trail_url": _trail_url(AuditFilters(actor=event.actor)),
+            "kind_trail_url": _trail_url(AuditFilters(kinds=(event.kind,))),
+        },
+    )

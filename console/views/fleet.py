@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from console.access import console_view
 from recovery.choices import FailureCategory, WorkloadState
 from recovery.goodput import ClusterGoodput, cluster_goodput, workload_goodput
 from recovery.models import Cluster
@@ -18,6 +18,7 @@ from recovery.queries import (
     DEFAULT_FLEET_SORT,
     FLEET_SORTS,
     NO_ANOMALY,
+    fleet_rows,
     fleet_workloads,
 )
 
@@ -43,11 +44,13 @@ SORTABLE_COLUMNS = {
 }
 
 
-@login_required
+@console_view("recovery.view_workload", "Viewing the fleet")
 def fleet(request: HttpRequest) -> HttpResponse:
     filters, ignored = _fleet_filters(request)
-    page = Paginator(fleet_workloads(**filters), FLEET_PAGE_SIZE).get_page(request.GET.get("page"))
-    for workload in page:
+    selection = fleet_workloads(**filters).values_list("pk", flat=True)
+    page = Paginator(selection, FLEET_PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = fleet_rows(list(page))
+    for workload in rows:
         workload.ettr = workload_goodput(workload).ettr
     clusters = Cluster.objects.order_by("name")
     if filters["cluster"]:
@@ -57,6 +60,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "console/fleet.html",
         {
             "page": page,
+            "rows": rows,
             "filters": filters,
             "filtered": any(value for key, value in filters.items() if key != "sort"),
             "ignored": ignored,

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from console.access import console_view
 from console.charts import figure_payload
 from console.forms import DecisionForm
 from recovery.goodput import (
@@ -28,7 +28,7 @@ PAGE_ANOMALIES = 50
 PAGE_RECOMMENDATIONS = 50
 
 
-@login_required
+@console_view("recovery.view_workload", "Viewing a workload")
 def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
     workload = get_object_or_404(Workload.objects.select_related("cluster"), pk=workload_id)
     now = timezone.now()
@@ -110,7 +110,7 @@ def _goodput_panel(figure: WorkloadGoodput) -> dict[str, Any]:
     }
 
 
-@login_required
+@console_view("recovery.view_workload", "Viewing a workload")
 def workload_timeline(request: HttpRequest, workload_id: int) -> JsonResponse:
     """The workload page's timeline figure as JSON, for scripts and for redrawing it."""
     workload = get_object_or_404(Workload.objects.select_related("cluster"), pk=workload_id)

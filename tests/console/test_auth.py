@@ -175,3 +175,12 @@ def test_an_unknown_cluster_in_the_queue_filter_is_ignored_with_the_reason(viewe
     body = logged_in(viewer).get(reverse("console:approvals"), {"cluster": "nope"}).content.decode()
     assert "No cluster is called" in body
     assert ":703" in body
+
+
+@pytest.mark.parametrize("page", ["fleet", "workload", "workload_timeline", "approvals"])
+def test_a_signed_in_user_without_a_role_is_refused_the_pages(outsider: User, page: str) -> None:
+    workload = WorkloadFactory()
+    args = [workload.pk] if page.startswith("workload") else []
+    response = logged_in(outsider).get(reverse(f"console:{page}", args=args))
+    assert response.status_code == 403
+    assert "needs a Console role" in response.content.decode()
