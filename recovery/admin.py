@@ -10,6 +10,7 @@ from recovery.models import (
     Attempt,
     AuditEvent,
     Cluster,
+    ClusterGoodputSnapshot,
     ControllerToken,
     DetectionPattern,
     Node,
@@ -218,3 +219,30 @@ class ControllerTokenAdmin(admin.ModelAdmin):
         from django.utils import timezone
 
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+@admin.register(ClusterGoodputSnapshot)
+class ClusterGoodputSnapshotAdmin(admin.ModelAdmin):
+    """Snapshots are computed by the worker from the audit trail: shown, never edited."""
+
+    list_display = [
+        "taken_at",
+        "cluster",
+        "workloads",
+        "failures",
+        "ettr",
+        "detection_latency_median",
+        "action_latency_median",
+    ]
+    list_filter = ["cluster"]
+    date_hierarchy = "taken_at"
+    actions = None
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

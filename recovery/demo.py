@@ -40,6 +40,7 @@ from recovery.choices import (
     Severity,
     WorkloadState,
 )
+from recovery.insights import take_goodput_snapshots
 from recovery.models import (
     Anomaly,
     Attempt,
@@ -134,6 +135,7 @@ def seed_demo_cluster(now: datetime | None = None, seed: int = 7) -> SeedSummary
     builder = _Builder(anchor, random.Random(seed))
     _seed_a100(builder)
     _seed_h100(builder)
+    take_goodput_snapshots(anchor)  # so the Insights page has figures before the worker runs
     return builder.summary
 
 

@@ -12,15 +12,42 @@ ETTR here counts as unproductive, for every failure, the work lost since the las
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Protocol
 
 from django.utils import timezone
 
 from recovery.choices import AuditKind, WorkloadState
 from recovery.detection.normalize import parse_timestamp
 from recovery.models import AuditEvent, Cluster, Workload
+
+# The only kinds of event the figures read. A reader that streams a long trail fetches just
+# these (plus the time of the workload's last event, see ``goodput_from_events``).
+GOODPUT_KINDS = (
+    AuditKind.STATE_CHANGED,
+    AuditKind.CHECKPOINT_SAVED,
+    AuditKind.DETECTED,
+    AuditKind.SCHEDULER_ACTION,
+    AuditKind.PROGRESS_RESUMED,
+)
+
+
+class GoodputEvent(Protocol):
+    """What the figures read of an audit event: a model instance or a lighter row will do."""
+
+    @property
+    def occurred_at(self) -> datetime: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def attempt(self) -> int | None: ...
+
+    @property
+    def payload(self) -> Mapping[str, Any]: ...
 
 
 @dataclass
@@ -55,12 +82,36 @@ class Failure:
             return None
         return max((self.at - self.last_checkpoint_at).total_seconds(), 0.0)
 
+    def unproductive_spans(self, back_at: datetime) -> list[tuple[datetime, datetime]]:
+        """When this failure cost training time: the work lost since the last checkpoint, then
+        the time until training progressed again (``back_at``). Empty spans are left out."""
+        spans = []
+        if self.last_checkpoint_at is not None and self.at > self.last_checkpoint_at:
+            spans.append((self.last_checkpoint_at, self.at))
+        if back_at > self.at:
+            spans.append((self.at, back_at))
+        return spans
+
 
 @dataclass
 class WorkloadGoodput:
     failures: list[Failure] = field(default_factory=list)
     wall_s: float = 0.0
     unproductive_s: float = 0.0
+    # When the workload first ran and when its wall time ends (its last event, or now while it
+    # is not finished); None if it never ran. They let a reader clip the figures to a window.
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    def unproductive_spans(self) -> list[tuple[datetime, datetime]]:
+        """Every span of time its failures cost, as summed in ``unproductive_s``."""
+        if self.ended_at is None:
+            return []
+        return [
+            span
+            for failure in self.failures
+            for span in failure.unproductive_spans(failure.resumed_at or self.ended_at)
+        ]
 
     @property
     def ettr(self) -> float | None:
@@ -137,9 +188,17 @@ def _finished(workload: Workload) -> bool:
 
 
 def goodput_from_events(
-    events: Sequence[AuditEvent], *, finished: bool, now: datetime
+    events: Sequence[GoodputEvent],
+    *,
+    finished: bool,
+    now: datetime,
+    last_event_at: datetime | None = None,
 ) -> WorkloadGoodput:
-    """The figures of one workload from its events, oldest first."""
+    """The figures of one workload from its events, oldest first.
+
+    ``last_event_at`` is for a caller that passes only the ``GOODPUT_KINDS``: the time of the
+    workload's last event of any kind, where a finished workload's wall time ends.
+    """
     figure = WorkloadGoodput()
     started = next(
         (
@@ -151,7 +210,11 @@ def goodput_from_events(
     )
     if started is None:
         return figure
-    ended = events[-1].occurred_at if finished else now
+    if finished:
+        ended = last_event_at if last_event_at is not None else events[-1].occurred_at
+    else:
+        ended = now
+    figure.started_at, figure.ended_at = started, ended
     figure.wall_s = max((ended - started).total_seconds(), 0.0)
     last_checkpoint: datetime | None = None
     open_failure: Failure | None = None
@@ -183,7 +246,7 @@ def goodput_from_events(
             open_failure.resumed_at = open_failure.resumed_at or event.occurred_at
     for failure in figure.failures:
         back_at = failure.resumed_at or ended
-        figure.unproductive_s += (failure.work_lost_s or 0.0) + max(
-            (back_at - failure.at).total_seconds(), 0.0
+        figure.unproductive_s += sum(
+            (end - start).total_seconds() for start, end in failure.unproductive_spans(back_at)
         )
     return figure

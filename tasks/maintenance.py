@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.utils import timezone
 
-from recovery import recommendations, watchdog
+from recovery import insights, recommendations, watchdog
 
 
 @shared_task(name="tasks.maintenance.release_expired_leases")
@@ -16,3 +17,9 @@ def run_watchdog() -> dict[str, object]:
     """Release jobs held past their decision timeout; expire ready advice nobody carried out."""
     summary = watchdog.run_watchdog()
     return {"expired": summary.expired, "released": summary.released, "errors": summary.errors}
+
+
+@shared_task(name="tasks.maintenance.take_goodput_snapshots")
+def take_goodput_snapshots() -> int:
+    """Store each cluster's goodput figures for the Insights page; prune old snapshots."""
+    return insights.take_goodput_snapshots(timezone.now())

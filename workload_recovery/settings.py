@@ -105,6 +105,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
 POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
 WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
+INSIGHTS_SECONDS = env_int("WR_INSIGHTS_SECONDS", 300, minimum=10)
 CELERY_BEAT_SCHEDULE = {
     "poll-clusters": {
         "task": "tasks.polling.poll_all_clusters",
@@ -121,6 +122,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tasks.maintenance.run_watchdog",
         "schedule": float(WATCHDOG_SECONDS),
         "options": {"expires": WATCHDOG_SECONDS * 0.9},
+    },
+    # Goodput snapshots for the Insights page (they read the audit trail, so not too often).
+    "goodput-snapshots": {
+        "task": "tasks.maintenance.take_goodput_snapshots",
+        "schedule": float(INSIGHTS_SECONDS),
+        "options": {"expires": INSIGHTS_SECONDS * 0.9},
     },
 }
 

@@ -3,6 +3,7 @@ from recovery.models.audit import AppendOnlyError, AuditEvent
 from recovery.models.cluster import Cluster, Node, NodeLogCursor
 from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
+from recovery.models.insights import ClusterGoodputSnapshot
 from recovery.models.policy import Policy
 from recovery.models.recommendation import Recommendation
 from recovery.models.workload import Attempt, LogCursor, ProgressSample, Workload
@@ -13,6 +14,7 @@ __all__ = [
     "Attempt",
     "AuditEvent",
     "Cluster",
+    "ClusterGoodputSnapshot",
     "ControllerToken",
     "DetectionPattern",
     "LogCursor",

@@ -48,7 +48,11 @@ class Anomaly(models.Model):
                 fields=["workload", "attempt", "fingerprint"], name="anomaly_fingerprint_unique"
             )
         ]
-        indexes = [models.Index(fields=["category", "detected_at"])]
+        indexes = [
+            models.Index(fields=["category", "detected_at"]),
+            # Insights count anomalies per hour or day over a range of detection times.
+            models.Index(fields=["detected_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.category or ''} on {self.workload}".strip()

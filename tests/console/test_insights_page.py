@@ -1,0 +1,280 @@
+"""The Insights page: goodput figures from snapshots, anomalies over time, for Console roles."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from pytest_django import DjangoAssertNumQueries
+from pytest_django.fixtures import Settings as SettingsWrapper
+
+from console.charts import colour_for_attribution, colour_for_category
+from recovery.insights import DETECTION_LATENCY_EDGES
+from recovery.models import Cluster, ClusterGoodputSnapshot
+from tests.conftest import TEST_PASSWORD
+from tests.factories import AnomalyFactory, ClusterFactory
+
+pytestmark = pytest.mark.django_db
+
+URL = reverse("console:insights")
+CHART_IDS = [
+    "insights-chart-detection",
+    "insights-chart-action",
+    "insights-chart-productive",
+    "insights-chart-ettr",
+    "insights-chart-by-category",
+    "insights-chart-by-attribution",
+]
+
+
+def logged_in(user: User) -> Client:
+    client = Client()
+    assert client.login(username=user.username, password=TEST_PASSWORD)
+    return client
+
+
+def snapshot(cluster: Cluster, minutes_ago: float = 1, **fields: object) -> ClusterGoodputSnapshot:
+    values: dict[str, object] = {
+        "window_seconds": 7 * 86400,
+        "workloads": 12,
+        "failures": 3,
+        "ettr": 0.925,
+        "detection_latency_median": 4.0,
+        "detection_latency_p95": 9.0,
+        "action_latency_median": 80.0,
+        "action_latency_p95": 200.0,
+        "time_to_productive_median": 600.0,
+        "work_lost_median": 50.0,
+        "detection_latency_histogram": {
+            "edges": list(DETECTION_LATENCY_EDGES),
+            "counts": [0, 0, 2, 1, 0, 0, 0, 0, 0, 0],
+        },
+    }
+    values.update(fields)
+    return ClusterGoodputSnapshot.objects.create(
+        cluster=cluster, taken_at=timezone.now() - timedelta(minutes=minutes_ago), **values
+    )
+
+
+def figure(body: str, chart_id: str) -> dict:
+    match = re.search(
+        rf'<script id="{chart_id}" type="application/json">(.*?)</script>', body, re.S
+    )
+    assert match, f"no figure {chart_id}"
+    return json.loads(match.group(1))
+
+
+def region(body: str, region_id: str) -> str:
+    """The HTML of the element with this id, up to its matching closing tag."""
+    start = body.rindex("<", 0, body.index(f'id="{region_id}"'))
+    tag = re.match(r"<(\w+)", body[start:]).group(1)  # type: ignore[union-attr]
+    depth = 0
+    for match in re.finditer(rf"<(/?){tag}\b", body[start:]):
+        depth += -1 if match.group(1) else 1
+        if depth == 0:
+            return body[start : start + match.end()]
+    raise AssertionError(f"unclosed {region_id}")
+
+
+def test_anonymous_users_are_sent_to_log_in() -> None:
+    response = Client().get(URL)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_a_user_without_a_role_is_refused(outsider: User) -> None:
+    assert logged_in(outsider).get(URL).status_code == 403
+
+
+def test_before_the_first_snapshot_the_page_says_when_figures_come(
+    viewer: User, settings: SettingsWrapper
+) -> None:
+    settings.INSIGHTS_SECONDS = 300
+    ClusterFactory(name="lab")
+    response = logged_in(viewer).get(URL)
+    assert response.status_code == 200
+    body = response.content.decode()
+    headline = region(body, "insights-headline")
+    assert "No goodput figures yet." in headline
+    assert "computed every 5 minutes; the first appears after the worker has run" in headline
+    # Every chart is still there, saying why it is empty.
+    for chart_id in CHART_IDS:
+        assert f'data-chart-source="{chart_id}"' in body
+    assert figure(body, "insights-chart-ettr")["layout"]["annotations"][0]["text"]
+
+
+def test_a_viewer_sees_each_clusters_headline_figures_as_of_its_snapshot(viewer: User) -> None:
+    lab, prod = ClusterFactory(name="lab"), ClusterFactory(name="prod")
+    snapshot(lab, minutes_ago=60, ettr=0.5)
+    taken = snapshot(lab, minutes_ago=2)
+    snapshot(prod, minutes_ago=3, ettr=None, failures=0, detection_latency_median=None)
+
+    body = logged_in(viewer).get(URL).content.decode()
+
+    lab_row = region(body, f"insights-headline-{lab.pk}")
+    assert "92.5 %" in lab_row
+    assert "50.0 %" not in lab_row  # the older snapshot
+    assert "4.0 s" in lab_row  # median detection latency
+    assert "p95 9.0 s" in lab_row
+    assert "1 min 20 s" in lab_row  # median action latency
+    assert ">3<" in lab_row  # failures
+    assert "over 12 workloads" in lab_row
+    assert "Over the last 7 days, as of" in lab_row
+    assert timezone.localtime(taken.taken_at).strftime("%Y-%m-%d %H:%M") in lab_row
+    prod_row = region(body, f"insights-headline-{prod.pk}")
+    assert "—" in prod_row
+    assert "Figures as of" in region(body, "insights-as-of")
+
+
+def test_a_cluster_without_a_snapshot_says_so_beside_the_others(viewer: User) -> None:
+    lab = ClusterFactory(name="lab")
+    fresh = ClusterFactory(name="fresh")
+    snapshot(lab)
+    body = logged_in(viewer).get(URL).content.decode()
+    assert "No figures for this cluster yet" in region(body, f"insights-headline-{fresh.pk}")
+
+
+def test_old_snapshots_warn_that_the_worker_may_not_run(
+    viewer: User, settings: SettingsWrapper
+) -> None:
+    settings.INSIGHTS_SECONDS = 300
+    snapshot(ClusterFactory(), minutes_ago=60)
+    body = logged_in(viewer).get(URL).content.decode()
+    assert "is the worker (Celery beat) running?" in body
+
+
+def test_the_charts_are_built_from_snapshots_and_anomalies(viewer: User) -> None:
+    lab = ClusterFactory(name="lab")
+    snapshot(lab, minutes_ago=90, ettr=0.8)
+    snapshot(lab, minutes_ago=1, ettr=0.9)
+    now = timezone.now()
+    AnomalyFactory(
+        workload__cluster=lab,
+        category="gpu_hardware",
+        attribution="hardware",
+        detected_at=now - timedelta(hours=2),
+    )
+    AnomalyFactory(
+        workload__cluster=lab,
+        category="gpu_oom",
+        attribution="application",
+        detected_at=now - timedelta(hours=1),
+    )
+    AnomalyFactory(workload__cluster=lab, detected_at=now - timedelta(days=8))  # out of range
+
+    body = logged_in(viewer).get(URL).content.decode()
+
+    assert '<script src="/static/vendor/plotly/plotly.min.js" defer></script>' in body
+    assert body.index("vendor/plotly/plotly.min.js") < body.index("console/charts.js")
+    assert "/static/console/insights.css" in body
+    detection = figure(body, "insights-chart-detection")
+    (bars,) = detection["data"]
+    assert bars["name"] == "lab"
+    assert bars["y"] == [0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+    assert bars["x"][2] == "2\N{EN DASH}5 s"
+    ettr = figure(body, "insights-chart-ettr")
+    (line,) = ettr["data"]
+    assert line["name"] == "lab"
+    assert 1 <= len(line["y"]) <= 2
+    by_category = figure(body, "insights-chart-by-category")
+    assert by_category["layout"]["barmode"] == "stack"
+    colours = {trace["name"]: trace["marker"]["color"] for trace in by_category["data"]}
+    assert colours == {
+        "GPU hardware": colour_for_category("gpu_hardware"),
+        "GPU out of memory": colour_for_category("gpu_oom"),
+    }
+    by_attribution = figure(body, "insights-chart-by-attribution")
+    colours = {trace["name"]: trace["marker"]["color"] for trace in by_attribution["data"]}
+    assert colours == {
+        "Hardware": colour_for_attribution("hardware"),
+        "Application": colour_for_attribution("application"),
+    }
+    assert sum(sum(trace["y"]) for trace in by_attribution["data"]) == 2
+    assert "2 anomalies in the last 7 days" in body
+
+
+def test_the_cluster_filter_narrows_every_figure(viewer: User) -> None:
+    lab, prod = ClusterFactory(name="lab"), ClusterFactory(name="prod")
+    snapshot(lab)
+    snapshot(prod)
+    AnomalyFactory(workload__cluster=prod, detected_at=timezone.now() - timedelta(hours=1))
+    body = logged_in(viewer).get(URL, {"cluster": "lab", "range": "24h"}).content.decode()
+    assert f'id="insights-headline-{lab.pk}"' in body
+    assert f'id="insights-headline-{prod.pk}"' not in body
+    assert [t["name"] for t in figure(body, "insights-chart-detection")["data"]] == ["lab"]
+    assert figure(body, "insights-chart-by-category")["data"] == []
+    assert '<option value="24h" selected>' in body
+    assert '<option value="lab" selected>' in body
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"range": "1y"}, "Unknown range “1y”: showing the last 7 days"),
+        ({"cluster": "nope"}, "Unknown cluster “nope”: showing every cluster."),
+        ({"range": "<b>x</b>"}, "Unknown range “&lt;b&gt;x&lt;/b&gt;”"),
+    ],
+)
+def test_bad_parameters_are_named_and_the_defaults_used(
+    viewer: User, params: dict[str, str], message: str
+) -> None:
+    lab = ClusterFactory(name="lab")
+    snapshot(lab)
+    response = logged_in(viewer).get(URL, params)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert message in body
+    assert '<option value="7d" selected>' in body
+    assert f'id="insights-headline-{lab.pk}"' in body
+
+
+def test_the_page_refreshes_live_around_its_charts(viewer: User) -> None:
+    snapshot(ClusterFactory())
+    body = logged_in(viewer).get(URL).content.decode()
+    assert 'data-live-url="/ws/live/"' in body
+    figures = region(body, "insights-figures")
+    for chart_id in CHART_IDS:
+        # The figures' data is inside a refreshed region, the chart elements are not.
+        assert f'id="{chart_id}"' in figures
+        assert f'data-chart-source="{chart_id}"' not in figures
+    head = body[: body.index('id="insights-figures"')]
+    assert 'id="insights-figures" hidden data-live-refresh' in body
+    assert 'id="insights-headline"' in head
+    assert "data-live-refresh" in region(body, "insights-as-of") or (
+        'id="insights-as-of" class="page-head__meta" data-live-refresh' in body
+    )
+
+
+def test_the_page_reads_a_bounded_number_of_rows(
+    viewer: User, django_assert_max_num_queries: DjangoAssertNumQueries
+) -> None:
+    """
+    GIVEN many clusters, each with many snapshots and anomalies
+    WHEN a viewer opens the page
+    THEN the number of queries does not grow with them
+    """
+    client = logged_in(viewer)
+    client.get(URL)  # warm the session and the attribution status
+
+    def add_cluster() -> None:
+        cluster = ClusterFactory()
+        for minutes in range(0, 600, 60):
+            snapshot(cluster, minutes_ago=minutes + 1)
+        for hours in range(3):
+            AnomalyFactory(
+                workload__cluster=cluster, detected_at=timezone.now() - timedelta(hours=hours)
+            )
+
+    add_cluster()
+    with django_assert_max_num_queries(12):
+        assert client.get(URL, {"range": "30d"}).status_code == 200
+    for _ in range(4):
+        add_cluster()
+    with django_assert_max_num_queries(12):
+        assert client.get(URL, {"range": "30d"}).status_code == 200
