@@ -12,13 +12,14 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 
-from recovery.live import FLEET_GROUP, AuditEventMessage, workload_group
+from recovery.live import FLEET_GROUP, AuditEventMessage, SnapshotMessage, workload_group
 
 UNAUTHORISED_CLOSE_CODE = 4401
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
-    """Streams audit events: the whole fleet, or one workload when the URL names it."""
+    """Streams audit events (the whole fleet, or one workload when the URL names it) and, on the
+    fleet channel, news of fresh goodput figures."""
 
     groups: list[str]
 
@@ -41,10 +42,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "pong"})
 
     async def audit_event(self, message: AuditEventMessage) -> None:
+        await self._forward(dict(message))
+
+    async def insights_snapshot(self, message: SnapshotMessage) -> None:
+        await self._forward(dict(message))
+
+    async def _forward(self, message: dict[str, Any]) -> None:
         if not await self._user_is_active():
             await self.close(code=UNAUTHORISED_CLOSE_CODE)
             return
-        await self.send_json(dict(message))
+        await self.send_json(message)
 
     @database_sync_to_async
     def _user_is_active(self) -> bool:

@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypedDict
 
-from django.db.models import Avg, Count, Max, OuterRef, QuerySet, Subquery
+from django.db import transaction
+from django.db.models import Avg, Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import TruncDay, TruncHour
 
-from recovery.choices import WorkloadState
+from recovery import live
 from recovery.goodput import (
-    GOODPUT_KINDS,
     Distribution,
     Failure,
-    WorkloadGoodput,
-    goodput_from_events,
+    goodput_of_workloads,
 )
-from recovery.models import Anomaly, AuditEvent, Cluster, ClusterGoodputSnapshot, Workload
+from recovery.models import Anomaly, AuditEvent, Cluster, ClusterGoodputSnapshot
 
 # Figures cover the workloads with events in this trailing window.
 SNAPSHOT_WINDOW = timedelta(days=7)
@@ -39,22 +38,11 @@ SNAPSHOT_RETENTION = timedelta(days=90)
 # thins the day before the cut-off, so a worker that was down for a while catches up.
 SNAPSHOT_THIN_AFTER = timedelta(days=2)
 SNAPSHOT_THIN_SPAN = timedelta(days=1)
-# Workloads whose events are read per round of queries, and rows fetched per round trip.
-WORKLOADS_PER_BATCH = 200
-EVENTS_PER_FETCH = 2000
-
 # Lower edges of the histogram buckets, in seconds; the last bucket is open-ended. Fixed, so
 # snapshots taken at different times compare bucket by bucket.
 DETECTION_LATENCY_EDGES = (0, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 ACTION_LATENCY_EDGES = (0, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 TIME_TO_PRODUCTIVE_EDGES = (0, 60, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200)
-
-_FINISHED_STATES = {
-    WorkloadState.COMPLETED,
-    WorkloadState.FAILED,
-    WorkloadState.CANCELLED,
-    WorkloadState.STOPPED,
-}
 
 Bucket = Literal["hour", "day"]
 AnomalyDimension = Literal["category", "attribution"]
@@ -109,6 +97,7 @@ def take_goodput_snapshots(now: datetime, *, window: timedelta = SNAPSHOT_WINDOW
         )
         written += 1
     prune_goodput_snapshots(now)
+    transaction.on_commit(lambda: live.announce_snapshots(now, written))
     return written
 
 
@@ -164,7 +153,7 @@ def window_goodput(cluster: Cluster, *, start: datetime, end: datetime) -> Windo
     failures: list[Failure] = []
     wall_s = 0.0
     unproductive_s = 0.0
-    for figure in _workload_figures(sorted(active), end=end):
+    for _, figure in goodput_of_workloads(sorted(active), now=end):
         failures.extend(f for f in figure.failures if start < f.detected_at <= end)
         if figure.started_at is None or figure.ended_at is None:
             continue
@@ -186,40 +175,6 @@ def window_goodput(cluster: Cluster, *, start: datetime, end: datetime) -> Windo
         action_latency_histogram=histogram(action, ACTION_LATENCY_EDGES),
         time_to_productive_histogram=histogram(productive_again, TIME_TO_PRODUCTIVE_EDGES),
     )
-
-
-def _workload_figures(workload_ids: Sequence[int], *, end: datetime) -> Iterator[WorkloadGoodput]:
-    """Each workload's figures, reading its events in batches of workloads, streamed."""
-    for offset in range(0, len(workload_ids), WORKLOADS_PER_BATCH):
-        batch = workload_ids[offset : offset + WORKLOADS_PER_BATCH]
-        finished = set(
-            Workload.objects.filter(pk__in=batch, state__in=_FINISHED_STATES).values_list(
-                "pk", flat=True
-            )
-        )
-        # A finished workload's wall time ends at its last event, whatever its kind.
-        last_event_at: dict[int, datetime] = dict(
-            AuditEvent.objects.filter(workload_id__in=finished, occurred_at__lte=end)
-            .order_by()
-            .values("workload_id")
-            .annotate(last=Max("occurred_at"))
-            .values_list("workload_id", "last")
-        )
-        rows = (
-            AuditEvent.objects.filter(
-                workload_id__in=batch, kind__in=GOODPUT_KINDS, occurred_at__lte=end
-            )
-            .order_by("workload_id", "occurred_at", "id")
-            .values_list("workload_id", "occurred_at", "kind", "attempt", "payload", named=True)
-            .iterator(chunk_size=EVENTS_PER_FETCH)
-        )
-        for workload_id, events in itertools.groupby(rows, key=lambda row: row.workload_id):
-            yield goodput_from_events(
-                list(events),
-                finished=workload_id in finished,
-                now=end,
-                last_event_at=last_event_at.get(workload_id),
-            )
 
 
 def _overlap(a: datetime, b: datetime, start: datetime, end: datetime) -> float:

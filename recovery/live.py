@@ -8,6 +8,7 @@ make a scheduler action or a detection fail.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
@@ -35,6 +36,12 @@ class AuditEventMessage(TypedDict):
     occurred_at: str
 
 
+class SnapshotMessage(TypedDict):
+    type: Literal["insights.snapshot"]
+    taken_at: str
+    clusters: int
+
+
 def announce_event(event: AuditEvent) -> None:
     message: AuditEventMessage = {
         "type": "audit.event",
@@ -51,7 +58,17 @@ def announce_event(event: AuditEvent) -> None:
     publish(groups, message)
 
 
-def publish(groups: list[str], message: AuditEventMessage) -> None:
+def announce_snapshots(taken_at: datetime, clusters: int) -> None:
+    """New goodput figures: pages that show them (fleet, insights) fetch themselves again."""
+    message: SnapshotMessage = {
+        "type": "insights.snapshot",
+        "taken_at": taken_at.isoformat(),
+        "clusters": clusters,
+    }
+    publish([FLEET_GROUP], message)
+
+
+def publish(groups: list[str], message: AuditEventMessage | SnapshotMessage) -> None:
     layer = get_channel_layer()
     if layer is None:
         return

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from console.access import console_view
 from recovery.choices import FailureCategory, WorkloadState
-from recovery.goodput import ClusterGoodput, cluster_goodput, workload_goodput
+from recovery.goodput import goodput_of_workloads
+from recovery.insights import latest_snapshots
 from recovery.models import Cluster
 from recovery.queries import (
     ANY_ANOMALY,
@@ -23,9 +22,6 @@ from recovery.queries import (
 )
 
 FLEET_PAGE_SIZE = 50
-# A cluster's figures read every event of the cluster; the fleet page is fetched again on each
-# live update, so they are computed at most once a minute.
-CLUSTER_GOODPUT_SECONDS = 60
 ANOMALY_CHOICES = [
     (ANY_ANOMALY, "Any anomaly"),
     (NO_ANOMALY, "No anomaly"),
@@ -50,11 +46,13 @@ def fleet(request: HttpRequest) -> HttpResponse:
     selection = fleet_workloads(**filters).values_list("pk", flat=True)
     page = Paginator(selection, FLEET_PAGE_SIZE).get_page(request.GET.get("page"))
     rows = fleet_rows(list(page))
+    figures = dict(goodput_of_workloads([w.pk for w in rows], now=timezone.now()))
     for workload in rows:
-        workload.ettr = workload_goodput(workload).ettr
-    clusters = Cluster.objects.order_by("name")
-    if filters["cluster"]:
-        clusters = clusters.filter(name=filters["cluster"])
+        figure = figures.get(workload.pk)
+        workload.ettr = figure.ettr if figure is not None else None
+    clusters = list(Cluster.objects.order_by("name"))
+    shown = [c for c in clusters if not filters["cluster"] or c.name == filters["cluster"]]
+    snapshots = latest_snapshots(shown)
     return render(
         request,
         "console/fleet.html",
@@ -64,11 +62,11 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "filters": filters,
             "filtered": any(value for key, value in filters.items() if key != "sort"),
             "ignored": ignored,
-            "clusters": Cluster.objects.values_list("name", flat=True),
+            "clusters": [c.name for c in clusters],
             "states": WorkloadState.choices,
             "anomalies": ANOMALY_CHOICES,
             "columns": _sort_links(filters["sort"]),
-            "cluster_goodput": _cluster_figures(clusters),
+            "cluster_goodput": [(c, snapshots.get(c.pk)) for c in shown],
         },
     )
 
@@ -110,15 +108,3 @@ def _sort_links(current: str) -> dict[str, dict[str, str]]:
             state, next_sort = "none", f"-{key}" if descending_first else key
         columns[key] = {"label": label, "aria_sort": state, "next": next_sort}
     return columns
-
-
-def _cluster_figures(clusters: Iterable[Cluster]) -> list[tuple[Cluster, ClusterGoodput]]:
-    figures = []
-    for cluster in clusters:
-        key = f"wr:goodput:cluster:{cluster.pk}:{cluster.name}"
-        figure = cache.get(key)
-        if not isinstance(figure, ClusterGoodput):
-            figure = cluster_goodput(cluster)
-            cache.set(key, figure, timeout=CLUSTER_GOODPUT_SECONDS)
-        figures.append((cluster, figure))
-    return figures

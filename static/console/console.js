@@ -1,7 +1,7 @@
 /* Recovery Console: live updates over a WebSocket, and evidence highlighting.
  *
  * A page opts in to live updates with data-live-url="/ws/..." on a wrapper element. Every
- * "audit.event" message triggers a (debounced) re-fetch of the page itself; the fresh HTML
+ * "audit.event" or "insights.snapshot" message triggers a (debounced) re-fetch of the page itself; the fresh HTML
  * replaces #fleet-rows or #audit-trail and every element marked data-live-refresh (by id).
  * The server stays the only place that renders anything.
  *
@@ -347,7 +347,7 @@
       } catch (err) {
         return;
       }
-      if (data && data.type === 'audit.event') requestRefresh();
+      if (data && (data.type === 'audit.event' || data.type === 'insights.snapshot')) requestRefresh();
     };
 
     ws.onclose = function (event) {

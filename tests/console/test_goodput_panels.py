@@ -12,9 +12,10 @@ from django.urls import reverse
 
 from console.templatetags.console import duration, percent
 from recovery.choices import WorkloadState
+from recovery.insights import take_goodput_snapshots
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory, WorkloadFactory
-from tests.recovery.test_goodput import failed_once_and_recovered
+from tests.recovery.test_goodput import at, failed_once_and_recovered
 
 pytestmark = pytest.mark.django_db
 
@@ -75,6 +76,7 @@ def test_the_fleet_shows_ettr_per_workload_and_a_line_per_cluster(viewer: User) 
     cluster = ClusterFactory(name="lab")
     failed_once_and_recovered(cluster)
     WorkloadFactory(cluster=cluster, state=WorkloadState.PENDING)
+    take_goodput_snapshots(at(86_400))
     body = logged_in(viewer).get(reverse("console:fleet")).content.decode()
     assert ">ETTR<" in body
     rows = body[body.index('id="fleet-rows"') :]
@@ -92,3 +94,10 @@ def test_the_fleet_summarises_only_the_filtered_cluster(viewer: User) -> None:
     summary = body[body.index('id="cluster-goodput"') : body.index('id="fleet-rows"')]
     assert 'cluster-goodput__name">prod<' in summary
     assert 'cluster-goodput__name">lab<' not in summary
+
+
+def test_the_fleet_says_when_a_cluster_has_no_figures_yet(viewer: User) -> None:
+    ClusterFactory(name="lab")
+    body = logged_in(viewer).get(reverse("console:fleet")).content.decode()
+    summary = body[body.index('id="cluster-goodput"') : body.index('id="fleet-rows"')]
+    assert "No goodput figures yet" in summary

@@ -124,3 +124,23 @@ def test_a_deactivated_user_stops_receiving(operator: User) -> None:
     kind, code = async_to_sync(run)()
     assert kind == "websocket.close"
     assert code == UNAUTHORISED_CLOSE_CODE
+
+
+def test_fresh_goodput_figures_reach_the_fleet_channel(operator: User) -> None:
+    from datetime import UTC, datetime
+
+    from recovery.live import announce_snapshots
+
+    async def emit() -> None:
+        from channels.db import database_sync_to_async
+
+        await database_sync_to_async(announce_snapshots)(datetime(2026, 11, 29, tzinfo=UTC), 3)
+
+    connected, _, received = connect_and_collect("/ws/live/", operator, emit)
+    assert connected
+    assert received[0] == {
+        "type": "insights.snapshot",
+        "taken_at": "2026-11-29T00:00:00+00:00",
+        "clusters": 3,
+    }
+    assert received[1] == {"type": "pong"}
