@@ -10,8 +10,8 @@
 (function () {
   'use strict';
 
-  var DEBOUNCE_MS = 300;
-  var MAX_WAIT_MS = 2000; // a steady stream of events still refreshes at least this often
+  var DEBOUNCE_MS = 100; // coalesces a burst of events into one refetch
+  var MAX_WAIT_MS = 1000; // a steady stream of events still refreshes at least this often
   var PING_MS = 25000;
   var BACKOFF_MIN_MS = 1000;
   var BACKOFF_MAX_MS = 30000;
