@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from workload_recovery.env import (
     env_bool,
     env_int,
@@ -85,7 +88,20 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("WR_CHANNEL_PREFIX", "wr")},
+        "CONFIG": {
+            # redis-py 8 reads with a 5 s socket timeout by default, no longer than the layer's
+            # 5 s blocking receive: every idle WebSocket would drop every 5 s. Longer, still finite.
+            # A connection left broken by a Redis restart is opened again and the command sent
+            # once more, instead of failing a consumer (at worst a Console refresh repeats).
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 10,
+                    "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+                }
+            ],
+            "prefix": env_str("WR_CHANNEL_PREFIX", "wr"),
+        },
     }
 }
 

@@ -1,10 +1,19 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 
 from console.forms import ConsoleLoginForm
 
+
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    # Pages name their icon; browsers still ask for /favicon.ico on pages that do not (admin).
+    return HttpResponseRedirect(static("console/icon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(

@@ -15,6 +15,7 @@ from django.utils import timezone
 from console.access import console_view
 from console.charts import figure_payload
 from console.forms import DecisionForm
+from console.timeline import workload_timeline as workload_timeline_figure
 from recovery.goodput import (
     Distribution,
     WorkloadGoodput,
@@ -22,7 +23,6 @@ from recovery.goodput import (
 )
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.queries import workload_trail
-from recovery.timeline import workload_timeline as workload_timeline_figure
 
 PAGE_ANOMALIES = 50
 PAGE_RECOMMENDATIONS = 50
