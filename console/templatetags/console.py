@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from recovery.choices import AnomalyKind, FailureCategory, RecommendationAction
 
@@ -63,3 +66,13 @@ def get_item(mapping: dict[str, object] | None, key: str) -> object:
     if not mapping:
         return ""
     return mapping.get(key, "")
+
+
+@register.filter
+def ago(moment: datetime | None) -> str:
+    """How long ago, to the largest unit only ("4 hours ago"), so table cells stay one line."""
+    if moment is None:
+        return "—"
+    if (timezone.now() - moment).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(moment, depth=1)} ago"

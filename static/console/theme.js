@@ -8,7 +8,7 @@
 
   var KEY = 'wr-theme';
   var ORDER = ['auto', 'light', 'dark'];
-  var LABEL = { auto: 'Theme: auto', light: 'Theme: light', dark: 'Theme: dark' };
+  var LABEL = { auto: 'Auto', light: 'Light', dark: 'Dark' };
 
   function stored() {
     try {
@@ -27,7 +27,8 @@
     if (button) {
       button.textContent = LABEL[theme];
       button.setAttribute('data-theme-choice', theme);
-      button.title = 'Switch theme (now ' + theme + ')';
+      button.setAttribute('aria-label', 'Theme: ' + theme + '. Switch theme');
+      button.title = 'Theme: ' + theme + ' (click to switch: auto, light, dark)';
     }
   }
 

@@ -101,3 +101,16 @@ def test_the_fleet_says_when_a_cluster_has_no_figures_yet(viewer: User) -> None:
     body = logged_in(viewer).get(reverse("console:fleet")).content.decode()
     summary = body[body.index('id="cluster-goodput"') : body.index('id="fleet-rows"')]
     assert "No goodput figures yet" in summary
+
+
+def test_ages_in_tables_name_one_unit() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.templatetags.console import ago
+
+    now = timezone.now()
+    assert ago(None) == "—"
+    assert ago(now - timedelta(seconds=20)) == "just now"
+    assert ago(now - timedelta(hours=4, minutes=16)) == "4\xa0hours ago"

@@ -14,6 +14,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.charts import colour_for_category, figure_payload
+from console.timeline import (
+    DECISIONS_ROW,
+    EXIT_STATE_COLOURS,
+    progress_samples,
+    short_nodes,
+    workload_timeline,
+)
 from recovery.audit import record_event
 from recovery.choices import (
     AnomalyKind,
@@ -25,13 +32,6 @@ from recovery.choices import (
 )
 from recovery.models import AuditEvent, Node, ProgressSample, Workload
 from recovery.queries import WORKLOAD_TRAIL_LIMIT
-from recovery.timeline import (
-    DECISIONS_ROW,
-    EXIT_STATE_COLOURS,
-    progress_samples,
-    short_nodes,
-    workload_timeline,
-)
 from tests.conftest import TEST_PASSWORD
 from tests.factories import (
     AnomalyFactory,
