@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import urlencode
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
+from console.access import console_view
 from recovery.audit_trail import (
     QUICK_RANGES,
     AuditFilters,
@@ -37,11 +36,6 @@ from recovery.models import Cluster
 VIEW_AUDIT_PERMISSION = "recovery.view_auditevent"
 
 
-def _require_view_permission(request: HttpRequest) -> None:
-    if not request.user.has_perm(VIEW_AUDIT_PERMISSION):
-        raise PermissionDenied("Reading the audit trail needs a Console role (viewer or above).")
-
-
 def _trail_url(filters: AuditFilters, cursor: str | None = None, *, view: str = "audit") -> str:
     params = filters.query_params()
     if cursor:
@@ -50,10 +44,9 @@ def _trail_url(filters: AuditFilters, cursor: str | None = None, *, view: str = 
     return reverse(f"console:{view}") + (f"?{query}" if query else "")
 
 
-@login_required
+@console_view(VIEW_AUDIT_PERMISSION, "Reading the audit trail")
 def audit_trail(request: HttpRequest) -> HttpResponse:
     """Every event, newest first, filtered and paged by keyset; live on the newest page."""
-    _require_view_permission(request)
     clusters = list(Cluster.objects.order_by("name").values_list("name", flat=True))
     parsed = parse_filters(request.GET, now=timezone.now(), known_clusters=clusters)
     filters = parsed.filters
@@ -95,10 +88,9 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@console_view(VIEW_AUDIT_PERMISSION, "Reading the audit trail")
 def audit_csv(request: HttpRequest) -> HttpResponse:
     """The events the trail's filters select, as a CSV file, streamed in bounded batches."""
-    _require_view_permission(request)
     now = timezone.now()
     clusters = Cluster.objects.values_list("name", flat=True)
     parsed = parse_filters(request.GET, now=now, known_clusters=set(clusters))
@@ -123,10 +115,9 @@ def audit_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@login_required
+@console_view(VIEW_AUDIT_PERMISSION, "Reading the audit trail")
 def audit_event(request: HttpRequest, event_id: int) -> HttpResponse:
     """One event in full, with its neighbours in the same workload for context."""
-    _require_view_permission(request)
     event = find_event(event_id)
     if event is None:
         raise Http404("No audit event has this id.")

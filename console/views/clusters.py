@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from console.access import console_view
 from recovery.cluster_status import CONTROLLER_SEEN_WITHIN, STALE_AFTER_POLLS, cluster_statuses
 
-VIEW_CLUSTERS_PERMISSION = "recovery.view_cluster"
 
-
-@login_required
+@console_view("recovery.view_cluster", "Viewing clusters")
 def clusters(request: HttpRequest) -> HttpResponse:
     """Every cluster: what it may do on its own, what runs degraded, and what waits."""
-    if not request.user.has_perm(VIEW_CLUSTERS_PERMISSION):
-        raise PermissionDenied("Viewing clusters needs a Console role (viewer or above).")
     now = timezone.now()
     return render(
         request,

@@ -11,12 +11,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from console.access import console_view
 from console.charts import figure_payload
 from console.insight_charts import TimeRange, anomaly_figure, ettr_figure, histogram_figure
 from recovery.insights import (
@@ -26,8 +25,6 @@ from recovery.insights import (
 )
 from recovery.models import Cluster
 
-# Insights summarise the audit trail; whoever may read the trail may read them.
-VIEW_INSIGHTS_PERMISSION = "recovery.view_auditevent"
 # A snapshot older than this many snapshot intervals means the worker is not taking them.
 STALE_AFTER_INTERVALS = 3
 
@@ -44,11 +41,10 @@ RANGES = {
 DEFAULT_RANGE = "7d"
 
 
-@login_required
+# Insights summarise the audit trail; whoever may read the trail may read them.
+@console_view("recovery.view_auditevent", "Viewing insights")
 def insights(request: HttpRequest) -> HttpResponse:
     """Latency distributions and ETTR from goodput snapshots; anomalies over time."""
-    if not request.user.has_perm(VIEW_INSIGHTS_PERMISSION):
-        raise PermissionDenied("Insights need a Console role (viewer or above).")
     clusters = list(Cluster.objects.order_by("name").only("pk", "name"))
     time_range, cluster, ignored = _insights_filters(request, clusters)
     shown = [cluster] if cluster else clusters

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from console.access import console_view
 from recovery.choices import NodeHealth
 from recovery.models import Cluster, Node
 
 NODES_PAGE_SIZE = 100
-VIEW_NODES_PERMISSION = "recovery.view_node"
 NODE_FILTERS = [
     ("suspect", "Suspect"),
     ("unhealthy", "Unhealthy"),
@@ -25,11 +23,9 @@ NODE_FILTERS = [
 ]
 
 
-@login_required
+@console_view("recovery.view_node", "Viewing nodes")
 def nodes(request: HttpRequest) -> HttpResponse:
     """Nodes that need a look: suspect, unhealthy, implicated in a failure, or excluded."""
-    if not request.user.has_perm(VIEW_NODES_PERMISSION):
-        raise PermissionDenied("Viewing nodes needs a Console role (viewer or above).")
     filters = {"cluster": request.GET.get("cluster", ""), "show": request.GET.get("show", "")}
     now = timezone.now()
     listed = _flagged_nodes(now, **filters)
