@@ -21,6 +21,19 @@ from recovery.models import (
 )
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Shows rows and changes none: they are written by the system, with an audit trail."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     list_display = [
@@ -91,25 +104,16 @@ class VerdictAdmin(admin.ModelAdmin):
 
 
 @admin.register(Recommendation)
-class RecommendationAdmin(admin.ModelAdmin):
+class RecommendationAdmin(ReadOnlyAdmin):
     """Read-only: decisions go through the Console or the API so they are audited."""
 
     list_display = ["workload", "action", "status", "decided_by", "created_at"]
     list_filter = ["status", "action"]
     search_fields = ["workload__job_id", "reason", "idempotency_key"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     """The trail is append-only: admin shows it and changes nothing."""
 
     list_display = ["occurred_at", "cluster", "workload", "attempt", "kind", "actor"]
@@ -117,15 +121,6 @@ class AuditEventAdmin(admin.ModelAdmin):
     search_fields = ["actor", "workload__job_id"]
     date_hierarchy = "occurred_at"
     actions = None
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Policy)
@@ -222,7 +217,7 @@ class ControllerTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(ClusterGoodputSnapshot)
-class ClusterGoodputSnapshotAdmin(admin.ModelAdmin):
+class ClusterGoodputSnapshotAdmin(ReadOnlyAdmin):
     """Snapshots are computed by the worker from the audit trail: shown, never edited."""
 
     list_display = [
@@ -237,12 +232,3 @@ class ClusterGoodputSnapshotAdmin(admin.ModelAdmin):
     list_filter = ["cluster"]
     date_hierarchy = "taken_at"
     actions = None
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -202,7 +202,14 @@ class BrowserStack:
     def celery(self) -> Celery:
         """A Celery client on the stack's broker: sends tasks by name to the real worker."""
         if self._client is None:
-            client = Celery("browser-tests", broker=self.redis_url, backend=self.redis_url)
+            # Not the current app: shared tasks elsewhere in the session must keep sending to
+            # the project's broker, not to this stack's Redis (stopped after these tests).
+            client = Celery(
+                "browser-tests",
+                broker=self.redis_url,
+                backend=self.redis_url,
+                set_as_current=False,
+            )
             client.conf.update(
                 task_default_queue=CELERY_QUEUE,
                 broker_connection_retry_on_startup=True,
