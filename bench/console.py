@@ -47,6 +47,7 @@ CLUSTERS = ("dgx-east", "dgx-west", "h100-lab", "a100-batch")
 NODES_PER_CLUSTER = 1_000
 TARGET_PAGE_MEDIAN_MS = 200.0
 TARGET_PUSH_MEDIAN_MS = 500.0
+TARGET_PAGES = ("fleet", "workload")
 PASSWORD = "bench console password"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -464,6 +465,13 @@ def measure_pages(base: str, requests: int, seeded: dict[str, Any]) -> dict[str,
         "fleet: page 100": lambda i: "/?page=100",
         "fleet: search by job id": lambda i: f"/?q={100_000 + (i * 37) % WORKLOADS}",
         "workload page": lambda i: f"/workloads/{workloads[i % len(workloads)]}/",
+        # Not in the targets; measured because they read the same big tables.
+        "audit trail: newest page": lambda i: "/audit/",
+        "audit trail: one workload": lambda i: f"/audit/?workload={workloads[i % len(workloads)]}",
+        "audit trail: one kind, 7 days": lambda i: "/audit/?kind=detected&range=7d",
+        "approvals": lambda i: "/approvals/",
+        "insights": lambda i: "/insights/",
+        "clusters": lambda i: "/clusters/",
     }
     timings: dict[str, list[float]] = {kind: [] for kind in kinds}
     for kind, path_for in kinds.items():  # one warm-up each: first-request imports, caches
@@ -584,7 +592,7 @@ def report(pages: dict[str, list[float]], pushes: dict[str, list[float]]) -> int
     for kind, values in pages.items():
         median = statistics.median(values)
         print(f"{kind:42} {median:7.1f}ms {_p95(values):7.1f}ms {median / reference:7.1f}")
-        if not kind.startswith("reference") and median >= TARGET_PAGE_MEDIAN_MS:
+        if kind.startswith(TARGET_PAGES) and median >= TARGET_PAGE_MEDIAN_MS:
             failed.append(f"{kind}: median {median:.0f} ms ≥ {TARGET_PAGE_MEDIAN_MS:.0f} ms")
     ping = statistics.median(pushes["reference: ping/pong"])
     print()
@@ -599,7 +607,7 @@ def report(pages: dict[str, list[float]], pushes: dict[str, list[float]]) -> int
     if failed:
         print("MISSED: " + "; ".join(failed))
         return 1
-    print(f"within the targets: every page median < {TARGET_PAGE_MEDIAN_MS:.0f} ms, "
+    print(f"within the targets: fleet and workload page medians < {TARGET_PAGE_MEDIAN_MS:.0f} ms, "
           f"push median < {TARGET_PUSH_MEDIAN_MS:.0f} ms")  # fmt: skip
     return 0
 
