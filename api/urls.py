@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from api import advisor, decisions, goodput, views
@@ -21,6 +21,8 @@ urlpatterns = [
         decisions.reject,
         name="recommendation-reject",
     ),
+    path("v1/ingest/", include("api.ingest.urls")),
+    path("v1/", include("api.resources.urls")),
     path("v1/advisor/recommendations/", advisor.ready, name="advisor-ready"),
     path(
         "v1/advisor/recommendations/<int:recommendation_id>/claim/",

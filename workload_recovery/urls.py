@@ -4,6 +4,7 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
+from api.metrics import metrics
 from console.forms import ConsoleLoginForm
 
 
@@ -23,6 +24,7 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("metrics", metrics, name="metrics"),
     path("api/", include("api.urls")),
     path("", include("console.urls")),
 ]
