@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from recovery.audit import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.connectors.logs import LogSource, LogSourceError, build_source, ingest_from_source
 from recovery.ingest import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.monitors import check_job_ending, check_node, check_progress, out_of_service
@@ -73,6 +74,7 @@ class PollSummary:
     log_bytes: int = 0
     anomalies_new: int = 0
     decisions: int = 0
+    log_store_error: str = ""
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
@@ -116,6 +118,21 @@ def is_polled(cluster: Cluster) -> bool:
         return True
     simulator = (cluster.connection_settings or {}).get("simulator")
     return isinstance(simulator, dict) and "name" in simulator
+
+
+def log_store_of(cluster: Cluster) -> LogSource | None:
+    """The Loki or VictoriaLogs store the cluster's jobs log to, if its settings name one
+    (``connection_settings["log_source"]``, as ``manage.py configure_signals`` saves it)."""
+    saved = (cluster.connection_settings or {}).get("log_source")
+    if not isinstance(saved, dict) or not saved.get("kind"):
+        return None
+    options = {k: v for k, v in saved.items() if k not in ("kind", "url", "mapping")}
+    try:
+        return build_source(saved["kind"], str(saved.get("url", "")), saved.get("mapping") or {},
+                            **options)  # fmt: skip
+    except (LogSourceError, ValueError, TypeError) as error:
+        logger.warning("log store settings of %s are unusable: %s", cluster.name, error)
+        return None
 
 
 def poll_cluster(
@@ -213,14 +230,27 @@ def _poll(
         workloads = Workload.objects.filter(cluster=cluster, job_id__in=seen).order_by(
             "-submit_time"
         )
+        log_store = log_store_of(cluster)
         done: set[str] = set()
         for workload in workloads.select_related("cluster"):
-            if transport is None or workload.job_id in done:
+            if workload.job_id in done:
                 continue
             done.add(workload.job_id)
-            read = ingest_workload_logs(workload, transport, now=now)
-            summary.log_bytes += read.bytes_read
-            summary.anomalies_new += read.anomalies_new
+            if transport is not None:
+                read = ingest_workload_logs(workload, transport, now=now)
+                summary.log_bytes += read.bytes_read
+                summary.anomalies_new += read.anomalies_new
+            if log_store is not None:
+                try:
+                    pulled = ingest_from_source(workload, log_store, now)
+                except LogSourceError as error:
+                    # The store is down for every job alike: say it once, read it next poll.
+                    summary.log_store_error = str(error)
+                    logger.warning("log store of %s: %s", cluster.name, error)
+                    log_store = None
+                    continue
+                summary.log_bytes += pulled.bytes_read
+                summary.anomalies_new += pulled.anomalies_new
     summary.anomalies_new += _run_monitors(cluster, endings, now)
     summary.decisions = decide_pending(cluster, now)
     return summary
