@@ -16,7 +16,7 @@ E2E_SLURM_DIR ?= var/slurm-e2e
 E2E_SLURM_CTLD_PORT ?= 17200
 E2E_SLURM_NODE_PORT ?= 17201
 
-.PHONY: install install-e2e install-browser demo test e2e lint format clean bench bench-detect bench-scale bench-console slurm-up slurm-down
+.PHONY: install install-e2e install-browser install-prometheus demo test e2e lint format clean bench bench-detect bench-scale bench-console fuzz-api slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -37,12 +37,25 @@ $(E2E_STAMP): $(STAMP)
 install-browser: install
 	deploy/dev/browser-packages.sh
 
+# Debian's prometheus for the metrics connector's tests (started by the tests, never as a service).
+install-prometheus: install
+	deploy/dev/prometheus-packages.sh
+
 demo: install
 	$(BIN)/python manage.py demo
 
-test: install install-e2e install-browser
+test: install install-e2e install-browser install-prometheus
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
+
+# Schemathesis over the whole API schema with many examples per operation (`make test` runs the
+# same test with a few).
+FUZZ_EXAMPLES ?= 200
+
+fuzz-api: install
+	deploy/dev/ensure-services.sh
+	WR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	$(BIN)/pytest tests/api/test_fuzz.py -p no:cacheprovider
 
 # Fault scenarios injected into real multi-node jobs on a local Slurm cluster; writes
 # var/e2e/report.json and prints it as a table checked against the targets.
