@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.views import approvals, audit, clusters, fleet, insights, nodes, workloads
+from console.views import approvals, audit, clusters, fleet, insights, nodes, signals, workloads
 
 app_name = "console"
 
@@ -31,4 +31,5 @@ urlpatterns = [
     path("audit/export.csv", audit.audit_csv, name="audit_csv"),
     path("audit/<int:event_id>/", audit.audit_event, name="audit_event"),
     path("clusters/", clusters.clusters, name="clusters"),
+    path("clusters/<int:cluster_id>/signals/", signals.cluster_signals, name="cluster_signals"),
 ]
