@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -121,6 +122,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
 POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
 WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
+# /metrics: open when both are empty; else a bearer token, or a scrape from one of the networks.
+METRICS_TOKEN = env_str("WR_METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = env_list("WR_METRICS_NETWORKS", [])
 INSIGHTS_SECONDS = env_int("WR_INSIGHTS_SECONDS", 300, minimum=10)
 CELERY_BEAT_SCHEDULE = {
     "poll-clusters": {
@@ -185,19 +189,78 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 
+
+def _api_rate(name: str, default: str) -> str:
+    """A DRF rate such as ``600/minute``; anything else fails at start-up, not per request."""
+    value = env_str(name, default) or default
+    number, _, period = value.partition("/")
+    if not number.isdigit() or int(number) < 1 or period not in _RATE_PERIODS:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate (use e.g. 600/minute; periods: second, minute, "
+            "hour, day)"
+        )
+    return value
+
+
+_RATE_PERIODS = {"s", "sec", "second", "m", "min", "minute", "h", "hour", "d", "day"}
+
+# Throttle counters must be shared by every web process, so they live in Redis. The default
+# cache stays per process (local memory): other code relies on that, and its tests clear it.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env_str("WR_THROTTLE_REDIS_URL", REDIS_URL),
+        "KEY_PREFIX": env_str("WR_THROTTLE_KEY_PREFIX", "wr-throttle"),
+        # A Redis that does not answer must not hold up requests; throttles then let them pass.
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    },
+}
+
 REST_FRAMEWORK = {
+    # Session first: a caller with neither a session nor a token gets 403 here, as before; the
+    # resources under /api/v1/ put the token first, so they answer 401 with WWW-Authenticate.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
+        "api.tokens.PersonalTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "api.resources.throttling.PersonRateThrottle",
+        "api.resources.throttling.ControllerRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _api_rate("WR_API_RATE", "600/minute"),
+        "controller": _api_rate("WR_API_CONTROLLER_RATE", "600/minute"),
+    },
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Workload Recovery API",
     "DESCRIPTION": (
-        "The Advisor API for scheduler-side controllers (Bearer controller token, scoped to "
-        "one cluster) and the REST API for integrations."
+        "The Advisor API for scheduler-side controllers (Bearer controller token `wrc_…`, "
+        "scoped to one cluster) and the REST API for integrations (a person's Bearer token "
+        "`wrp_…` or a Console session, with that person's Console role). Lists are cursor "
+        "pages, newest first: follow `next` and `previous`. Every error is JSON: "
+        '`{"error": "<message>", "code": "<code>", "detail": "<message>"}`, plus `fields` '
+        "on a 400 and `retry_after` on a 429 (also the Retry-After header)."
     ),
+    "TAGS": [
+        {"name": "clusters", "description": "Clusters and their goodput."},
+        {"name": "nodes", "description": "Nodes, with suspect and exclusion flags."},
+        {"name": "workloads", "description": "Workloads, their attempts and goodput."},
+        {"name": "anomalies", "description": "Anomalies and the verdicts attributing them."},
+        {"name": "recommendations", "description": "Recommendations; operators decide."},
+        {"name": "audit", "description": "The append-only audit trail."},
+        {"name": "goodput", "description": "Goodput figures from the audit trail."},
+        {"name": "advisor", "description": "For scheduler-side controllers only."},
+    ],
+    # Two models call different choices "kind": give each enum its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "AnomalyKindEnum": "recovery.choices.AnomalyKind",
+        "AuditKindEnum": "recovery.choices.AuditKind",
+    },
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     # Assets come from the installed sidecar package: the docs page works without internet.
