@@ -122,7 +122,8 @@ def _invalid(errors: Any) -> Response:
     responses={
         200: inline_serializer(
             "ReadyRecommendations", {"results": RecommendationForController(many=True)}
-        )
+        ),
+        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
     },
     examples=[
         OpenApiExample(
@@ -147,6 +148,7 @@ def ready(request: Request) -> Response:
     responses={
         200: RecommendationForController,
         400: OpenApiResponse(ERROR, description="The lease is out of range."),
+        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
         404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
         409: OpenApiResponse(ERROR, description="Another controller holds it, or it is done."),
     },
@@ -197,6 +199,7 @@ def claim(request: Request, recommendation_id: int) -> Response:
     responses={
         200: RecommendationForController,
         400: OpenApiResponse(ERROR, description="The body is not valid; fields say why."),
+        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
         404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
         409: OpenApiResponse(ERROR, description="This controller does not hold the lease."),
     },

@@ -7,6 +7,7 @@ from django.http import HttpRequest
 
 from recovery.models import (
     Anomaly,
+    ApiToken,
     Attempt,
     AuditEvent,
     Cluster,
@@ -232,3 +233,45 @@ class ClusterGoodputSnapshotAdmin(ReadOnlyAdmin):
     list_filter = ["cluster"]
     date_hierarchy = "taken_at"
     actions = None
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Personal API tokens: added here (the key is shown once) or with
+    `manage.py create_api_token USER`; revoked here."""
+
+    list_display = ["name", "user", "key_prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "user__username"]
+    raw_id_fields = ["user"]
+    actions = ["revoke"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fixed = ["key_prefix", "created_at", "last_used_at"]
+        return fixed if obj is None else ["user", "name", *fixed]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return (
+            ["user", "name"]
+            if obj is None
+            else ["user", "name", "key_prefix", "created_at", "last_used_at", "revoked_at"]
+        )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            from django.contrib import messages
+
+            key = ApiToken.new_key()
+            obj.set_key(key)
+            super().save_model(request, obj, form, change)
+            messages.warning(
+                request, f"The token's key, shown only this once: {key}", extra_tags="api-token"
+            )
+            return
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        from django.utils import timezone
+
+        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())

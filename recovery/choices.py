@@ -193,3 +193,4 @@ class AuditKind(models.TextChoices):
     NODE_SUSPECT = "node_suspect", "Node flagged as suspect"
     POLICY_FAILED = "policy_failed", "Policy engine failed"
     ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"
+    SCHEDULER_HOOK = "scheduler_hook", "Scheduler hook received"

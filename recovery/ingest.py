@@ -101,8 +101,8 @@ def _ingest_file(
         if consumed:
             result = scan(consumed)
             attempt = attempt_writing(workload)
-            summary.anomalies_new += _record_findings(workload, attempt, result, now)
-            summary.checkpoints += _record_progress(workload, attempt, result, now)
+            summary.anomalies_new += record_findings(workload, attempt, result, now)
+            summary.checkpoints += record_progress(workload, attempt, result, now)
         cursor.save()
 
 
@@ -188,7 +188,7 @@ def ingest_node_kernel_logs(
                     if node.name not in finding.nodes:
                         finding.nodes.append(node.name)
                 for workload, attempt, _ in attempts_on_node(cluster, node.name, now):
-                    summary.anomalies_new += _record_findings(
+                    summary.anomalies_new += record_findings(
                         workload, attempt, result, now, scope=f"kernel:{node.name}"
                     )
                 _mark_node(node, result, now)
@@ -237,7 +237,7 @@ def _fingerprint(finding: Finding, scope: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def _record_findings(
+def record_findings(
     workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime, scope: str = ""
 ) -> int:
     """Record the read's findings; ``scope`` separates sources (a node's kernel log)."""
@@ -366,7 +366,7 @@ def record_anomalies(
     return created_anomalies
 
 
-def _record_progress(
+def record_progress(
     workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime
 ) -> int:
     number = attempt.number if attempt else None

@@ -28,3 +28,7 @@ urlpatterns = [
     path("api/", include("api.urls")),
     path("", include("console.urls")),
 ]
+
+# JSON under /api/, the Console's pages elsewhere.
+handler404 = "api.errors.not_found"
+handler500 = "api.errors.server_error"

@@ -1,5 +1,12 @@
 """Ingestion endpoints under /api/v1/ingest/: job heartbeats and logs, scheduler hooks."""
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from api.ingest import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("heartbeats/", views.heartbeats, name="ingest-heartbeats"),
+    path("logs/", views.logs, name="ingest-logs"),
+    path("scheduler/job-ended/", views.job_ended, name="ingest-job-ended"),
+    path("scheduler/node-down/", views.node_down, name="ingest-node-down"),
+]

@@ -1,4 +1,5 @@
 from recovery.models.anomaly import Anomaly, Verdict
+from recovery.models.api_token import ApiToken
 from recovery.models.audit import AppendOnlyError, AuditEvent
 from recovery.models.cluster import Cluster, Node, NodeLogCursor
 from recovery.models.controller import ControllerToken
@@ -10,6 +11,7 @@ from recovery.models.workload import Attempt, LogCursor, ProgressSample, Workloa
 
 __all__ = [
     "Anomaly",
+    "ApiToken",
     "AppendOnlyError",
     "Attempt",
     "AuditEvent",

@@ -62,6 +62,6 @@ def test_bad_input_gets_a_clear_error(operator: User) -> None:
     recommendation = RecommendationFactory()
     response = client.post(url(recommendation.pk, "approve"), {"note": "x" * 2001}, format="json")
     assert response.status_code == 400
-    assert "note" in response.json()
+    assert "note" in response.json()["fields"]
     recommendation.refresh_from_db()
     assert recommendation.status == RecommendationStatus.AWAITING_APPROVAL

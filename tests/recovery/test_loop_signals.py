@@ -385,7 +385,7 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
     acting_cluster,  # type: ignore[no-untyped-def]
 ) -> None:
     from recovery.audit import record_event
-    from recovery.ingest import _record_findings, scan
+    from recovery.ingest import record_findings, scan
 
     _, workload, attempt = running_workload(acting_cluster)
     line = (
@@ -401,7 +401,7 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
         actor="controller:test",
         payload={"action": "restart"},
     )
-    assert _record_findings(workload, attempt, result, timezone.now()) == 0
+    assert record_findings(workload, attempt, result, timezone.now()) == 0
     assert not Anomaly.objects.exists()
 
 

@@ -18,9 +18,9 @@ from recovery.connectors.logs.base import LogRecord, LogSource, to_ns
 from recovery.detection.findings import Finding
 from recovery.ingest import (
     IngestSummary,
-    _record_findings,
-    _record_progress,
     attempt_writing,
+    record_findings,
+    record_progress,
     scan,
 )
 from recovery.models import LogCursor, Workload
@@ -67,8 +67,8 @@ def ingest_from_source(
         result = scan(data)
         _attribute_lines(result.findings, line_records)
         attempt = attempt_writing(workload)
-        summary.anomalies_new += _record_findings(workload, attempt, result, now)
-        summary.checkpoints += _record_progress(workload, attempt, result, now)
+        summary.anomalies_new += record_findings(workload, attempt, result, now)
+        summary.checkpoints += record_progress(workload, attempt, result, now)
         cursor.offset = records[-1].timestamp_ns
         cursor.save()
     return summary

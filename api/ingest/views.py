@@ -1,0 +1,579 @@
+"""Ingestion endpoints: jobs push heartbeats and log lines; scheduler hooks push job and node
+events.
+
+Callers authenticate with a cluster's controller token (``Authorization: Bearer wrc_…``); a job
+id or node name is looked up in that cluster only. Answers:
+
+- 200: ingested (or a repeat of a batch already ingested: ``"duplicate": true``);
+- 202: accepted but ignored, with the reason (a job not opted in, a hook about an unknown job
+  or node: the poll it triggers finds them if they are ours);
+- 400: the body is not valid, ``fields`` lists why; 401: no or a bad token;
+- 404: heartbeats or logs for a job this cluster does not know (yet: a job is known once a poll
+  has seen it, within a poll interval of its start);
+- 413: more than a request may carry (lines, heartbeats or bytes).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers, status
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    parser_classes,
+    permission_classes,
+)
+from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.authentication import ControllerPrincipal, ControllerTokenAuthentication, IsController
+from api.ingest.serializers import (
+    HeartbeatRequest,
+    JobEndedRequest,
+    LogBatchRequest,
+    NodeDownRequest,
+)
+from recovery import pushed
+from recovery.models import Cluster, Workload
+
+TAGS = ["ingest"]
+MAX_HEARTBEAT_BYTES = 1024 * 1024
+MAX_HOOK_BYTES = 256 * 1024
+
+ERROR = inline_serializer("IngestError", {"error": serializers.CharField()})
+INVALID = inline_serializer(
+    "IngestInvalid",
+    {"error": serializers.CharField(), "fields": serializers.JSONField()},
+)
+IGNORED = inline_serializer(
+    "IngestIgnored", {"status": serializers.CharField(), "reason": serializers.CharField()}
+)
+COMMON_RESPONSES: dict[int, Any] = {
+    400: OpenApiResponse(INVALID, description="The body is not valid; `fields` says why."),
+    401: OpenApiResponse(description="No controller token, or an unknown or revoked one."),
+    413: OpenApiResponse(ERROR, description="More than one request may carry."),
+}
+INVALID_EXAMPLE = OpenApiExample(
+    "Invalid",
+    value={"error": "The request body is not valid.", "fields": {"step": ["Must be >= 0."]}},
+    response_only=True,
+    status_codes=["400"],
+)
+
+
+class RawLogParser(BaseParser):
+    """A log batch sent as the body itself; its fields come in the query string."""
+
+    media_type = "text/plain"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        return {"raw": stream.read(pushed.MAX_LOG_BYTES + 1) if stream else b""}
+
+
+class RawBinaryLogParser(RawLogParser):
+    media_type = "application/octet-stream"
+
+
+def _cluster(request: Request) -> Cluster:
+    principal = request.user
+    assert isinstance(principal, ControllerPrincipal)
+    return principal.cluster
+
+
+def _actor(request: Request) -> str:
+    principal = request.user
+    assert isinstance(principal, ControllerPrincipal)
+    return principal.actor
+
+
+def _error(message: str, code: str, status_code: int, **extra: Any) -> Response:
+    # The shape of every API error (api/errors.py): message, code, and DRF's usual "detail".
+    return Response(
+        {"error": message, "code": code, "detail": message, **extra}, status=status_code
+    )
+
+
+def _invalid(errors: Any) -> Response:
+    return _error(
+        "The request body is not valid.", "invalid", status.HTTP_400_BAD_REQUEST, fields=errors
+    )
+
+
+def _too_large(what: str) -> Response:
+    return _error(f"Too large: {what}.", "too_large", status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+
+
+def _declared_length(request: Request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def _unknown_job(cluster: Cluster, job_id: str) -> Response:
+    return _error(
+        f"Job {job_id} is not known on cluster {cluster.name!r}. A job is known once a poll "
+        "has seen it, within a poll interval of its start.",
+        "not_found",
+        status.HTTP_404_NOT_FOUND,
+    )
+
+
+def _ignored(reason: str, **extra: Any) -> Response:
+    return Response({"status": "ignored", "reason": reason, **extra}, status.HTTP_202_ACCEPTED)
+
+
+# --- heartbeats ---------------------------------------------------------------------------
+
+
+HEARTBEAT_RESULT = inline_serializer(
+    "HeartbeatResult",
+    {
+        "status": serializers.CharField(),
+        "heartbeats": serializers.IntegerField(),
+        "samples": serializers.IntegerField(help_text="Progress samples stored."),
+        "checkpoints": serializers.IntegerField(help_text="New checkpoints recorded."),
+    },
+)
+HEARTBEAT_EXAMPLE = {
+    "job_id": "48213",
+    "step": 12040,
+    "checkpoint_step": 12000,
+    "rank": 0,
+    "node": "gpu-a100-005",
+    "throughput": 412.5,
+    "at": "2026-11-29T03:14:17Z",
+}
+
+
+@extend_schema(
+    tags=TAGS,
+    summary="Push progress and checkpoint heartbeats (one object, or a list of them)",
+    request=PolymorphicProxySerializer(
+        component_name="HeartbeatOrBatch",
+        serializers=[HeartbeatRequest, HeartbeatRequest(many=True)],
+        resource_type_field_name=None,
+        many=False,
+    ),
+    responses={
+        200: HEARTBEAT_RESULT,
+        202: OpenApiResponse(IGNORED, description="The job is not opted in to recovery."),
+        404: OpenApiResponse(ERROR, description="The cluster does not know the job (yet)."),
+        **COMMON_RESPONSES,
+    },
+    examples=[
+        OpenApiExample("One heartbeat", value=HEARTBEAT_EXAMPLE, request_only=True),
+        OpenApiExample(
+            "A batch",
+            value=[
+                {"job_id": "48213", "step": 12039, "rank": 0, "at": "2026-11-29T03:14:16Z"},
+                {"job_id": "48213", "step": 12040, "rank": 0, "checkpoint_step": 12000},
+            ],
+            request_only=True,
+        ),
+        OpenApiExample(
+            "Recorded",
+            value={"status": "recorded", "heartbeats": 1, "samples": 1, "checkpoints": 1},
+            response_only=True,
+            status_codes=["200"],
+        ),
+        INVALID_EXAMPLE,
+    ],
+)
+@api_view(["POST"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+def heartbeats(request: Request) -> Response:
+    """Progress (the step reached) and checkpoints, as the job's progress lines would show them.
+
+    A checkpoint step at or below the last one recorded is not recorded again, so a retry is
+    harmless.
+    """
+    if _declared_length(request) > MAX_HEARTBEAT_BYTES:
+        return _too_large(f"at most {MAX_HEARTBEAT_BYTES} bytes per request")
+    cluster = _cluster(request)
+    data = request.data
+    many = isinstance(data, list)
+    if many and len(data) > pushed.MAX_HEARTBEATS:
+        return _too_large(f"at most {pushed.MAX_HEARTBEATS} heartbeats per request")
+    if many and not data:
+        return _invalid({"non_field_errors": ["Send at least one heartbeat."]})
+    body = HeartbeatRequest(data=data, many=many, context={"cluster": cluster})
+    if not body.is_valid():
+        return _invalid(body.errors)
+    items = body.validated_data if many else [body.validated_data]
+    by_job: dict[str, list[pushed.Heartbeat]] = defaultdict(list)
+    for item in items:
+        by_job[item["job_id"]].append(
+            pushed.Heartbeat(
+                step=item["step"],
+                checkpoint_step=item["checkpoint_step"],
+                rank=item["rank"],
+                node=item["node"],
+                throughput=item["throughput"],
+                at=item["at"],
+            )
+        )
+    workloads: dict[str, Workload] = {}
+    for job_id in by_job:
+        workload = pushed.find_workload(cluster, job_id)
+        if workload is None:
+            return _unknown_job(cluster, job_id)
+        if not workload.opted_in:
+            return _ignored(f"job {job_id} is not opted in to recovery")
+        workloads[job_id] = workload
+    samples = checkpoints = 0
+    for job_id, beats in by_job.items():
+        summary = pushed.record_heartbeats(workloads[job_id], beats)
+        samples += summary.samples
+        checkpoints += summary.checkpoints
+    return Response(
+        {
+            "status": "recorded",
+            "heartbeats": len(items),
+            "samples": samples,
+            "checkpoints": checkpoints,
+        }
+    )
+
+
+# --- logs ---------------------------------------------------------------------------------
+
+
+LOG_RESULT = inline_serializer(
+    "LogBatchResult",
+    {
+        "status": serializers.CharField(help_text="`ingested`, or `duplicate` for a repeat."),
+        "duplicate": serializers.BooleanField(),
+        "lines": serializers.IntegerField(),
+        "truncated_lines": serializers.IntegerField(),
+        "anomalies_new": serializers.IntegerField(),
+        "checkpoints": serializers.IntegerField(),
+    },
+)
+RAW_PARAMETERS = [
+    OpenApiParameter(name, type_, description=f"With a text/plain body: the batch's `{name}`.")
+    for name, type_ in (
+        ("job_id", OpenApiTypes.STR),
+        ("node", OpenApiTypes.STR),
+        ("rank", OpenApiTypes.INT),
+        ("stream", OpenApiTypes.STR),
+        ("sequence", OpenApiTypes.INT),
+    )
+]
+
+
+@extend_schema(
+    tags=TAGS,
+    summary="Push a batch of log lines into the detectors",
+    request={"application/json": LogBatchRequest, "text/plain": OpenApiTypes.STR},
+    parameters=RAW_PARAMETERS,
+    responses={
+        200: LOG_RESULT,
+        202: OpenApiResponse(IGNORED, description="The job is not opted in to recovery."),
+        404: OpenApiResponse(ERROR, description="The cluster does not know the job (yet)."),
+        **COMMON_RESPONSES,
+    },
+    examples=[
+        OpenApiExample(
+            "Lines of rank 3",
+            value={
+                "job_id": "48213",
+                "node": "gpu-a100-007",
+                "rank": 3,
+                "stream": "gpu-a100-007:3:restart0",
+                "sequence": 17,
+                "lines": [
+                    " iteration    12040/  500000 | consumed samples: 3082240 | elapsed time "
+                    "per iteration (ms): 812.4 |",
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                ],
+            },
+            request_only=True,
+        ),
+        OpenApiExample(
+            "Ingested",
+            value={
+                "status": "ingested",
+                "duplicate": False,
+                "lines": 2,
+                "truncated_lines": 0,
+                "anomalies_new": 1,
+                "checkpoints": 0,
+            },
+            response_only=True,
+            status_codes=["200"],
+        ),
+        OpenApiExample(
+            "A repeat",
+            value={
+                "status": "duplicate",
+                "duplicate": True,
+                "lines": 0,
+                "truncated_lines": 0,
+                "anomalies_new": 0,
+                "checkpoints": 0,
+            },
+            response_only=True,
+            status_codes=["200"],
+        ),
+        OpenApiExample(
+            "Too many lines",
+            value={"error": "Too large: at most 5000 lines per request."},
+            response_only=True,
+            status_codes=["413"],
+        ),
+        INVALID_EXAMPLE,
+    ],
+)
+@api_view(["POST"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+@parser_classes([JSONParser, RawLogParser, RawBinaryLogParser])
+def logs(request: Request) -> Response:
+    """Log lines scanned like the job's output file: crash signatures, progress, checkpoints.
+
+    JSON with `lines` (or `text`), or the text itself as a `text/plain` body with the other
+    fields in the query string. Bytes that are not UTF-8 become U+FFFD; a line longer than
+    8192 characters is cut. With `sequence`, a batch already ingested is not ingested again.
+    """
+    if _declared_length(request) > pushed.MAX_LOG_BYTES:
+        return _too_large(f"at most {pushed.MAX_LOG_BYTES} bytes per request")
+    cluster = _cluster(request)
+    data: Any = request.data
+    if isinstance(data, dict) and isinstance(data.get("raw"), bytes):
+        raw: bytes = data["raw"]
+        if len(raw) > pushed.MAX_LOG_BYTES:
+            return _too_large(f"at most {pushed.MAX_LOG_BYTES} bytes per request")
+        data = {key: request.query_params.get(key) for key in request.query_params}
+        data["text"] = raw.decode("utf-8", errors="replace")
+        data.pop("lines", None)
+    if not isinstance(data, dict):
+        return _invalid({"non_field_errors": ["Send a JSON object."]})
+    lines = data.get("lines")
+    if isinstance(lines, list) and len(lines) > pushed.MAX_LOG_LINES:
+        return _too_large(f"at most {pushed.MAX_LOG_LINES} lines per request")
+    text = data.get("text")
+    if isinstance(text, str) and text.count("\n") >= pushed.MAX_LOG_LINES:
+        return _too_large(f"at most {pushed.MAX_LOG_LINES} lines per request")
+    body = LogBatchRequest(data=data, context={"cluster": cluster})
+    if not body.is_valid():
+        return _invalid(body.errors)
+    valid = body.validated_data
+    workload = pushed.find_workload(cluster, valid["job_id"])
+    if workload is None:
+        return _unknown_job(cluster, valid["job_id"])
+    if not workload.opted_in:
+        return _ignored(f"job {valid['job_id']} is not opted in to recovery")
+    summary = pushed.ingest_log_batch(
+        workload,
+        pushed.LogBatch(
+            lines=valid["lines"] if "lines" in valid else valid["text"].splitlines(),
+            node=valid["node"],
+            rank=valid["rank"],
+            stream=valid["stream"],
+            sequence=valid["sequence"],
+        ),
+    )
+    return Response(
+        {
+            "status": "duplicate" if summary.duplicate else "ingested",
+            "duplicate": summary.duplicate,
+            "lines": summary.lines,
+            "truncated_lines": summary.truncated_lines,
+            "anomalies_new": summary.anomalies_new,
+            "checkpoints": summary.checkpoints,
+        }
+    )
+
+
+# --- scheduler hooks ----------------------------------------------------------------------
+
+
+def _hook_result_fields() -> dict[str, serializers.Field]:
+    return {
+        "status": serializers.CharField(help_text="`recorded`, `duplicate` or `ignored`."),
+        "reason": serializers.CharField(),
+        "poll_requested": serializers.BooleanField(
+            help_text="A poll of the cluster is queued, which reads the scheduler's own state."
+        ),
+        "event": serializers.IntegerField(allow_null=True, help_text="The audit event written."),
+    }
+
+
+HOOK_RESULT = inline_serializer("HookResult", _hook_result_fields())
+NODE_DOWN_RESULT = inline_serializer(
+    "NodeDownResult",
+    {
+        "results": inline_serializer(
+            "NodeDownOne", {"node": serializers.CharField(), **_hook_result_fields()}, many=True
+        )
+    },
+)
+
+
+def _hook_response(outcome: pushed.HookOutcome) -> Response:
+    return Response(
+        {
+            "status": outcome.status,
+            "reason": outcome.reason,
+            "poll_requested": outcome.poll_requested,
+            "event": outcome.event.pk if outcome.event else None,
+        },
+        status=status.HTTP_202_ACCEPTED if outcome.status == "ignored" else status.HTTP_200_OK,
+    )
+
+
+@extend_schema(
+    tags=TAGS,
+    summary="A scheduler hook says a job ended (EpilogSlurmctld)",
+    request=JobEndedRequest,
+    responses={
+        200: OpenApiResponse(HOOK_RESULT, description="Recorded, or recorded before."),
+        202: OpenApiResponse(HOOK_RESULT, description="Ignored: unknown or not opted-in job."),
+        **COMMON_RESPONSES,
+    },
+    examples=[
+        OpenApiExample(
+            "A job that failed",
+            value={
+                "job_id": "48213",
+                "state": "NODE_FAIL",
+                "exit_code": 0,
+                "exit_code_text": "0:0",
+                "nodes": "gpu-a100-[005,007]",
+                "restart_count": 1,
+            },
+            request_only=True,
+        ),
+        OpenApiExample(
+            "Recorded",
+            value={
+                "status": "recorded",
+                "reason": "job end recorded",
+                "poll_requested": True,
+                "event": 90211,
+            },
+            response_only=True,
+            status_codes=["200"],
+        ),
+        OpenApiExample(
+            "Not one of ours",
+            value={
+                "status": "ignored",
+                "reason": "job 48299 is not known on cluster lab",
+                "poll_requested": True,
+                "event": None,
+            },
+            response_only=True,
+            status_codes=["202"],
+        ),
+        INVALID_EXAMPLE,
+    ],
+)
+@api_view(["POST"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+def job_ended(request: Request) -> Response:
+    """Record that a job ended and queue an immediate poll of its cluster.
+
+    The pushed state is recorded, not acted on: the poll reads the job's state from the
+    scheduler, so a repeated or late hook is harmless.
+    """
+    if _declared_length(request) > MAX_HOOK_BYTES:
+        return _too_large(f"at most {MAX_HOOK_BYTES} bytes per request")
+    cluster = _cluster(request)
+    body = JobEndedRequest(data=request.data, context={"cluster": cluster})
+    if not body.is_valid():
+        return _invalid(body.errors)
+    valid = body.validated_data
+    outcome = pushed.record_job_ended(
+        cluster,
+        pushed.JobEnded(
+            job_id=valid["job_id"],
+            state=valid["state"],
+            exit_code=valid["exit_code"],
+            exit_code_text=valid["exit_code_text"],
+            nodes=valid["nodes"],
+            restart_count=valid["restart_count"],
+        ),
+        actor=_actor(request),
+    )
+    return _hook_response(outcome)
+
+
+@extend_schema(
+    tags=TAGS,
+    summary="A scheduler hook says nodes went down (strigger --node --down)",
+    request=NodeDownRequest,
+    responses={200: NODE_DOWN_RESULT, **COMMON_RESPONSES},
+    examples=[
+        OpenApiExample(
+            "Two nodes down",
+            value={"node": "gpu-a100-[005,007]", "state": "DOWN", "reason": "Not responding"},
+            request_only=True,
+        ),
+        OpenApiExample(
+            "Recorded",
+            value={
+                "results": [
+                    {
+                        "node": "gpu-a100-005",
+                        "status": "recorded",
+                        "reason": "node state recorded",
+                        "poll_requested": True,
+                        "event": 90212,
+                    }
+                ]
+            },
+            response_only=True,
+            status_codes=["200"],
+        ),
+        INVALID_EXAMPLE,
+    ],
+)
+@api_view(["POST"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+def node_down(request: Request) -> Response:
+    """Record that nodes went down and queue an immediate poll of their cluster.
+
+    Each node gets its own result: `recorded`, `duplicate` (the same state within ten
+    minutes) or `ignored` (a node the cluster does not know).
+    """
+    if _declared_length(request) > MAX_HOOK_BYTES:
+        return _too_large(f"at most {MAX_HOOK_BYTES} bytes per request")
+    cluster = _cluster(request)
+    body = NodeDownRequest(data=request.data, context={"cluster": cluster})
+    if not body.is_valid():
+        return _invalid(body.errors)
+    valid = body.validated_data
+    results = []
+    for name in valid["node"]:
+        outcome = pushed.record_node_down(
+            cluster,
+            pushed.NodeDown(node=name, state=valid["state"], reason=valid["reason"]),
+            actor=_actor(request),
+        )
+        results.append(
+            {
+                "node": name,
+                "status": outcome.status,
+                "reason": outcome.reason,
+                "poll_requested": outcome.poll_requested,
+                "event": outcome.event.pk if outcome.event else None,
+            }
+        )
+    return Response({"results": results})

@@ -1,0 +1,251 @@
+"""What each resource shows. Read-only: changes go through the Console, the Advisor API or the
+approve/reject endpoints, so that every one of them lands in the audit trail."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    Cluster,
+    Node,
+    Recommendation,
+    Verdict,
+    Workload,
+)
+
+
+def _node_names(help_text: str = "") -> serializers.ListField:
+    return serializers.ListField(child=serializers.CharField(), read_only=True, help_text=help_text)
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    acts_automatically = serializers.BooleanField(
+        read_only=True,
+        help_text="Recommendations reach the scheduler without an operator's approval.",
+    )
+
+    class Meta:
+        model = Cluster
+        # connection_settings stay out: hosts, users and key paths are not for every viewer.
+        fields = [
+            "id",
+            "name",
+            "scheduler_kind",
+            "connection",
+            "mode",
+            "acknowledge_scheduler_actions",
+            "acts_automatically",
+            "environment",
+            "last_polled_at",
+            "last_poll_error",
+            "last_poll_error_at",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    excluded = serializers.SerializerMethodField(
+        help_text="Recovery keeps restarts off this node until excluded_until."
+    )
+    suspect = serializers.SerializerMethodField(
+        help_text="Implicated in several workloads: the health layer should drain and test it."
+    )
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "cluster",
+            "cluster_name",
+            "name",
+            "scheduler_state",
+            "state_reason",
+            "health",
+            "times_implicated",
+            "last_implicated_at",
+            "excluded",
+            "excluded_until",
+            "suspect",
+            "suspect_since",
+            "suspect_reason",
+            "updated_at",
+        ]
+
+    def get_excluded(self, node: Node) -> bool:
+        return node.is_excluded()
+
+    def get_suspect(self, node: Node) -> bool:
+        return node.suspect_since is not None
+
+
+class WorkloadSerializer(serializers.ModelSerializer):
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = Workload
+        fields = [
+            "id",
+            "cluster",
+            "cluster_name",
+            "job_id",
+            "submit_time",
+            "name",
+            "user",
+            "partition",
+            "workflow_id",
+            "environment",
+            "opted_in",
+            "opt_in_mode",
+            "opt_in_error",
+            "state",
+            "state_reason",
+            "current_attempt",
+            "last_progress_step",
+            "last_progress_at",
+            "last_checkpoint_step",
+            "last_checkpoint_at",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    nodes = _node_names("Node names, expanded.")
+    excluded_nodes = _node_names("Nodes this attempt was asked to avoid.")
+
+    class Meta:
+        model = Attempt
+        fields = [
+            "id",
+            "workload",
+            "number",
+            "nodes",
+            "excluded_nodes",
+            "started_at",
+            "ended_at",
+            "exit_state",
+            "exit_code",
+            "produced_checkpoint",
+        ]
+
+
+class VerdictSerializer(serializers.ModelSerializer):
+    implicated_nodes = _node_names()
+    detail = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = Verdict
+        fields = [
+            "id",
+            "anomaly",
+            "provider",
+            "attribution",
+            "confidence",
+            "implicated_nodes",
+            "detail",
+            "created_at",
+        ]
+
+
+class AnomalySerializer(serializers.ModelSerializer):
+    cluster = serializers.IntegerField(source="workload.cluster_id", read_only=True)
+    attempt_number = serializers.IntegerField(
+        source="attempt.number", read_only=True, allow_null=True, default=None
+    )
+    implicated_nodes = _node_names()
+    implicated_ranks = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    details = serializers.DictField(read_only=True, help_text="Secondary findings.")
+    detection_latency_seconds = serializers.FloatField(
+        read_only=True, help_text="From the evidence being written to the anomaly being recorded."
+    )
+    verdicts = VerdictSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Anomaly
+        fields = [
+            "id",
+            "cluster",
+            "workload",
+            "attempt",
+            "attempt_number",
+            "kind",
+            "category",
+            "attribution",
+            "severity",
+            "signature",
+            "evidence_line",
+            "evidence_excerpt",
+            "implicated_nodes",
+            "implicated_ranks",
+            "occurrences",
+            "details",
+            "evidence_at",
+            "detected_at",
+            "decided_at",
+            "detection_latency_seconds",
+            "verdicts",
+        ]
+
+
+class RecommendationSerializer(serializers.ModelSerializer):
+    cluster = serializers.IntegerField(source="workload.cluster_id", read_only=True)
+    attempt_number = serializers.IntegerField(
+        source="attempt.number", read_only=True, allow_null=True, default=None
+    )
+    excluded_nodes = _node_names()
+    result = serializers.DictField(
+        read_only=True, help_text="What the controller reported: state before, commands run."
+    )
+
+    class Meta:
+        model = Recommendation
+        fields = [
+            "id",
+            "cluster",
+            "workload",
+            "attempt_number",
+            "anomaly",
+            "action",
+            "excluded_nodes",
+            "reason",
+            "status",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+            "idempotency_key",
+            "lease_owner",
+            "lease_expires_at",
+            "expires_at",
+            "result",
+            "superseded_by",
+            "created_at",
+            "updated_at",
+        ]
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    job_id = serializers.CharField(
+        source="workload.job_id", read_only=True, allow_null=True, default=None
+    )
+    payload = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "occurred_at",
+            "cluster",
+            "cluster_name",
+            "workload",
+            "job_id",
+            "attempt",
+            "kind",
+            "actor",
+            "payload",
+        ]

@@ -1,0 +1,229 @@
+"""Read-only resources under /api/v1/: what the Console shows, for integrations.
+
+Every list is a cursor page, newest first, filtered by validated query parameters (see
+``filters``). Reading needs the model's view permission, which every Console role has; a person
+authenticates with a session (the Console) or a personal token (``Bearer wrp_…``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from django.db.models import Prefetch, QuerySet
+from django.http import Http404
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import serializers, viewsets
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api.errors import ERROR_SCHEMA
+from api.resources import examples, filters
+from api.resources.pagination import AuditEventPagination, ResourcePagination
+from api.resources.serializers import (
+    AnomalySerializer,
+    AttemptSerializer,
+    AuditEventSerializer,
+    ClusterSerializer,
+    NodeSerializer,
+    RecommendationSerializer,
+    VerdictSerializer,
+    WorkloadSerializer,
+)
+from api.tokens import PersonalTokenAuthentication
+from recovery import audit_trail
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    Cluster,
+    Node,
+    Recommendation,
+    Verdict,
+    Workload,
+)
+
+
+class CanViewModel(BasePermission):
+    """The Console's read access: the model's ``view_`` permission (viewer, operator, admin)."""
+
+    message = "Needs a Console role (viewer, operator or admin) to read this."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        model = view.queryset.model  # type: ignore[attr-defined]
+        return bool(user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}"))
+
+
+_ERRORS = {
+    401: OpenApiResponse(ERROR_SCHEMA, description="No credentials, or a bad or revoked token."),
+    403: OpenApiResponse(ERROR_SCHEMA, description="Logged in, but without a Console role."),
+    429: OpenApiResponse(ERROR_SCHEMA, description="Too many requests; see Retry-After."),
+}
+_LIST_ERRORS = {
+    400: OpenApiResponse(ERROR_SCHEMA, description="A filter, page size or cursor is invalid."),
+    **_ERRORS,
+}
+_ID_PARAMETER = OpenApiParameter(
+    "id",
+    {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    OpenApiParameter.PATH,
+    description="The id, as in the list.",
+)
+_DETAIL_ERRORS = {404: OpenApiResponse(ERROR_SCHEMA, description="No such id."), **_ERRORS}
+
+
+def _documented(
+    tag: str,
+    noun: str,
+    serializer: type[serializers.Serializer],
+    filter_serializer: type[serializers.Serializer],
+    example: dict[str, Any],
+) -> Callable[[type], type]:
+    """List and detail in the schema: tag, summaries, filters, errors and an example."""
+    sample = OpenApiExample(noun, value=example, response_only=True, status_codes=["200"])
+    return extend_schema_view(
+        list=extend_schema(
+            tags=[tag],
+            summary=f"List {noun}s, newest first",
+            parameters=[filter_serializer],
+            responses={200: serializer(many=True), **_LIST_ERRORS},
+            examples=[sample],
+        ),
+        retrieve=extend_schema(
+            tags=[tag],
+            summary=f"One {noun}",
+            parameters=[_ID_PARAMETER],
+            responses={200: serializer, **_DETAIL_ERRORS},
+            examples=[sample],
+        ),
+    )
+
+
+class ResourceViewSet(viewsets.ReadOnlyModelViewSet):
+    # The token comes first so that a caller without credentials gets 401 and the
+    # WWW-Authenticate header saying how to authenticate, rather than a bare 403.
+    authentication_classes = [PersonalTokenAuthentication, SessionAuthentication]
+    permission_classes = [CanViewModel]
+    pagination_class = ResourcePagination
+    lookup_value_regex = r"[0-9]{1,19}"
+    filter_serializer: ClassVar[type[serializers.Serializer]]
+    apply_filters: ClassVar[Callable[[QuerySet[Any], dict[str, Any]], QuerySet[Any]]]
+    cursor_ordering: ClassVar[tuple[str, ...]] = ("-id",)
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.action != "list":
+            return queryset
+        params = self.filter_serializer(data=self.request.query_params)
+        params.is_valid(raise_exception=True)
+        return type(self).apply_filters(queryset, dict(params.validated_data))
+
+
+@_documented("clusters", "cluster", ClusterSerializer, filters.ClusterFilter, examples.CLUSTER)
+class ClusterViewSet(ResourceViewSet):
+    queryset = Cluster.objects.all()
+    serializer_class = ClusterSerializer
+    filter_serializer = filters.ClusterFilter
+    apply_filters = staticmethod(filters.filter_clusters)
+
+
+@_documented("nodes", "node", NodeSerializer, filters.NodeFilter, examples.NODE)
+class NodeViewSet(ResourceViewSet):
+    queryset = Node.objects.select_related("cluster")
+    serializer_class = NodeSerializer
+    filter_serializer = filters.NodeFilter
+    apply_filters = staticmethod(filters.filter_nodes)
+
+
+@_documented("workloads", "workload", WorkloadSerializer, filters.WorkloadFilter, examples.WORKLOAD)
+class WorkloadViewSet(ResourceViewSet):
+    queryset = Workload.objects.select_related("cluster")
+    serializer_class = WorkloadSerializer
+    filter_serializer = filters.WorkloadFilter
+    apply_filters = staticmethod(filters.filter_workloads)
+    cursor_ordering = ("-submit_time", "-id")
+
+
+@_documented("workloads", "attempt", AttemptSerializer, filters.AttemptFilter, examples.ATTEMPT)
+class AttemptViewSet(ResourceViewSet):
+    queryset = Attempt.objects.all()
+    serializer_class = AttemptSerializer
+    filter_serializer = filters.AttemptFilter
+    apply_filters = staticmethod(filters.filter_attempts)
+
+
+@_documented("anomalies", "anomaly", AnomalySerializer, filters.AnomalyFilter, examples.ANOMALY)
+class AnomalyViewSet(ResourceViewSet):
+    queryset = Anomaly.objects.select_related("workload", "attempt").prefetch_related(
+        Prefetch("verdicts", queryset=Verdict.objects.order_by("-created_at", "-id"))
+    )
+    serializer_class = AnomalySerializer
+    filter_serializer = filters.AnomalyFilter
+    apply_filters = staticmethod(filters.filter_anomalies)
+    cursor_ordering = ("-detected_at", "-id")
+
+
+@_documented("anomalies", "verdict", VerdictSerializer, filters.VerdictFilter, examples.VERDICT)
+class VerdictViewSet(ResourceViewSet):
+    queryset = Verdict.objects.all()
+    serializer_class = VerdictSerializer
+    filter_serializer = filters.VerdictFilter
+    apply_filters = staticmethod(filters.filter_verdicts)
+    cursor_ordering = ("-created_at", "-id")
+
+
+@_documented(
+    "recommendations",
+    "recommendation",
+    RecommendationSerializer,
+    filters.RecommendationFilter,
+    examples.RECOMMENDATION,
+)
+class RecommendationViewSet(ResourceViewSet):
+    queryset = Recommendation.objects.select_related("workload", "attempt")
+    serializer_class = RecommendationSerializer
+    filter_serializer = filters.RecommendationFilter
+    apply_filters = staticmethod(filters.filter_recommendations)
+    cursor_ordering = ("-created_at", "-id")
+
+
+@_documented(
+    "audit", "audit event", AuditEventSerializer, filters.AuditEventFilter, examples.AUDIT_EVENT
+)
+class AuditEventViewSet(ResourceViewSet):
+    """The append-only audit trail, newest first (by occurred_at, then id).
+
+    Read through the Console's audit-trail query (recovery/audit_trail.py), so pages stay fast
+    over millions of events: names become ids first and the query names its filter's index.
+    """
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = AuditEventSerializer
+    pagination_class = AuditEventPagination
+    cursor_ordering = audit_trail.NEWEST_FIRST
+    filter_serializer = filters.AuditEventFilter
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        params = filters.AuditEventFilter(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        self.audit_filters = filters.audit_filters(params.validated_data)
+        page = self.paginate_queryset(self.get_queryset())
+        assert page is not None
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def get_object(self) -> AuditEvent:
+        event = audit_trail.find_event(int(self.kwargs["pk"]))
+        if event is None:
+            raise Http404
+        return event

@@ -1,0 +1,96 @@
+"""Personal API tokens: how a person (a script, a dashboard) calls the REST API without a session.
+
+Kept apart from controller tokens: a person's token acts with that person's Console role and
+starts with ``wrp_``; a controller's token is scoped to one cluster and starts with ``wrc_``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from recovery.models.controller import hash_token
+
+PERSONAL_TOKEN_PREFIX = "wrp_"
+# Marking every request as "used" would write a row per request; a minute is precise enough.
+_LAST_USED_RESOLUTION = timedelta(minutes=1)
+_MAX_TOKEN_LENGTH = 200
+
+
+class ApiToken(models.Model):
+    """A person's credential for the REST API, with that person's permissions.
+
+    Only a hash of the key is stored; the key itself is shown once, when it is issued.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. grafana.")
+    key_prefix = models.CharField(max_length=12, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["user", "name"]
+        verbose_name = "personal API token"
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="api_token_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}/{self.name} ({self.key_prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @staticmethod
+    def new_key() -> str:
+        return PERSONAL_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+    def set_key(self, raw: str) -> None:
+        self.key_prefix = raw[:12]
+        self.key_hash = hash_token(raw)
+
+    @classmethod
+    def issue(cls, user: models.Model, name: str) -> tuple[ApiToken, str]:
+        """Create a token and return it with its key, which is not stored anywhere."""
+        raw = cls.new_key()
+        token = cls(user=user, name=name)
+        token.set_key(raw)
+        token.save()
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str) -> ApiToken | None:
+        """The active token with this key (its user loaded), or None."""
+        if not raw.startswith(PERSONAL_TOKEN_PREFIX) or len(raw) > _MAX_TOKEN_LENGTH:
+            return None
+        token = (
+            cls.objects.select_related("user")
+            .filter(key_hash=hash_token(raw), revoked_at__isnull=True)
+            .first()
+        )
+        if token is not None:
+            now = timezone.now()
+            if token.last_used_at is None or now - token.last_used_at >= _LAST_USED_RESOLUTION:
+                cls.objects.filter(pk=token.pk).update(last_used_at=now)
+                token.last_used_at = now
+        return token
+
+    def revoke(self) -> bool:
+        """Revoke the token; False when it already was (revoking twice changes nothing)."""
+        now = timezone.now()
+        changed = ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
+        if changed:
+            self.revoked_at = now
+        return bool(changed)
