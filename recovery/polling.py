@@ -21,6 +21,7 @@ from django.utils import timezone
 from recovery.audit import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
 from recovery.connectors.logs import LogSource, LogSourceError, build_source, ingest_from_source
+from recovery.gpu_monitor import check_gpu_metrics, metric_store_of
 from recovery.ingest import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.monitors import check_job_ending, check_node, check_progress, out_of_service
@@ -75,6 +76,7 @@ class PollSummary:
     anomalies_new: int = 0
     decisions: int = 0
     log_store_error: str = ""
+    metric_store_error: str = ""
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
@@ -251,6 +253,14 @@ def _poll(
                     continue
                 summary.log_bytes += pulled.bytes_read
                 summary.anomalies_new += pulled.anomalies_new
+    if ingest_logs:
+        metric_store = metric_store_of(cluster)
+        if metric_store is not None:
+            gpus = check_gpu_metrics(cluster, *metric_store, now)
+            summary.anomalies_new += gpus.anomalies_new
+            if gpus.error:
+                summary.metric_store_error = gpus.error
+                logger.warning("metric store of %s: %s", cluster.name, gpus.error)
     summary.anomalies_new += _run_monitors(cluster, endings, now)
     summary.decisions = decide_pending(cluster, now)
     return summary
