@@ -20,7 +20,6 @@ from django.utils import timezone
 from recovery.connectors.logs import (
     SOURCES,
     LabelMapping,
-    LogSource,
     LogSourceError,
     build_source,
 )
@@ -253,7 +252,6 @@ def save_signals(
 
 
 __all__ = [
-    "LogSource",
     "LogsInspection",
     "MetricsInspection",
     "Signal",
