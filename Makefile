@@ -15,6 +15,10 @@ E2E_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery_e2e
 E2E_SLURM_DIR ?= var/slurm-e2e
 E2E_SLURM_CTLD_PORT ?= 17200
 E2E_SLURM_NODE_PORT ?= 17201
+E2E_SLURM2411_DIR ?= var/slurm-e2e-24.11
+E2E_SLURM2411_CTLD_PORT ?= 17400
+E2E_SLURM2411_NODE_PORT ?= 17401
+E2E_SLURM2411_SSH_PORT ?= 2400
 
 .PHONY: install install-e2e install-browser install-prometheus demo test e2e lint format clean bench bench-detect bench-scale bench-console fuzz-api slurm-up slurm-down
 
@@ -64,7 +68,10 @@ e2e: install-e2e
 	rm -f var/e2e/report.json
 	status=0; \
 	WR_TEST_SLURM_DIR=$(E2E_SLURM_DIR) WR_TEST_SLURM_CTLD_PORT=$(E2E_SLURM_CTLD_PORT) \
-	WR_TEST_SLURM_NODE_PORT=$(E2E_SLURM_NODE_PORT) DATABASE_URL=$(E2E_DATABASE_URL) \
+	WR_TEST_SLURM_NODE_PORT=$(E2E_SLURM_NODE_PORT) WR_TEST_SLURM_2411_DIR=$(E2E_SLURM2411_DIR) \
+	WR_TEST_SLURM_2411_CTLD_PORT=$(E2E_SLURM2411_CTLD_PORT) \
+	WR_TEST_SLURM_2411_NODE_PORT=$(E2E_SLURM2411_NODE_PORT) \
+	WR_TEST_SLURM_2411_SSH_PORT=$(E2E_SLURM2411_SSH_PORT) DATABASE_URL=$(E2E_DATABASE_URL) \
 	REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest tests/e2e -m e2e || status=$$?; \
 	$(BIN)/python tests/e2e/report.py || status=1; \
 	exit $$status
@@ -104,10 +111,14 @@ format: install
 clean:
 	rm -rf var/staticfiles var/demo
 
-# A four-node Slurm 22.05 cluster on this machine (as root) in var/slurm-dev. slurm-up prints
-# the `export SLURM_CONF=...` line that points sbatch, squeue and scontrol at it.
+# A four-node Slurm cluster on this machine (as root): 22.05 (the default) in var/slurm-dev, or
+# with SLURM=24.11 Debian 13's Slurm in a chroot (var/slurm-trixie-root, built on first use) in
+# var/slurm-dev-24.11, reached over its own sshd. slurm-up prints the `export SLURM_CONF=...`
+# line (and, for 24.11, the SSH port, key and known_hosts).
+SLURM ?= 22.05
+
 slurm-up:
-	deploy/slurm-dev/up.sh
+	SLURM_DEV_VERSION=$(SLURM) deploy/slurm-dev/up.sh
 
 slurm-down:
-	deploy/slurm-dev/down.sh
+	SLURM_DEV_VERSION=$(SLURM) deploy/slurm-dev/down.sh

@@ -6,6 +6,7 @@ recommendations. Anything of another cluster answers 404, as if it did not exist
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -19,6 +20,7 @@ from api.authentication import ControllerPrincipal, ControllerTokenAuthenticatio
 from recovery import recommendations
 from recovery.choices import RecommendationStatus
 from recovery.models import Recommendation
+from recovery.models.cluster import scheduler_cluster_name
 from recovery.models.recommendation import InvalidTransition
 
 
@@ -26,8 +28,12 @@ class RecommendationForController(serializers.ModelSerializer):
     job_id = serializers.CharField(source="workload.job_id")
     submit_time = serializers.DateTimeField(source="workload.submit_time")
     job_name = serializers.CharField(source="workload.name")
+    user = serializers.CharField(source="workload.user")
     partition = serializers.CharField(source="workload.partition")
     attempt = serializers.IntegerField(source="attempt.number", allow_null=True, default=None)
+    attempt_started_at = serializers.DateTimeField(
+        source="attempt.started_at", allow_null=True, default=None
+    )
 
     class Meta:
         model = Recommendation
@@ -37,8 +43,10 @@ class RecommendationForController(serializers.ModelSerializer):
             "job_id",
             "submit_time",
             "job_name",
+            "user",
             "partition",
             "attempt",
+            "attempt_started_at",
             "action",
             "excluded_nodes",
             "reason",
@@ -66,6 +74,7 @@ class ReportRequest(serializers.Serializer):
             RecommendationStatus.EXECUTED,
             RecommendationStatus.SKIPPED,
             RecommendationStatus.FAILED,
+            recommendations.RETRY,
         ]
     )
     state_before = serializers.DictField(required=False, default=dict)
@@ -81,8 +90,10 @@ RECOMMENDATION_EXAMPLE = {
     "job_id": "48213",
     "submit_time": "2026-11-29T01:12:09Z",
     "job_name": "llama-70b-pretrain",
+    "user": "mlresearch",
     "partition": "gpu",
     "attempt": 2,
+    "attempt_started_at": "2026-11-29T02:40:31Z",
     "action": "restart_excluding",
     "excluded_nodes": ["gpu-a100-007"],
     "reason": "Xid 79 (GPU fell off the bus) on gpu-a100-007",
@@ -104,6 +115,25 @@ def _own(request: Request, recommendation_id: int) -> Recommendation:
     return get_object_or_404(
         Recommendation, pk=recommendation_id, workload__cluster=_principal(request).cluster
     )
+
+
+def _lease(
+    request: Request, recommendation_id: int, take: Callable[..., Recommendation]
+) -> Response:
+    """Claim or renew: the same body, the same answers."""
+    _own(request, recommendation_id)
+    body = ClaimRequest(data=request.data)
+    if not body.is_valid():
+        return _invalid(body.errors)
+    try:
+        held = take(
+            recommendation_id,
+            controller=_principal(request).actor,
+            lease_seconds=body.validated_data["lease_seconds"],
+        )
+    except InvalidTransition as exc:
+        return _conflict(exc)
+    return Response(RecommendationForController(held).data)
 
 
 def _conflict(exc: Exception) -> Response:
@@ -178,19 +208,7 @@ def ready(request: Request) -> Response:
 @permission_classes([IsController])
 def claim(request: Request, recommendation_id: int) -> Response:
     """Take one recommendation for a lease; only one controller can hold it."""
-    _own(request, recommendation_id)
-    body = ClaimRequest(data=request.data)
-    if not body.is_valid():
-        return _invalid(body.errors)
-    try:
-        claimed = recommendations.claim(
-            recommendation_id,
-            controller=_principal(request).actor,
-            lease_seconds=body.validated_data["lease_seconds"],
-        )
-    except InvalidTransition as exc:
-        return _conflict(exc)
-    return Response(RecommendationForController(claimed).data)
+    return _lease(request, recommendation_id, recommendations.claim)
 
 
 @extend_schema(
@@ -201,7 +219,9 @@ def claim(request: Request, recommendation_id: int) -> Response:
         400: OpenApiResponse(ERROR, description="The body is not valid; fields say why."),
         401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
         404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
-        409: OpenApiResponse(ERROR, description="This controller does not hold the lease."),
+        409: OpenApiResponse(
+            ERROR, description="This controller does not hold the lease (the refusal is audited)."
+        ),
     },
     examples=[
         OpenApiExample(
@@ -245,7 +265,12 @@ def claim(request: Request, recommendation_id: int) -> Response:
 @authentication_classes([ControllerTokenAuthentication])
 @permission_classes([IsController])
 def report(request: Request, recommendation_id: int) -> Response:
-    """Say what happened: executed, skipped (the scheduler already showed it done) or failed."""
+    """Say what happened: executed, skipped (already done), failed, or retry.
+
+    ``retry`` gives the recommendation back (ready) to be taken up again from the scheduler's
+    state: a read failed, a fact the action depends on was unknown, or the action is half done.
+    A report from a controller that no longer holds the lease is refused (409) and audited.
+    """
     _own(request, recommendation_id)
     body = ReportRequest(data=request.data)
     if not body.is_valid():
@@ -266,3 +291,69 @@ def report(request: Request, recommendation_id: int) -> Response:
     except InvalidTransition as exc:
         return _conflict(exc)
     return Response(RecommendationForController(reported).data)
+
+
+@extend_schema(
+    tags=["advisor"],
+    request=ClaimRequest,
+    responses={
+        200: RecommendationForController,
+        400: OpenApiResponse(ERROR, description="The lease is out of range."),
+        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
+        404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
+        409: OpenApiResponse(ERROR, description="This controller does not hold it any more."),
+    },
+    examples=[
+        OpenApiExample("Two more minutes", value={"lease_seconds": 120}, request_only=True),
+    ],
+)
+@api_view(["POST"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+def renew(request: Request, recommendation_id: int) -> Response:
+    """Extend this controller's lease during a long action (slow scheduler commands)."""
+    return _lease(request, recommendation_id, recommendations.renew_lease)
+
+
+@extend_schema(
+    tags=["advisor"],
+    responses={
+        200: inline_serializer(
+            "ControllerIdentity",
+            {
+                "cluster": serializers.CharField(),
+                "scheduler_cluster_name": serializers.CharField(),
+                "actor": serializers.CharField(),
+            },
+        ),
+        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
+    },
+    examples=[
+        OpenApiExample(
+            "A controller of lab-a100",
+            value={
+                "cluster": "lab-a100",
+                "scheduler_cluster_name": "a100",
+                "actor": "controller:slurm-advisor-1",
+            },
+            response_only=True,
+        )
+    ],
+)
+@api_view(["GET"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+def identity(request: Request) -> Response:
+    """The cluster this token belongs to, and the ``ClusterName`` its Slurm must report.
+
+    A controller checks both at start, so that a token, a ``--cluster`` flag and a login node
+    that do not belong together never act.
+    """
+    principal = _principal(request)
+    return Response(
+        {
+            "cluster": principal.cluster.name,
+            "scheduler_cluster_name": scheduler_cluster_name(principal.cluster),
+            "actor": principal.actor,
+        }
+    )

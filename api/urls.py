@@ -24,6 +24,12 @@ urlpatterns = [
     path("v1/ingest/", include("api.ingest.urls")),
     path("v1/", include("api.resources.urls")),
     path("v1/advisor/recommendations/", advisor.ready, name="advisor-ready"),
+    path("v1/advisor/identity/", advisor.identity, name="advisor-identity"),
+    path(
+        "v1/advisor/recommendations/<int:recommendation_id>/renew/",
+        advisor.renew,
+        name="advisor-renew",
+    ),
     path(
         "v1/advisor/recommendations/<int:recommendation_id>/claim/",
         advisor.claim,

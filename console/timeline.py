@@ -85,6 +85,8 @@ DECISION_MARKERS: dict[str, tuple[str, str]] = {
     AuditKind.SCHEDULER_ACTION: ("triangle-right", "#1f5fbf"),
     AuditKind.ACTION_SKIPPED: ("triangle-right-open", "#9aa3ad"),
     AuditKind.ACTION_FAILED: ("x-thin-open", "#d6453d"),
+    AuditKind.ACTION_RETRY: ("triangle-right-open", "#d9a21b"),
+    AuditKind.REPORT_REFUSED: ("x-thin-open", "#9aa3ad"),
     AuditKind.WATCHDOG_RELEASED: ("square", "#d9a21b"),
 }
 PROGRESS_EVENT_KINDS = (

@@ -10,6 +10,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 
@@ -28,6 +29,12 @@ class ReadyRecommendation:
     action: str
     excluded_nodes: list[str]
     reason: str
+    # The job's identity as the control plane recorded it: a job id alone may name another job
+    # once Slurm hands the id out again. None or "" when the control plane did not send it.
+    submit_time: datetime | None = None
+    user: str = ""
+    # When the attempt the recommendation is about started; None if it never did.
+    attempt_started_at: datetime | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReadyRecommendation:
@@ -39,7 +46,27 @@ class ReadyRecommendation:
             action=str(data["action"]),
             excluded_nodes=[str(n) for n in data.get("excluded_nodes") or []],
             reason=str(data.get("reason") or ""),
+            submit_time=_datetime(data.get("submit_time")),
+            user=str(data.get("user") or ""),
+            attempt_started_at=_datetime(data.get("attempt_started_at")),
         )
+
+
+def _datetime(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+@dataclass(frozen=True)
+class ControllerIdentity:
+    cluster: str
+    scheduler_cluster_name: str
+    actor: str
 
 
 class AdvisorClient:
@@ -60,8 +87,23 @@ class AdvisorClient:
         )
         return ReadyRecommendation.from_json(data)
 
+    def renew(self, recommendation_id: int, lease_seconds: int) -> None:
+        self._call(
+            "POST",
+            f"/api/v1/advisor/recommendations/{recommendation_id}/renew/",
+            {"lease_seconds": lease_seconds},
+        )
+
     def report(self, recommendation_id: int, body: dict[str, Any]) -> None:
         self._call("POST", f"/api/v1/advisor/recommendations/{recommendation_id}/report/", body)
+
+    def identity(self) -> ControllerIdentity:
+        data = self._call("GET", "/api/v1/advisor/identity/")
+        return ControllerIdentity(
+            cluster=str(data["cluster"]),
+            scheduler_cluster_name=str(data["scheduler_cluster_name"]),
+            actor=str(data["actor"]),
+        )
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(

@@ -182,6 +182,8 @@ class AuditKind(models.TextChoices):
     SCHEDULER_ACTION = "scheduler_action", "Scheduler action"
     ACTION_SKIPPED = "action_skipped", "Action skipped (already done)"
     ACTION_FAILED = "action_failed", "Action failed"
+    ACTION_RETRY = "action_retry", "Action to be retried"
+    REPORT_REFUSED = "report_refused", "Controller report refused"
     WATCHDOG_RELEASED = "watchdog_released", "Released by the watchdog"
     STATE_CHANGED = "state_changed", "Scheduler state changed"
     RESTART_ALLOCATED = "restart_allocated", "Restart allocated"

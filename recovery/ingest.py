@@ -36,6 +36,7 @@ from recovery.models import (
 from recovery.patterns import active_signature_set
 from recovery.policy import decide_when_ready
 from recovery.schedulers.base import Transport
+from recovery.schedulers.validation import MAX_NODE_NAME_LENGTH, name_problem, shown
 from recovery.suspects import flag_suspect_nodes
 
 DETECTOR = "detector"
@@ -303,6 +304,7 @@ def record_anomalies(
     """
     created_anomalies: list[Anomaly] = []
     for finding in findings:
+        ignored_nodes = _drop_invalid_node_names(finding)
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
             attempt=attempt_with_nodes(workload, attempt, finding.nodes),
@@ -323,6 +325,7 @@ def record_anomalies(
                     "xid": finding.detail.get("xid"),
                     "source": finding.source,
                     "secondary": (secondary or [])[:20],
+                    **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
                     **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
                 },
                 "evidence_at": finding.at or now,
@@ -355,6 +358,7 @@ def record_anomalies(
                 "nodes": finding.nodes[:32],
                 "ranks": finding.ranks[:64],
                 "evidence_at": anomaly.evidence_at.isoformat(),
+                **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
             },
         )
     for anomaly in created_anomalies:
@@ -364,6 +368,32 @@ def record_anomalies(
         flag_suspect_nodes(anomaly, now)
         decide_when_ready(anomaly, now)
     return created_anomalies
+
+
+# At most this many ignored names are kept with an anomaly; the rest are only counted.
+MAX_IGNORED_NODES = 10
+
+
+def _drop_invalid_node_names(finding: Finding) -> list[dict[str, str]]:
+    """Keep only node names Slurm could have given; return the others with why they were ignored.
+
+    Node names in evidence come from what a job printed (``-h``, ``gpu$(id)``, a 100-character
+    word): one of them in a recommendation would reach ``scontrol`` as an argument.
+    """
+    kept: list[str] = []
+    ignored: list[dict[str, str]] = []
+    for name in finding.nodes:
+        problem = name_problem(name, max_length=MAX_NODE_NAME_LENGTH)
+        if problem is None:
+            kept.append(name)
+        elif len(ignored) < MAX_IGNORED_NODES:
+            ignored.append({"value": shown(name), "reason": f"not a node name: it {problem}"})
+    if len(finding.nodes) - len(kept) > len(ignored):
+        ignored.append(
+            {"value": "…", "reason": f"{len(finding.nodes) - len(kept) - len(ignored)} more"}
+        )
+    finding.nodes = kept
+    return ignored
 
 
 def record_progress(

@@ -194,7 +194,12 @@ def recommendation_counts() -> dict[tuple[int, str], int]:
 
 
 # The audit events that say something failed.
-FAILURE_EVENT_KINDS = (AuditKind.POLICY_FAILED, AuditKind.ACTION_FAILED)
+FAILURE_EVENT_KINDS = (
+    AuditKind.POLICY_FAILED,
+    AuditKind.ACTION_FAILED,
+    AuditKind.ACTION_RETRY,
+    AuditKind.REPORT_REFUSED,
+)
 
 
 def failure_event_counts() -> dict[str, int]:
@@ -430,6 +435,20 @@ def collect(now: datetime | None = None) -> list[MetricFamily]:
     )
     policy_failures.add(failures.get(AuditKind.POLICY_FAILED, 0))
     action_failures.add(failures.get(AuditKind.ACTION_FAILED, 0))
+    action_retries = MetricFamily(
+        "wr_action_retries_total",
+        "counter",
+        "Actions a controller gave back to be continued from the scheduler's state (a read "
+        "failed, a fact was unknown, or the action was cut off half done; action_retry events).",
+    )
+    action_retries.add(failures.get(AuditKind.ACTION_RETRY, 0))
+    reports_refused = MetricFamily(
+        "wr_reports_refused_total",
+        "counter",
+        "Controller reports refused because another controller held the lease "
+        "(report_refused events).",
+    )
+    reports_refused.add(failures.get(AuditKind.REPORT_REFUSED, 0))
 
     task_counts = task_failure_counts()
     task_failures = MetricFamily(
@@ -456,6 +475,8 @@ def collect(now: datetime | None = None) -> list[MetricFamily]:
         ingestion_lag,
         policy_failures,
         action_failures,
+        action_retries,
+        reports_refused,
         task_failures,
         task_counter_up,
     ]

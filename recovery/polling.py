@@ -10,7 +10,7 @@ job id seen again with no restarts and another submit time is a new job (ids wra
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings as django_settings
@@ -77,6 +77,13 @@ class PollSummary:
     decisions: int = 0
     log_store_error: str = ""
     metric_store_error: str = ""
+    # Jobs left as they were because a fact the poller needs could not be read: "job: why".
+    unreadable: list[str] = field(default_factory=list)
+
+
+# What the poller needs to tell which workload and attempt a job is and what state it is in.
+# With one of them unknown the job's workload is neither created nor changed in that poll.
+FACTS_FOR_SYNC = ("state", "user", "submit_time", "restart_count", "held")
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
@@ -199,8 +206,9 @@ def _poll(
 ) -> PollSummary:
     adapter = adapter or adapter_for(cluster)
     summary = PollSummary()
-    nodes = adapter.list_nodes()
+    # Jobs first: their JSON tells the adapter the Slurm version, which says how to read nodes.
     jobs = adapter.list_jobs()
+    nodes = adapter.list_nodes()
     _sync_nodes(cluster, nodes)
     summary.nodes_seen = len(nodes)
     seen: list[int] = []
@@ -209,6 +217,13 @@ def _poll(
         if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
             continue  # not ours: no opt-in key at all
         summary.jobs_seen += 1
+        unknown = job.unknown(FACTS_FOR_SYNC)
+        if unknown:
+            said = "; ".join(f"{name}: {why}" for name, why in sorted(unknown.items()))
+            summary.ignored += 1
+            summary.unreadable.append(f"job {job.job_id}: {said}")
+            logger.warning("job %s left as it was: unknown %s", job.job_id, said)
+            continue
         try:
             with transaction.atomic():
                 created, changed, ended = _sync_job(cluster, job, now)
@@ -372,11 +387,9 @@ def _sync_job(
     )
     created = False
     if workload is None or _is_another_job(workload, job):
+        assert job.submit_time is not None  # a job with unknown facts is never synced
         workload = Workload.objects.create(
-            cluster=cluster,
-            job_id=job.job_id,
-            submit_time=job.submit_time or now,
-            state="",
+            cluster=cluster, job_id=job.job_id, submit_time=job.submit_time, state=""
         )
         created = True
     workload.name = job.name[:255]
@@ -392,6 +405,7 @@ def _sync_job(
     if job.stderr_path:
         workload.stderr_path = job.stderr_path[:1024]
 
+    assert job.restart_count is not None
     number = job.restart_count + 1
     attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)
     _close_earlier_attempts(workload, number, now)
@@ -449,8 +463,11 @@ def _sync_job(
 
 
 def _is_another_job(workload: Workload, job: JobInfo) -> bool:
-    """A job id Slurm handed out again: no restarts, and a submit time of its own."""
-    if job.restart_count > 0 or job.submit_time is None:
+    """A job id Slurm handed out again: no restarts, and a submit time of its own.
+
+    Only called with both facts read: an unknown restart count is not "no restarts".
+    """
+    if job.restart_count != 0 or job.submit_time is None:
         return False
     return abs(job.submit_time - workload.submit_time) > timedelta(seconds=1)
 
@@ -478,9 +495,14 @@ def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
     started_anew = job.start_time is not None and (
         previous_start is None or job.start_time > previous_start
     )
+    if attempt.number > 1 and attempt.started_at is None and job.state == "COMPLETING":
+        # Slurm moves the start time at a requeue, before the old allocation has finished
+        # completing: these are still the previous attempt's nodes.
+        started_anew = False
     if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"} and started_anew:
         attempt.nodes = job.nodes  # Slurm forgets them on requeue: keep them now
-    attempt.excluded_nodes = job.excluded_nodes
+    if job.excluded_nodes is not None:
+        attempt.excluded_nodes = job.excluded_nodes
     if started_anew and job.state != "PENDING":
         attempt.started_at = attempt.started_at or job.start_time
     ending = ATTEMPT_ENDINGS.get(job.state)

@@ -107,19 +107,27 @@ def _decide(
     return Decision(recommendation, changed=True, message=f"{verb}.")
 
 
+def _claimable(now: datetime) -> Q:
+    """Ready, or claimed by a controller whose lease ran out; never past its deadline.
+
+    Acting after ``expires_at`` would act on a state that may be gone, whether or not the
+    watchdog has marked it expired yet.
+    """
+    return (
+        Q(status=RecommendationStatus.READY)
+        | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
+    ) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
 def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
     """What a controller of ``cluster`` may claim now, oldest first.
 
     Ready recommendations (approved in monitor mode, or made ready by the policy in an
     acknowledged action-mode cluster) and claimed ones whose controller's lease ran out.
     """
-    now = timezone.now()
     return (
         Recommendation.objects.filter(workload__cluster=cluster)
-        .filter(
-            Q(status=RecommendationStatus.READY)
-            | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
-        )
+        .filter(_claimable(timezone.now()))
         .select_related("workload", "attempt")
         .order_by("created_at", "id")
     )
@@ -128,15 +136,13 @@ def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
 def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
     """Give a recommendation to one controller for ``lease_seconds``.
 
-    Ready ones, and claimed ones whose lease expired, can be claimed; the conditional UPDATE
-    lets exactly one of several racing controllers win. Raises ``InvalidTransition`` otherwise.
+    Ready ones, and claimed ones whose lease expired, can be claimed until their deadline; the
+    conditional UPDATE lets exactly one of several racing controllers win. Raises
+    ``InvalidTransition`` otherwise.
     """
     now = timezone.now()
     with transaction.atomic():
-        claimable = Recommendation.objects.filter(pk=recommendation_id).filter(
-            Q(status=RecommendationStatus.READY)
-            | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
-        )
+        claimable = Recommendation.objects.filter(pk=recommendation_id).filter(_claimable(now))
         previous_owner = claimable.values_list("lease_owner", flat=True).first()
         updated = claimable.update(
             status=RecommendationStatus.CLAIMED,
@@ -148,8 +154,12 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
             pk=recommendation_id
         )
         if updated != 1:
+            expired = recommendation.expires_at is not None and recommendation.expires_at <= now
             raise InvalidTransition(
-                f"recommendation {recommendation_id} is {recommendation.status}, "
+                f"recommendation {recommendation_id} is past its deadline "
+                f"{recommendation.expires_at.isoformat()}"
+                if expired and recommendation.expires_at is not None
+                else f"recommendation {recommendation_id} is {recommendation.status}, "
                 f"held by {recommendation.lease_owner or 'nobody'}"
             )
         workload = recommendation.workload
@@ -168,18 +178,48 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
     return recommendation
 
 
+def renew_lease(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
+    """Extend the lease of the controller that holds it, for a long action.
+
+    Only the holder can renew, and only while no other controller has claimed it since (a lease
+    that ran out but was not taken over is still its holder's). Raises ``InvalidTransition``
+    otherwise: the controller must stop acting, another one owns the recommendation now.
+    """
+    now = timezone.now()
+    renewed = Recommendation.objects.filter(
+        pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
+    ).update(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+    if renewed != 1:
+        raise InvalidTransition(_not_held_by(controller, recommendation_id))
+    return Recommendation.objects.get(pk=recommendation_id)
+
+
+def _not_held_by(controller: str, recommendation_id: int) -> str:
+    """Why ``controller`` may not change the recommendation, as the row stands now."""
+    status, owner = Recommendation.objects.values_list("status", "lease_owner").get(
+        pk=recommendation_id
+    )
+    return (
+        f"recommendation {recommendation_id} is {status}, held by {owner or 'nobody'}, "
+        f"not by {controller}"
+    )
+
+
 REPORT_OUTCOMES = {
     RecommendationStatus.EXECUTED: AuditKind.SCHEDULER_ACTION,
     RecommendationStatus.SKIPPED: AuditKind.ACTION_SKIPPED,
     RecommendationStatus.FAILED: AuditKind.ACTION_FAILED,
 }
+# Not finished, to be taken up again from the scheduler's state: a read failed, a fact was
+# unknown, or the action is half done. The recommendation goes back to ready.
+RETRY = "retry"
 
 
 @dataclass(frozen=True)
 class ActionReport:
     """What a controller did with a claimed recommendation, as it observed it."""
 
-    outcome: str  # executed, skipped (already done) or failed
+    outcome: str  # executed, skipped (already done), failed, or retry
     state_before: dict[str, Any]
     commands: list[dict[str, Any]]
     converged: bool | None = None
@@ -189,52 +229,69 @@ class ActionReport:
 def report(recommendation_id: int, *, controller: str, result: ActionReport) -> Recommendation:
     """Record the outcome a controller reports for the recommendation it holds.
 
-    Reporting the same outcome again is a no-op (a controller retrying after a lost reply);
-    a report from a controller that does not hold the lease raises ``InvalidTransition``.
+    Reporting the same final outcome again is a no-op (a controller retrying after a lost
+    reply). The status changes only where the row is still claimed by this controller (a
+    conditional UPDATE); a report from a controller that does not hold the lease is refused
+    with ``InvalidTransition``, and the refusal is itself audited with what the controller said
+    it did, so no executed command is lost from the trail.
     """
-    if result.outcome not in REPORT_OUTCOMES:
-        raise ValueError(f"outcome must be one of {sorted(REPORT_OUTCOMES)}")
+    if result.outcome not in REPORT_OUTCOMES and result.outcome != RETRY:
+        raise ValueError(f"outcome must be one of {sorted([*REPORT_OUTCOMES, RETRY])}")
+    now = timezone.now()
+    outcome_payload = {
+        "outcome": result.outcome,
+        "state_before": result.state_before,
+        "commands": result.commands,
+        "converged": result.converged,
+        "detail": result.detail[:2000],
+    }
     with transaction.atomic():
         recommendation = Recommendation.objects.select_related("workload__cluster").get(
             pk=recommendation_id
         )
         if recommendation.status == result.outcome and recommendation.lease_owner == controller:
             return recommendation
-        if (
-            recommendation.status != RecommendationStatus.CLAIMED
-            or recommendation.lease_owner != controller
-        ):
-            raise InvalidTransition(
-                f"recommendation {recommendation_id} is {recommendation.status}, "
-                f"held by {recommendation.lease_owner or 'nobody'}, not by {controller}"
-            )
-        now = timezone.now()
-        outcome_payload = {
-            "outcome": result.outcome,
-            "state_before": result.state_before,
-            "commands": result.commands,
-            "converged": result.converged,
-            "detail": result.detail[:2000],
-        }
-        recommendation.transition(
-            result.outcome, result=outcome_payload, lease_expires_at=None, updated_at=now
-        )
+        new_status = RecommendationStatus.READY if result.outcome == RETRY else result.outcome
+        changes: dict[str, Any] = {"lease_expires_at": None, "updated_at": now}
+        if result.outcome == RETRY:
+            changes["lease_owner"] = ""
+        else:
+            changes["result"] = outcome_payload
+        updated = Recommendation.objects.filter(
+            pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
+        ).update(status=new_status, **changes)
         workload = recommendation.workload
-        if result.outcome == RecommendationStatus.EXECUTED and recommendation.excluded_nodes:
-            _mark_excluded(workload, recommendation.excluded_nodes, now)
-        record_event(
-            cluster=workload.cluster,
-            workload=workload,
-            attempt=workload.current_attempt or None,
-            kind=REPORT_OUTCOMES[result.outcome],
-            actor=controller,
-            payload={
-                "recommendation": recommendation.pk,
-                "action": recommendation.action,
-                "excluded_nodes": recommendation.excluded_nodes,
-                **outcome_payload,
-            },
-        )
+        event = {
+            "recommendation": recommendation.pk,
+            "action": recommendation.action,
+            "excluded_nodes": recommendation.excluded_nodes,
+            **outcome_payload,
+        }
+        if updated != 1:
+            refusal = _not_held_by(controller, recommendation_id)
+            record_event(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=workload.current_attempt or None,
+                kind=AuditKind.REPORT_REFUSED,
+                actor=controller,
+                payload={**event, "refused": refusal},
+            )
+        else:
+            if result.outcome == RecommendationStatus.EXECUTED and recommendation.excluded_nodes:
+                _mark_excluded(workload, recommendation.excluded_nodes, now)
+            record_event(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=workload.current_attempt or None,
+                kind=REPORT_OUTCOMES.get(result.outcome, AuditKind.ACTION_RETRY),
+                actor=controller,
+                payload=event,
+            )
+    if updated != 1:
+        # Raised after the transaction so that the refusal's audit row is kept.
+        raise InvalidTransition(refusal)
+    recommendation.refresh_from_db()
     return recommendation
 
 

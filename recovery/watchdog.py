@@ -27,7 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery.audit import record_event
-from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
+from recovery.choices import AuditKind, RecommendationAction, RecommendationStatus, WorkloadState
 from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 from recovery.polling import adapter_for, is_polled
@@ -76,7 +76,8 @@ def run_watchdog(
         for workload in held:
             try:
                 summary.released += release_if_overdue(workload, adapter, now)
-            except SchedulerError as exc:
+            except (SchedulerError, ValueError) as exc:
+                # ValueError: a node name no scheduler command may carry; the others go on.
                 logger.warning("watchdog could not release %s: %s", workload, exc)
                 summary.errors.append(f"{workload}: {exc}")
     return summary
@@ -142,6 +143,13 @@ def held_for_decision_since(workload: Workload) -> datetime | None:
 
 
 def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datetime) -> bool:
+    """Release a job held past its decision timeout, keeping out the nodes it was to avoid.
+
+    A hold that a controller's claimed recommendation owns is left alone until both its lease
+    and the decision timeout have passed. When the watchdog does release, the exclusions that the
+    workload's open or last restart recommendation carries are set first: releasing a job that
+    a crash on a bad node held back onto that same node would undo the recovery.
+    """
     since = held_for_decision_since(workload)
     if since is None:
         return False
@@ -154,9 +162,23 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
     if acting:
         return False  # a controller holds a live lease: the hold is part of its work
     job = adapter.get_job(workload.job_id)
-    if job is None or not job.held:
-        return False  # released meanwhile, or gone
+    if job is None or job.held is not True:
+        return False  # released meanwhile, gone, or its hold cannot be read
+    exclusions = exclusions_to_keep(workload)
+    commands = []
+    if exclusions:
+        if job.excluded_nodes is None:
+            raise SchedulerError(
+                f"job {workload.job_id}: its excluded nodes cannot be read "
+                f"({job.unreadable.get('excluded_nodes', 'not reported')}); not released "
+                "without the exclusions its restart needs"
+            )
+        if not set(exclusions) <= set(job.excluded_nodes):
+            wanted = sorted(set(job.excluded_nodes) | set(exclusions))
+            excluded = adapter.set_excluded_nodes(workload.job_id, wanted)
+            commands.append({"argv": list(excluded.argv), "returncode": excluded.returncode})
     result = adapter.release(workload.job_id)
+    commands.append({"argv": list(result.argv), "returncode": result.returncode})
     record_event(
         cluster=workload.cluster,
         workload=workload,
@@ -168,7 +190,23 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
             "held_seconds": round((now - since).total_seconds(), 1),
             "decision_timeout_seconds": timeout,
             "hold_reason": job.reason,
-            "command": {"argv": list(result.argv), "returncode": result.returncode},
+            "excluded_nodes": exclusions,
+            "command": commands[-1],
+            "commands": commands,
         },
     )
     return True
+
+
+def exclusions_to_keep(workload: Workload) -> list[str]:
+    """The nodes the workload's latest restart recommendation keeps out, unless turned down."""
+    latest = (
+        Recommendation.objects.filter(
+            workload=workload, action__in=[RecommendationAction.RESTART_EXCLUDING]
+        )
+        .exclude(status__in=[RecommendationStatus.REJECTED, RecommendationStatus.SUPERSEDED])
+        .order_by("-created_at", "-id")
+        .values_list("excluded_nodes", flat=True)
+        .first()
+    )
+    return sorted(str(node) for node in latest or [])

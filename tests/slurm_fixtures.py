@@ -1,22 +1,36 @@
-"""Fixtures for tests against a real four-node Slurm cluster, started by deploy/slurm-dev/up.sh.
+"""Fixtures for tests against real four-node Slurm clusters, started by deploy/slurm-dev/up.sh.
 
 Registered for the whole suite in tests/conftest.py, so that tests/slurm and tests/e2e share one
-cluster per session. The session starts its own cluster, by default in var/slurm-test on ports
-17100-17104, so it can run beside a developer's ``make slurm-up`` cluster (var/slurm-dev, ports
-6817 and 17001-17004), and stops it at the end. ``WR_TEST_SLURM_DIR``,
-``WR_TEST_SLURM_CTLD_PORT`` and ``WR_TEST_SLURM_NODE_PORT`` (node001's port; the other nodes take
-the next three) put it elsewhere, so that ``make e2e`` can run beside ``make test``.
+cluster per version and session. ``slurm_cluster`` is parametrized over the Slurm versions the
+project supports (ids ``slurm-22.05`` and ``slurm-24.11``), so every test that uses it runs on
+each; one cluster runs at a time, started when the first test of its version needs it and
+stopped before the next version's starts.
+
+* 22.05: Debian 12's packages on this host, by default in var/slurm-test on ports 17100-17104.
+  The project reaches it with local commands (``LocalTransport`` and ``SLURM_CONF``).
+* 24.11: Debian 13's packages in a chroot (var/slurm-trixie-root, built once), by default in
+  var/slurm-test-24.11 on ports 17300-17304, with the chroot's sshd on 127.0.0.1:2300. The
+  project reaches it over SSH (``SSHTransport``, strict known_hosts), as it would a login node.
+
+Both run beside a developer's ``make slurm-up`` clusters (var/slurm-dev, ports 6817 and
+17001-17004; var/slurm-dev-24.11, ports 17010-17014 and 2310). ``WR_TEST_SLURM_DIR``,
+``WR_TEST_SLURM_CTLD_PORT`` and ``WR_TEST_SLURM_NODE_PORT`` (node001's port; the other nodes
+take the next three) move the 22.05 cluster, ``WR_TEST_SLURM_2411_DIR``, ``..._CTLD_PORT``,
+``..._NODE_PORT`` and ``..._SSH_PORT`` the 24.11 one, so that ``make e2e`` can run beside
+``make test``. ``WR_TEST_SLURM_VERSIONS`` (e.g. ``22.05``) limits the versions.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,14 +38,41 @@ REPO = Path(__file__).resolve().parents[1]
 UP = REPO / "deploy" / "slurm-dev" / "up.sh"
 DOWN = REPO / "deploy" / "slurm-dev" / "down.sh"
 TRAIN = REPO / "tests" / "slurm" / "jobs" / "train.sh"
+SUPPORTED_VERSIONS = ("22.05", "24.11")
+VERSIONS = tuple(
+    version
+    for version in os.environ.get("WR_TEST_SLURM_VERSIONS", " ".join(SUPPORTED_VERSIONS))
+    .replace(",", " ")
+    .split()
+    if version in SUPPORTED_VERSIONS
+)
+# The 22.05 cluster (kept under these names: tests import them).
 CLUSTER_DIR = (REPO / os.environ.get("WR_TEST_SLURM_DIR", "var/slurm-test")).resolve()
 CLUSTER_ENV = {
+    "SLURM_DEV_VERSION": "22.05",
     "SLURM_DEV_DIR": str(CLUSTER_DIR),
     "SLURM_DEV_CTLD_PORT": os.environ.get("WR_TEST_SLURM_CTLD_PORT", "17100"),
     "SLURM_DEV_NODE_PORT": os.environ.get("WR_TEST_SLURM_NODE_PORT", "17101"),
 }
-# Starting includes installing the Debian packages on a fresh machine.
-START_TIMEOUT = 300
+CLUSTER_DIR_2411 = (
+    REPO / os.environ.get("WR_TEST_SLURM_2411_DIR", "var/slurm-test-24.11")
+).resolve()
+CLUSTER_ENV_2411 = {
+    "SLURM_DEV_VERSION": "24.11",
+    "SLURM_DEV_DIR": str(CLUSTER_DIR_2411),
+    "SLURM_DEV_CTLD_PORT": os.environ.get("WR_TEST_SLURM_2411_CTLD_PORT", "17300"),
+    "SLURM_DEV_NODE_PORT": os.environ.get("WR_TEST_SLURM_2411_NODE_PORT", "17301"),
+    "SLURM_DEV_SSH_PORT": os.environ.get("WR_TEST_SLURM_2411_SSH_PORT", "2300"),
+}
+CLUSTER_ENVS = {"22.05": CLUSTER_ENV, "24.11": CLUSTER_ENV_2411}
+# Starting includes installing the Debian packages, or building the 24.11 chroot, on a fresh
+# machine.
+START_TIMEOUT = 420
+# What a Slurm command finds in the chroot.
+CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# ClusterName in deploy/slurm-dev/slurm.conf.in, for both versions.
+CLUSTER_NAME = "dev"
 
 DEFAULT_COMMENT: dict[str, object] = {"nvidia-recovery": {"environment": "test", "mode": "act"}}
 
@@ -43,6 +84,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @dataclass(frozen=True)
+class SSHLogin:
+    """The 24.11 cluster's login node: the chroot's sshd on 127.0.0.1, key login as root."""
+
+    host: str
+    port: int
+    user: str
+    key_file: Path
+    known_hosts: Path
+    # The server's own key pair, for tests that need a key the server does not accept.
+    host_key: Path
+
+
+@dataclass(frozen=True)
 class SlurmCluster:
     conf: Path
     directory: Path
@@ -51,6 +105,121 @@ class SlurmCluster:
     default_partition: str
     # What up.sh and down.sh need to find this cluster (to repair it after a node was killed).
     env: Mapping[str, str] = field(default_factory=dict)
+    version: str = "22.05"
+    # 24.11: the chroot the cluster runs in, and its login node.
+    root: Path | None = None
+    ssh: SSHLogin | None = None
+
+    # ------------------------------------------------------------------ as an administrator
+
+    @property
+    def in_chroot(self) -> bool:
+        return self.root is not None
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` as run on the cluster's host (in the chroot, with its mounts, for 24.11).
+        The rest of the environment passes through."""
+        if self.root is None:
+            return list(argv)
+        return [
+            shutil.which("nsenter") or "/usr/bin/nsenter",
+            f"--mount={self.directory / 'run' / 'mnt.ns'}",
+            shutil.which("chroot") or "/usr/sbin/chroot",
+            str(self.root),
+            "/usr/bin/env",
+            f"SLURM_CONF={self.conf}",
+            f"PATH={CHROOT_PATH}",
+            *argv,
+        ]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 30,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """A Slurm command (sbatch, scontrol, squeue, sinfo, scancel, strigger, a daemon...) run
+        as an administrator on the cluster's host would; ``env`` adds to the environment."""
+        return subprocess.run(
+            self.command(argv),
+            env={**os.environ, "SLURM_CONF": str(self.conf), **(env or {})},
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def up(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """deploy/slurm-dev/up.sh for this cluster: a no-op when it is up, else a repair."""
+        return subprocess.run(
+            [str(UP)],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def pid_of(self, daemon: str) -> int | None:
+        """The pid of ``slurmctld`` or ``slurmd.<node>`` from its pid file, as seen here."""
+        try:
+            return int((self.directory / "run" / f"{daemon}.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    # ------------------------------------------------------------------ as the project
+
+    def transport(self) -> Any:
+        """How the project reaches this cluster: local commands, or SSH to its login node."""
+        from recovery.schedulers.transport import LocalTransport, SSHTransport
+
+        if self.ssh is None:
+            return LocalTransport(env={"SLURM_CONF": str(self.conf)})
+        return SSHTransport(
+            self.ssh.host,
+            port=self.ssh.port,
+            user=self.ssh.user,
+            key_file=str(self.ssh.key_file),
+            known_hosts=str(self.ssh.known_hosts),
+            env={"SLURM_CONF": str(self.conf)},
+        )
+
+    def adapter(self) -> Any:
+        from recovery.schedulers.slurm import SlurmAdapter
+
+        return SlurmAdapter(self.transport())
+
+    def connection(self) -> tuple[str, dict[str, Any]]:
+        """``(connection, connection_settings)`` for a ``recovery.models.Cluster`` row."""
+        if self.ssh is None:
+            return "local", {"slurm_conf": str(self.conf), "scheduler_cluster_name": CLUSTER_NAME}
+        return "ssh", {
+            "scheduler_cluster_name": CLUSTER_NAME,
+            "host": self.ssh.host,
+            "port": self.ssh.port,
+            "user": self.ssh.user,
+            "key_file": str(self.ssh.key_file),
+            "known_hosts": str(self.ssh.known_hosts),
+            "slurm_conf": str(self.conf),
+        }
+
+    def controller_args(self) -> list[str]:
+        """How ``manage.py advisor_controller`` reaches this cluster."""
+        if self.ssh is None:
+            return ["--slurm-conf", str(self.conf)]
+        return [
+            "--ssh",
+            f"{self.ssh.user}@{self.ssh.host}:{self.ssh.port}",
+            "--key",
+            str(self.ssh.key_file),
+            "--known-hosts",
+            str(self.ssh.known_hosts),
+            "--slurm-conf",
+            str(self.conf),
+        ]
 
 
 @dataclass(frozen=True)
@@ -61,10 +230,10 @@ class SubmittedJob:
     ckpt_dir: Path
 
 
-def _run_script(script: Path) -> subprocess.CompletedProcess[str]:
+def _run_script(script: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(script)],
-        env={**os.environ, **CLUSTER_ENV},
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=START_TIMEOUT,
@@ -72,31 +241,66 @@ def _run_script(script: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    started = _run_script(UP)
+def exports(output: str) -> dict[str, str]:
+    """The ``export NAME=value`` lines up.sh prints."""
+    import shlex
+
+    settings = {}
+    for line in output.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, _, value = words[1].partition("=")
+            settings[name] = value
+    return settings
+
+
+def start_cluster(version: str) -> SlurmCluster:
+    env = CLUSTER_ENVS[version]
+    started = _run_script(UP, env)
     if started.returncode != 0:
-        stopped = _run_script(DOWN)
+        stopped = _run_script(DOWN, env)
         pytest.fail(
-            f"deploy/slurm-dev/up.sh exited {started.returncode}:\n"
+            f"deploy/slurm-dev/up.sh (Slurm {version}) exited {started.returncode}:\n"
             f"{started.stdout}{started.stderr}{stopped.stdout}{stopped.stderr}",
             pytrace=False,
         )
-    conf = CLUSTER_DIR / "etc" / "slurm.conf"
-    assert f"export SLURM_CONF={conf}" in started.stdout
+    directory = Path(env["SLURM_DEV_DIR"])
+    conf = directory / "etc" / "slurm.conf"
+    settings = exports(started.stdout)
+    assert settings.get("SLURM_CONF") == str(conf), started.stdout
+    root = ssh = None
+    if version == "24.11":
+        root = Path(settings["SLURM_DEV_ROOT"])
+        ssh = SSHLogin(
+            host="127.0.0.1",
+            port=int(settings["SLURM_DEV_SSH_PORT"]),
+            user="root",
+            key_file=Path(settings["SLURM_DEV_SSH_KEY"]),
+            known_hosts=Path(settings["SLURM_DEV_SSH_KNOWN_HOSTS"]),
+            host_key=directory / "ssh" / "ssh_host_ed25519_key",
+        )
+    return SlurmCluster(
+        conf=conf,
+        directory=directory,
+        partitions=("debug", "canary"),
+        nodes=("node001", "node002", "node003", "node004"),
+        default_partition="debug",
+        env=dict(env),
+        version=version,
+        root=root,
+        ssh=ssh,
+    )
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=lambda version: f"slurm-{version}")
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    cluster = start_cluster(request.param)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SLURM_CONF", str(conf))
+        patch.setenv("SLURM_CONF", str(cluster.conf))
         try:
-            yield SlurmCluster(
-                conf=conf,
-                directory=CLUSTER_DIR,
-                partitions=("debug", "canary"),
-                nodes=("node001", "node002", "node003", "node004"),
-                default_partition="debug",
-                env=dict(CLUSTER_ENV),
-            )
+            yield cluster
         finally:
-            stopped = _run_script(DOWN)
+            stopped = _run_script(DOWN, cluster.env)
             assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
@@ -136,11 +340,7 @@ def submit_job(
             text = comment if isinstance(comment, str) else json.dumps(comment)
             command.append(f"--comment={text}")
         command += [*sbatch_args, str(TRAIN)]
-        job_env = {**os.environ, "SLURM_CONF": str(slurm_cluster.conf), "CKPT_DIR": str(ckpt_dir)}
-        job_env.update(env or {})
-        result = subprocess.run(
-            command, env=job_env, capture_output=True, text=True, timeout=30, check=False
-        )
+        result = slurm_cluster.run(command, env={"CKPT_DIR": str(ckpt_dir), **(env or {})})
         assert result.returncode == 0, f"sbatch failed: {result.stdout}{result.stderr}"
         job_id = int(result.stdout.strip().split(";")[0])
         submitted.append(job_id)
@@ -149,6 +349,4 @@ def submit_job(
     yield submit
 
     if submitted:
-        subprocess.run(
-            ["scancel", *map(str, submitted)], capture_output=True, timeout=30, check=False
-        )
+        slurm_cluster.run(["scancel", *map(str, submitted)])

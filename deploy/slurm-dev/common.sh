@@ -2,14 +2,28 @@
 # Shared by up.sh and down.sh (sourced, not run): where the development cluster lives and how
 # to find the processes that belong to it.
 #
-# SLURM_DEV_DIR   runtime directory (default <repo>/var/slurm-dev): etc/ state/ spool/ run/ log/
+# SLURM_DEV_VERSION  22.05 (default): Debian 12's packages on this host; 24.11: Debian 13's, in
+#                    a chroot (see chroot.sh)
+# SLURM_DEV_DIR      runtime directory (default <repo>/var/slurm-dev, or var/slurm-dev-24.11):
+#                    etc/ state/ spool/ run/ log/ (and ssh/ for 24.11)
 # Every daemon up.sh starts carries SLURM_CONF=$D/etc/slurm.conf in its environment, and so does
 # every slurmstepd they fork; that is how down.sh tells this cluster's processes from another's.
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
+# shellcheck source=SCRIPTDIR/../dev/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/process.sh"
+
 SLURM_DEV_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-D=$(realpath -m -- "${SLURM_DEV_DIR:-$SLURM_DEV_REPO/var/slurm-dev}")
+SLURM_DEV_VERSION=${SLURM_DEV_VERSION:-22.05}
+case $SLURM_DEV_VERSION in
+  22.05) D=$(realpath -m -- "${SLURM_DEV_DIR:-$SLURM_DEV_REPO/var/slurm-dev}") ;;
+  24.11) D=$(realpath -m -- "${SLURM_DEV_DIR:-$SLURM_DEV_REPO/var/slurm-dev-24.11}") ;;
+  *)
+    say "ERROR: SLURM_DEV_VERSION is 22.05 or 24.11, not '$SLURM_DEV_VERSION'"
+    exit 1
+    ;;
+esac
 CONF=$D/etc/slurm.conf
 # shellcheck disable=SC2034  # used by up.sh and down.sh
 {
@@ -19,8 +33,18 @@ CONF=$D/etc/slurm.conf
 }
 export SLURM_CONF=$CONF
 
-# shellcheck source=SCRIPTDIR/../dev/process.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../dev/process.sh"
+# shellcheck source-path=SCRIPTDIR source=chroot.sh
+source "$(dirname "${BASH_SOURCE[0]}")/chroot.sh"
+
+in_chroot() { [[ $SLURM_DEV_VERSION == 24.11 ]]; }
+
+slurm_cmd() {  # command... -> a Slurm command for this cluster: here, or in the chroot
+  if in_chroot; then
+    in_root "$@"
+  else
+    "$@"
+  fi
+}
 
 comm_of() { cat "/proc/$1/comm" 2>/dev/null || true; }
 

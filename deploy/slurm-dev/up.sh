@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
-# Start a four-node Slurm 22.05 cluster on this machine (root, no systemd needed): munged when
-# none is running, one slurmctld, and one slurmd per node (node001..node004). Partitions: debug
-# (all four nodes, the default) and canary (node001-node002). Installs the Debian packages when
-# the binaries are missing. Does nothing when the cluster in SLURM_DEV_DIR is already up.
+# Start a four-node Slurm cluster on this machine (root, no systemd needed): munged when none is
+# running, one slurmctld, and one slurmd per node (node001..node004). Partitions: debug (all
+# four nodes, the default) and canary (node001-node002). Does nothing when the cluster in
+# SLURM_DEV_DIR is already up.
 #
-# Prints the one line to run in a shell afterwards:  eval "$(deploy/slurm-dev/up.sh)"
+# Slurm 22.05 (the default) runs from Debian 12's packages on this host, installed when the
+# binaries are missing. Slurm 24.11 (SLURM_DEV_VERSION=24.11) runs from Debian 13's packages in a
+# chroot that is built once (see chroot.sh), with an sshd in it that is the way in.
 #
-# SLURM_DEV_DIR        runtime directory (default var/slurm-dev)
-# SLURM_DEV_CTLD_PORT  slurmctld port (default 6817)
-# SLURM_DEV_NODE_PORT  port of node001; node002..node004 take the next three (default 17001)
+# Prints the lines to run in a shell afterwards:  eval "$(deploy/slurm-dev/up.sh)"
+#   SLURM_CONF; for 24.11 also SLURM_DEV_ROOT, SLURM_DEV_SSH_PORT, SLURM_DEV_SSH_KEY and
+#   SLURM_DEV_SSH_KNOWN_HOSTS (24.11's commands run in the chroot, or over that SSH)
+#
+# SLURM_DEV_VERSION    22.05 (default) or 24.11
+# SLURM_DEV_DIR        runtime directory (default var/slurm-dev, or var/slurm-dev-24.11)
+# SLURM_DEV_CTLD_PORT  slurmctld port (default 6817; 17010 for 24.11)
+# SLURM_DEV_NODE_PORT  port of node001; node002..node004 take the next three (default 17001;
+#                      17011 for 24.11)
+# SLURM_DEV_SSH_PORT   24.11 only: the chroot's sshd on 127.0.0.1 (default 2310)
+# SLURM_DEV_ROOT       24.11 only: the chroot (default var/slurm-trixie-root)
 # SLURM_DEV_TIMEOUT    seconds to wait for four idle nodes (default 60)
-# Two clusters can run side by side when their directories and ports differ; munged is shared.
+# Two clusters can run side by side when their directories and ports differ; munged is shared
+# (the host's by 22.05 clusters, the chroot's by 24.11 clusters).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ctld_port=${SLURM_DEV_CTLD_PORT:-6817}
-first_node_port=${SLURM_DEV_NODE_PORT:-17001}
+if in_chroot; then
+  ctld_port=${SLURM_DEV_CTLD_PORT:-17010}
+  first_node_port=${SLURM_DEV_NODE_PORT:-17011}
+  ssh_port=${SLURM_DEV_SSH_PORT:-2310}
+else
+  ctld_port=${SLURM_DEV_CTLD_PORT:-6817}
+  first_node_port=${SLURM_DEV_NODE_PORT:-17001}
+fi
 timeout=${SLURM_DEV_TIMEOUT:-60}
 started_at=$(date +%s.%N)
 cold=0
@@ -39,12 +56,17 @@ fail() {  # message, log files to show...
   tail_of "$@"
   if ((cold)); then
     say "stopping what this start left running"
-    SLURM_DEV_DIR=$D "$(dirname "${BASH_SOURCE[0]}")/down.sh" >&2 || true
+    SLURM_DEV_DIR=$D SLURM_DEV_VERSION=$SLURM_DEV_VERSION \
+      "$(dirname "${BASH_SOURCE[0]}")/down.sh" >&2 || true
   fi
   exit 1
 }
 
 install_packages() {
+  if in_chroot; then
+    build_root
+    return 0
+  fi
   local missing=() cmd
   for cmd in slurmctld slurmd sbatch scontrol sinfo munged munge unmunge; do
     command -v "$cmd" >/dev/null || missing+=("$cmd")
@@ -69,7 +91,7 @@ node_port() {  # node name -> its slurmd port
 }
 
 node_states() {  # "node001 idle" lines, one per node (sinfo lists a node once per partition)
-  timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u
+  slurm_cmd timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u
 }
 
 count_nodes_in() {  # states... -> how many of the four nodes are in one of them
@@ -91,7 +113,7 @@ slurmd_pid() {  # node -> the pid of its slurmd, when running
   return 0
 }
 
-ctld_answers() { timeout 5 scontrol ping 2>/dev/null | grep -q ' is UP'; }
+ctld_answers() { slurm_cmd timeout 5 scontrol ping 2>/dev/null | grep -q ' is UP'; }
 
 all_slurmd_running() {
   local node
@@ -100,7 +122,13 @@ all_slurmd_running() {
 
 cluster_up() {
   [[ -f $CONF && -n $(ctld_pid) ]] && all_slurmd_running && ctld_answers \
-    && (($(count_nodes_in idle mix alloc comp) == ${#NODES[@]}))
+    && (($(count_nodes_in idle mix alloc comp) == ${#NODES[@]})) \
+    && { ! in_chroot || { [[ -n $(ssh_listener_pid) ]] && ssh_answers; }; }
+}
+
+print_settings() {
+  echo "export SLURM_CONF=$CONF"
+  if in_chroot; then print_ssh_settings; fi
 }
 
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -109,6 +137,10 @@ munge_answers() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
 
 start_munged() {
   local pid
+  if in_chroot; then
+    start_root_munged
+    return 0
+  fi
   if munge_answers; then
     # Keep the record only while the munged it names is the one up.sh started earlier.
     pid=$(pid_in "$RUN/munged.pid")
@@ -155,7 +187,7 @@ wait_for_fresh_pid() {  # pid file, command, node or "" -> waits until the file 
 start_slurmctld() {
   say "starting slurmctld"
   rm -f "$RUN/slurmctld.pid"
-  slurmctld </dev/null >>"$LOG/slurmctld.out" 2>&1 \
+  slurm_cmd slurmctld </dev/null >>"$LOG/slurmctld.out" 2>&1 \
     || fail "slurmctld did not start" "$LOG/slurmctld.out" "$LOG/slurmctld.log"
   wait_for_fresh_pid "$RUN/slurmctld.pid" slurmctld "" \
     || fail "slurmctld wrote no pid file within 10 s" "$LOG/slurmctld.out" "$LOG/slurmctld.log"
@@ -173,7 +205,7 @@ start_slurmd() {  # node
   say "starting slurmd for $node on port $(node_port "$node")"
   mkdir -p "$D/spool/$node"
   rm -f "$RUN/slurmd.$node.pid"
-  slurmd -N "$node" </dev/null >>"$LOG/slurmd.$node.out" 2>&1 \
+  slurm_cmd slurmd -N "$node" </dev/null >>"$LOG/slurmd.$node.out" 2>&1 \
     || fail "slurmd for $node did not start" "$LOG/slurmd.$node.out" "$LOG/slurmd.$node.log"
   wait_for_fresh_pid "$RUN/slurmd.$node.pid" slurmd "$node" \
     || fail "slurmd for $node wrote no pid file within 10 s" "$LOG/slurmd.$node.out" \
@@ -214,14 +246,26 @@ write_conf() {
     fail "slurm.conf.in has a field up.sh does not fill: $(grep -o '@[A-Z0-9_]*@' <<<"$conf" | head -1)"
   fi
   printf '%s\n' "$conf" >"$CONF"
+  # Slurm reads cgroup.conf next to slurm.conf. 24.11's slurmd will not start without cgroups
+  # mounted unless the plugin is off (22.05 does not need the file).
+  if in_chroot; then
+    echo "CgroupPlugin=disabled" >"$D/etc/cgroup.conf"
+  fi
 }
 
 mkdir -p "$D/etc" "$D/run" "$LOG"
 install_packages
+if in_chroot; then
+  if [[ ! $ssh_port =~ ^[0-9]+$ ]] || ((ssh_port < 1 || ssh_port > 65535)); then
+    fail "SLURM_DEV_SSH_PORT must be a port number, not '$ssh_port'"
+  fi
+  [[ $D == *[[:space:]\"\\]* ]] && fail "SLURM_DEV_DIR may not hold spaces, quotes or backslashes: $D"
+  ns_setup
+fi
 
 if cluster_up; then
   say "the cluster in $D is already up"
-  echo "export SLURM_CONF=$CONF"
+  print_settings
   exit 0
 fi
 
@@ -232,8 +276,9 @@ if [[ -f $CONF && -n $(ctld_pid) ]] && ctld_answers; then
     [[ -n $(slurmd_pid "$node") ]] || start_slurmd "$node"
   done
   wait_for_nodes idle mix alloc comp
+  if in_chroot; then start_root_sshd; fi
   say "cluster in $D repaired in $(elapsed) s"
-  echo "export SLURM_CONF=$CONF"
+  print_settings
   exit 0
 fi
 
@@ -242,6 +287,7 @@ if [[ -n $(cluster_pids all) ]]; then
   stop_cluster_processes
 fi
 ports=("$ctld_port")
+if in_chroot && [[ -z $(ssh_listener_pid) ]]; then ports+=("$ssh_port"); fi
 for node in "${NODES[@]}"; do ports+=("$(node_port "$node")"); done
 for port in "${ports[@]}"; do
   if port_taken "$port"; then
@@ -264,6 +310,7 @@ write_conf
 start_slurmctld
 for node in "${NODES[@]}"; do start_slurmd "$node"; done
 wait_for_nodes idle
+if in_chroot; then start_root_sshd; fi
 
-say "cluster in $D up in $(elapsed) s: $(sinfo -h -o '%P %D %t' | tr '\n' ' ')"
-echo "export SLURM_CONF=$CONF"
+say "cluster in $D up in $(elapsed) s: $(slurm_cmd sinfo -h -o '%P %D %t' | tr '\n' ' ')"
+print_settings

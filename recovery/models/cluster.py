@@ -62,6 +62,16 @@ class Cluster(models.Model):
         return self.mode == ClusterMode.ACTION and self.acknowledge_scheduler_actions
 
 
+def scheduler_cluster_name(cluster: Cluster) -> str:
+    """The name the cluster's scheduler calls itself (Slurm's ``ClusterName``).
+
+    Set as ``scheduler_cluster_name`` in the connection settings where it differs from the
+    cluster's name here.
+    """
+    settings = cluster.connection_settings or {}
+    return str(settings.get("scheduler_cluster_name") or cluster.name)
+
+
 class Node(models.Model):
     """A compute node as the scheduler reports it, plus what recovery has learnt about it."""
 

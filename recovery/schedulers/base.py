@@ -24,6 +24,10 @@ class SchedulerError(Exception):
         self.result = result
 
 
+class ExpeditedRequeueUnavailable(SchedulerError):
+    """No expedited requeue for this job here; nothing was run (use the ordinary requeue)."""
+
+
 @dataclass(frozen=True)
 class CommandResult:
     argv: tuple[str, ...]
@@ -59,23 +63,32 @@ class Transport(Protocol):
 
 @dataclass(frozen=True)
 class JobInfo:
-    """One job as the scheduler reports it now."""
+    """One job as the scheduler reports it now.
+
+    A fact the scheduler's output did not give, or gave in a shape this reader does not know, is
+    ``None`` (unknown), never a default: ``unreadable`` maps each such field to the reason. The
+    fields the loop acts on are listed in ``ACTIONABLE_FIELDS``; nothing acts on a job while one
+    of them is unknown.
+    """
 
     job_id: str
     name: str
-    user: str
+    user: str  # "" when unknown (listed in ``unreadable``)
     partition: str
-    state: str
+    state: str | None
     reason: str
     comment: str
     opt_in: OptIn
+    # The rest of the scheduler's state besides ``state``: flags such as REQUEUED, and, when
+    # ``state`` is COMPLETING, the base state underneath (PENDING after a requeue, FAILED...).
+    state_flags: tuple[str, ...] = ()
     nodes: list[str] = field(default_factory=list)
-    excluded_nodes: list[str] = field(default_factory=list)
-    restart_count: int = 0
+    excluded_nodes: list[str] | None = None
+    restart_count: int | None = None
     exit_code: int | None = None
     exit_signal: int | None = None
-    requeue_allowed: bool = True
-    held: bool = False
+    requeue_allowed: bool | None = None
+    held: bool | None = None
     stdout_path: str = ""
     stderr_path: str = ""
     work_dir: str = ""
@@ -83,6 +96,7 @@ class JobInfo:
     eligible_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_running(self) -> bool:
@@ -91,6 +105,29 @@ class JobInfo:
     @property
     def is_pending(self) -> bool:
         return self.state == "PENDING"
+
+    def unknown(self, fields: Sequence[str] = ()) -> dict[str, str]:
+        """The given fields (all that the loop acts on by default) that could not be read."""
+        wanted = fields or ACTIONABLE_FIELDS
+        missing = {}
+        for name in wanted:
+            value = getattr(self, name)
+            if value is None or (name == "user" and not value):
+                missing[name] = self.unreadable.get(name, "not reported by the scheduler")
+        return missing
+
+
+# What the Advisor Controller and the poller rely on to tell a job's identity and its progress
+# through a restart. With one of these unknown, nothing is done to the job or its workload.
+ACTIONABLE_FIELDS = (
+    "state",
+    "user",
+    "submit_time",
+    "restart_count",
+    "excluded_nodes",
+    "requeue_allowed",
+    "held",
+)
 
 
 @dataclass(frozen=True)
@@ -139,3 +176,19 @@ class SchedulerAdapter(abc.ABC):
 
     @abc.abstractmethod
     def disable_requeue(self, job_id: str) -> CommandResult: ...
+
+    def scheduler_version(self) -> str | None:
+        """The scheduler's version (``24.11.5``), or None when unknown."""
+        return None
+
+    def cluster_name(self) -> str | None:
+        """The name the scheduler gives its cluster (Slurm's ClusterName), or None."""
+        return None
+
+    def supports_expedited_requeue(self) -> bool:
+        """Whether the scheduler itself restarts a requeued job at once, at top priority."""
+        return False
+
+    def requeue_expedited(self, job_id: str) -> CommandResult:
+        """Requeue through the scheduler's expedited path; refused where there is none."""
+        raise ExpeditedRequeueUnavailable(f"this scheduler has no expedited requeue (job {job_id})")

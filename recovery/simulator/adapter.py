@@ -22,6 +22,9 @@ class SimulatedAdapter(SchedulerAdapter):
     def list_jobs(self) -> list[JobInfo]:
         return self.store.reading().jobs()
 
+    def cluster_name(self) -> str | None:
+        return self.store.config.name
+
     def get_job(self, job_id: str) -> JobInfo | None:
         return self.store.reading().get_job(validate_job_id(job_id))
 

@@ -261,6 +261,8 @@ def test_it_serves_every_family_in_the_text_format(two_clusters: object) -> None
         "wr_ingestion_lag_seconds": "gauge",
         "wr_policy_failures_total": "counter",
         "wr_action_failures_total": "counter",
+        "wr_action_retries_total": "counter",
+        "wr_reports_refused_total": "counter",
         "wr_task_failures_total": "counter",
         "wr_task_failures_readable": "gauge",
     }
@@ -371,6 +373,8 @@ def test_it_counts_policy_and_action_failures_from_the_audit_trail(two_clusters:
     families = scrape()
     assert value(families, "wr_policy_failures_total") == 1
     assert value(families, "wr_action_failures_total") == 2
+    assert value(families, "wr_action_retries_total") == 0
+    assert value(families, "wr_reports_refused_total") == 0
 
 
 def test_it_counts_failed_celery_tasks_through_the_signal(task_failures_key: str) -> None:

@@ -3,7 +3,8 @@
 The loop runs as it does in production, in the test process: a thread polls the cluster every
 second (``poll_cluster``, and the watchdog), and the Advisor Controller claims and carries out
 recommendations through the Advisor API of pytest-django's live server. Each scenario gets its
-own Cluster row (its mode, its policies, its kernel-log folder) on the shared Slurm cluster;
+own Cluster row (its mode, its policies, its kernel-log folder) on the shared Slurm cluster of
+its version, reached as the project reaches it (local commands for 22.05, SSH for 24.11);
 jobs of other scenarios and tests, still in Slurm's memory, fall under a record-only default
 policy so nothing acts on them.
 """
@@ -37,7 +38,6 @@ from recovery.advisor_controller import AdvisorController
 from recovery.choices import (
     AuditKind,
     ClusterMode,
-    Connection,
     RecommendationStatus,
 )
 from recovery.models import (
@@ -50,7 +50,7 @@ from recovery.models import (
     Workload,
 )
 from recovery.polling import adapter_for, poll_cluster
-from tests.slurm_fixtures import REPO, UP, SlurmCluster
+from tests.slurm_fixtures import REPO, SlurmCluster
 
 HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "jobs" / "ddp_train.sh"
@@ -215,16 +215,14 @@ class Loop:
 
 
 def slurm(
-    *args: str, timeout: float = 30, env: dict[str, str] | None = None
+    cluster: SlurmCluster, *args: str, timeout: float = 30, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(args), capture_output=True, text=True, timeout=timeout, check=False, env=env
-    )
+    return cluster.run(list(args), timeout=timeout, env=env)
 
 
-def job_fields(job_id: str) -> dict[str, str]:
+def job_fields(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     """``scontrol show job -o`` as a dict; the comment may hold spaces, so split on known keys."""
-    shown = slurm("scontrol", "show", "job", "-o", job_id)
+    shown = slurm(cluster, "scontrol", "show", "job", "-o", job_id)
     if shown.returncode != 0:
         return {}
     fields: dict[str, str] = {}
@@ -233,8 +231,8 @@ def job_fields(job_id: str) -> dict[str, str]:
     return fields
 
 
-def node_states() -> dict[str, str]:
-    listed = slurm("sinfo", "-h", "-N", "-o", "%N %T")
+def node_states(cluster: SlurmCluster) -> dict[str, str]:
+    listed = slurm(cluster, "sinfo", "-h", "-N", "-o", "%N %T")
     states: dict[str, str] = {}
     for line in listed.stdout.splitlines():
         name, _, state = line.partition(" ")
@@ -242,17 +240,18 @@ def node_states() -> dict[str, str]:
     return states
 
 
-def expand_nodes(nodelist: str) -> list[str]:
+def expand_nodes(cluster: SlurmCluster, nodelist: str) -> list[str]:
     if not nodelist or nodelist == "(null)":
         return []
-    shown = slurm("scontrol", "show", "hostnames", nodelist)
+    shown = slurm(cluster, "scontrol", "show", "hostnames", nodelist)
     return shown.stdout.split()
 
 
 class Timeline:
     """Changes of the job's and the nodes' states as Slurm reports them, with wall-clock times."""
 
-    def __init__(self, job_id: str, started: float) -> None:
+    def __init__(self, cluster: SlurmCluster, job_id: str, started: float) -> None:
+        self.cluster = cluster
         self.job_id = job_id
         self.started = started
         self.entries: list[dict[str, Any]] = []
@@ -274,7 +273,7 @@ class Timeline:
         last_nodes: dict[str, str] = {}
         while not self._stop.is_set():
             with contextlib.suppress(subprocess.SubprocessError, OSError):
-                fields = job_fields(self.job_id)
+                fields = job_fields(self.cluster, self.job_id)
                 job = " ".join(
                     f"{key}={fields.get(key, '')}"
                     for key in ("JobState", "Reason", "Restarts", "NodeList", "ExcNodeList")
@@ -282,7 +281,7 @@ class Timeline:
                 if job != last_job:
                     self.note(f"job {job}")
                     last_job = job
-                nodes = node_states()
+                nodes = node_states(self.cluster)
                 if not last_nodes:
                     self.note("nodes " + " ".join(f"{n}={s}" for n, s in sorted(nodes.items())))
                     last_nodes = dict(nodes)
@@ -304,6 +303,7 @@ class E2EJob:
     output: Path
     ckpt_dir: Path
     control: Path
+    cluster: SlurmCluster
 
     def log(self) -> str:
         try:
@@ -317,7 +317,7 @@ class E2EJob:
         partial.replace(self.control)  # the program never reads half a file
 
     def slurm_state(self) -> dict[str, str]:
-        return job_fields(self.job_id)
+        return job_fields(self.cluster, self.job_id)
 
     def ranks(self) -> dict[int, Proc]:
         return rank_procs(self.job_id)
@@ -356,7 +356,11 @@ class Harness:
         self.timeline: Timeline | None = None
         self.injection: Injection | None = None
         self.started = time.time()
-        self.row: dict[str, Any] = {"scenario": name, "passed": False}
+        self.row: dict[str, Any] = {
+            "scenario": name,
+            "slurm": slurm_cluster.version,
+            "passed": False,
+        }
         # The kind of anomaly the scenario is about; its first one times the detection.
         self.anomaly_kind: str | None = None
 
@@ -377,11 +381,12 @@ class Harness:
         for node in self.slurm.nodes:
             (self.kernel_dir / node).mkdir(parents=True, exist_ok=True)
             (self.kernel_dir / node / "kern.log").touch()
+        connection, settings = self.slurm.connection()
         cluster = Cluster.objects.create(
             name=f"lab-{self.name}",
-            connection=Connection.LOCAL,
+            connection=connection,
             connection_settings={
-                "slurm_conf": str(self.slurm.conf),
+                **settings,
                 "node_kernel_log": str(self.kernel_dir / "{node}" / "kern.log"),
             },
             mode=mode,
@@ -418,9 +423,9 @@ class Harness:
         control.write_text("{}")
         output = workdir / "train.log"
         comment = {"nvidia-recovery": {"environment": self.environment, "mode": "act"}}
+        # On 24.11 the job runs in the chroot, where this interpreter and its venv are mounted
+        # at the same paths.
         job_env = {
-            **os.environ,
-            "SLURM_CONF": str(self.slurm.conf),
             "PYTHON": sys.executable,
             "TRAIN_PROGRAM": str(PROGRAM),
             "CKPT_DIR": str(ckpt_dir),
@@ -431,6 +436,7 @@ class Harness:
             **env,
         }
         submitted = slurm(
+            self.slurm,
             "sbatch",
             "--parsable",
             f"--job-name=e2e-{self.name}",
@@ -442,10 +448,12 @@ class Harness:
             env=job_env,
         )
         assert submitted.returncode == 0, submitted.stderr
-        job = E2EJob(submitted.stdout.strip().split(";")[0], workdir, output, ckpt_dir, control)
+        job = E2EJob(
+            submitted.stdout.strip().split(";")[0], workdir, output, ckpt_dir, control, self.slurm
+        )
         self.jobs.append(job)
         self.row["job_id"] = job.job_id
-        self.timeline = Timeline(job.job_id, self.started)
+        self.timeline = Timeline(self.slurm, job.job_id, self.started)
         self.timeline.start()
         return job
 
@@ -538,10 +546,10 @@ class Harness:
 
     def kill_node(self, job: E2EJob, node: str) -> Injection:
         """The node dies: its slurmd and every process of the job on it, all at once."""
-        pid_file = self.slurm.directory / "run" / f"slurmd.{node}.pid"
-        slurmd = int(pid_file.read_text().split()[0])
+        # The chroot's processes (24.11) are processes of this host too.
+        slurmd = self.slurm.pid_of(f"slurmd.{node}") or 0
         assert (read_proc(slurmd) or Proc(0, 0, "", "", {})).comm == "slurmd", (
-            f"{pid_file} does not name a running slurmd"
+            f"the pid file of {node} does not name a running slurmd"
         )
         procs = {p.pid: p for p in all_procs()}
         on_node = [
@@ -565,20 +573,13 @@ class Harness:
 
     def revive_node(self, node: str) -> None:
         """Start the node's slurmd again and wait until all four nodes take jobs."""
-        repaired = subprocess.run(
-            [str(UP)],
-            env={**os.environ, **self.slurm.env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        states = node_states()
+        repaired = self.slurm.up()
+        states = node_states(self.slurm)
         if states.get(node, "").startswith(("down", "drain", "fail")):
-            slurm("scontrol", "update", f"NodeName={node}", "State=RESUME")
+            slurm(self.slurm, "scontrol", "update", f"NodeName={node}", "State=RESUME")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            states = node_states()
+            states = node_states(self.slurm)
             if all(
                 s.rstrip("*") in {"idle", "mixed", "allocated"} and not s.endswith("*")
                 for s in states.values()
@@ -741,7 +742,7 @@ class Harness:
             for proc in job_procs(job.job_id):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGCONT)
-            slurm("scancel", job.job_id)
+            slurm(self.slurm, "scancel", job.job_id)
 
 
 def _summary(event: AuditEvent) -> str:

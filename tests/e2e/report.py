@@ -9,11 +9,16 @@ the scenarios whose fault is on one node. Targets, for this two-core machine:
 * median action latency (detection to the scheduler action) at most 5 s;
 * no duplicate scheduler actions;
 * every scenario present and passed.
+
+Rows carry the Slurm version they ran on (``slurm``); each version is checked on its own. On
+24.11 the expected scenarios are those of ``WR_E2E_2411_SCENARIOS`` (default ``1 2 4 8``, or
+``all``), and ``WR_TEST_SLURM_VERSIONS`` names the versions expected (default both).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections.abc import Sequence
@@ -83,7 +88,22 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def check(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+def expected_scenarios(version: str) -> tuple[str, ...]:
+    if version == "22.05":
+        return SCENARIOS
+    chosen = os.environ.get("WR_E2E_2411_SCENARIOS", "1 2 4 8").replace(",", " ").split()
+    if "all" in chosen:
+        return SCENARIOS
+    return tuple(name for name in SCENARIOS if name.split("-")[0] in chosen)
+
+
+def expected_versions() -> list[str]:
+    return os.environ.get("WR_TEST_SLURM_VERSIONS", "22.05 24.11").replace(",", " ").split()
+
+
+def check(
+    rows: Sequence[dict[str, Any]], scenarios: Sequence[str] = SCENARIOS
+) -> list[tuple[str, str, bool]]:
     """(target, what was measured, met) for each target."""
     by_name = {row["scenario"]: row for row in rows}
     results = []
@@ -148,12 +168,12 @@ def check(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, bool]]:
         )
     )
 
-    missing = [name for name in SCENARIOS if name not in by_name]
+    missing = [name for name in scenarios if name not in by_name]
     failed = [row["scenario"] for row in rows if not row.get("passed")]
     results.append(
         (
             "every scenario passed",
-            f"{len(rows) - len(failed)}/{len(SCENARIOS)} passed"
+            f"{len(rows) - len(failed)}/{len(scenarios)} passed"
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; missing: {', '.join(missing)}" if missing else ""),
             not failed and not missing,
@@ -171,16 +191,25 @@ def main(argv: Sequence[str]) -> int:
         return 2
     order = {name: i for i, name in enumerate(SCENARIOS)}
     rows = sorted(rows, key=lambda row: order.get(row.get("scenario", ""), len(order)))
-    print("\n".join(table(rows)))
-    print()
-    results = check(rows)
-    for target, measured, met in results:
-        print(f"{'ok  ' if met else 'MISS'}  {target}: {measured}")
+    by_version: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        if not row.get("passed") and row.get("failure"):
-            last = [line for line in str(row["failure"]).splitlines() if line.strip()][-3:]
-            print(f"\n{row['scenario']} failed:\n  " + "\n  ".join(last))
-    return 0 if all(met for _, _, met in results) else 1
+        by_version.setdefault(str(row.get("slurm", "22.05")), []).append(row)
+    all_met = True
+    for version in sorted({*expected_versions(), *by_version}):
+        version_rows = by_version.get(version, [])
+        print(f"Slurm {version}")
+        print("\n".join(table(version_rows)))
+        print()
+        results = check(version_rows, expected_scenarios(version))
+        for target, measured, met in results:
+            print(f"{'ok  ' if met else 'MISS'}  {target}: {measured}")
+            all_met = all_met and met
+        for row in version_rows:
+            if not row.get("passed") and row.get("failure"):
+                last = [line for line in str(row["failure"]).splitlines() if line.strip()][-3:]
+                print(f"\n{row['scenario']} ({version}) failed:\n  " + "\n  ".join(last))
+        print()
+    return 0 if all_met else 1
 
 
 if __name__ == "__main__":

@@ -29,12 +29,7 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.models import Anomaly, AuditEvent, Node, Recommendation
-from tests.e2e.harness import (
-    E2EJob,
-    Harness,
-    expand_nodes,
-    job_fields,
-)
+from tests.e2e.harness import E2EJob, Harness, expand_nodes
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -117,8 +112,8 @@ def test_2_a_dead_node_is_excluded_from_the_restart(scenario: Harness) -> None:
     executed = acted(scenario, job)
     assert executed, "no recommendation was carried out"
     assert node in executed[-1].excluded_nodes, executed[-1].reason
-    assert node in expand_nodes(fields.get("ExcNodeList", ""))
-    assert node not in expand_nodes(fields.get("NodeList", ""))
+    assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(scenario.slurm, fields.get("NodeList", ""))
     assert len(scheduler_actions(scenario, job)) == 1
     assert Anomaly.objects.filter(
         workload__job_id=job.job_id, implicated_nodes__contains=node
@@ -175,8 +170,8 @@ def test_4_a_cuda_error_with_an_xid_on_the_node_excludes_that_node(scenario: Har
     assert executed[-1].anomaly.attribution == "hardware", executed[-1].reason
     assert node in executed[-1].anomaly.implicated_nodes
     assert node in executed[-1].excluded_nodes
-    assert node in expand_nodes(fields.get("ExcNodeList", ""))
-    assert node not in expand_nodes(fields.get("NodeList", ""))
+    assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(scenario.slurm, fields.get("NodeList", ""))
     assert len(scheduler_actions(scenario, job)) == 1
     assert Node.objects.get(cluster=scenario.cluster, name=node).health == "unhealthy"
     assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
@@ -207,7 +202,7 @@ def test_5_an_exception_on_every_attempt_stops_after_the_policy_budget(
     )
     time.sleep(3)  # anything still to come would show now
 
-    fields = job_fields(job.job_id)
+    fields = job.slurm_state()
     assert fields["JobState"] in {"FAILED", "CANCELLED"}, fields
     workload = scenario.workload(job)
     assert workload is not None
@@ -252,7 +247,7 @@ def test_6_a_slowed_rank_is_flagged_as_a_straggler_on_its_node(scenario: Harness
 
     assert straggler.implicated_nodes == [node], straggler.implicated_nodes
     assert scheduler_actions(scenario, job) == []
-    assert int(job_fields(job.job_id).get("Restarts", "0")) == 0
+    assert int(job.slurm_state().get("Restarts", "0")) == 0
 
 
 def test_7_monitor_mode_records_then_acts_once_on_approval(
@@ -278,7 +273,7 @@ def test_7_monitor_mode_records_then_acts_once_on_approval(
     )
     time.sleep(5)  # the controller runs every half second meanwhile
     assert scheduler_actions(scenario, job) == []
-    assert int(job_fields(job.job_id).get("Restarts", "0")) == 0
+    assert int(job.slurm_state().get("Restarts", "0")) == 0
     scenario.record(actions_before_approval=0)
 
     api = APIClient()
@@ -313,7 +308,7 @@ def test_8_a_controller_killed_mid_recovery_restarts_the_job_exactly_once(
     command = [
         sys.executable, "manage.py", "advisor_controller", "--cluster", cluster.name,
         "--url", scenario.live_server_url, "--token-file", str(token_file),
-        "--slurm-conf", str(scenario.slurm.conf), "--interval", "0.5", "--lease-seconds", "10",
+        "--interval", "0.5", "--lease-seconds", "10", *scenario.slurm.controller_args(),
     ]  # fmt: skip
     logs = tmp_path / "controllers.log"
 
@@ -374,7 +369,7 @@ def _kill_between_requeue_and_release(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         os.kill(process.pid, signal.SIGSTOP)
-        fields = job_fields(job.job_id)
+        fields = job.slurm_state()
         restarted = int(fields.get("Restarts", "0") or 0) >= 1
         held = fields.get("Reason", "") == "job_requeued_in_held_state" or (
             fields.get("Priority") == "0"

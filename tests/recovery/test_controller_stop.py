@@ -10,7 +10,7 @@ from dataclasses import replace
 from recovery.advisor_client import ReadyRecommendation
 from recovery.advisor_controller import AdvisorController
 from recovery.schedulers.base import CommandResult, SchedulerError
-from tests.recovery.test_polling import Scripted, job
+from tests.recovery.test_polling import SUBMITTED, Scripted, job
 
 
 class Ending(Scripted):
@@ -45,6 +45,8 @@ def stop_recommendation() -> ReadyRecommendation:
         action="stop",
         excluded_nodes=[],
         reason="2 attempts in a row saved no checkpoint",
+        submit_time=SUBMITTED,
+        user="alice",
     )
 
 

@@ -55,6 +55,10 @@ def job(**fields: object) -> JobInfo:
         "comment": COMMENT,
         "opt_in": parse_job_comment(COMMENT),
         "nodes": ["node001", "node002"],
+        "excluded_nodes": [],
+        "restart_count": 0,
+        "requeue_allowed": True,
+        "held": False,
         "submit_time": SUBMITTED,
         "start_time": SUBMITTED + timedelta(seconds=5),
     }
@@ -123,6 +127,25 @@ def test_a_requeue_starts_a_new_attempt_and_keeps_the_old_nodes() -> None:
         AuditKind.STATE_CHANGED,  # running again
         AuditKind.RESTART_ALLOCATED,
     ]
+
+
+def test_an_allocation_still_completing_after_a_requeue_is_not_the_new_attempts() -> None:
+    """Slurm moves the start time at a requeue while the old allocation is still completing:
+    the new attempt has not started, and a node of the old one is not its node."""
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]))
+    completing = job(state="COMPLETING", restart_count=1,
+                     submit_time=SUBMITTED + timedelta(minutes=9),
+                     start_time=SUBMITTED + timedelta(minutes=9))  # fmt: skip
+    poll_cluster(cluster, Scripted([completing]))
+    second = Attempt.objects.get(number=2)
+    assert (second.nodes, second.started_at) == ([], None)
+    running = replace(completing, state="RUNNING", nodes=["node003"],
+                      start_time=SUBMITTED + timedelta(minutes=10))  # fmt: skip
+    poll_cluster(cluster, Scripted([running]))
+    second.refresh_from_db()
+    assert second.nodes == ["node003"]
+    assert second.started_at == SUBMITTED + timedelta(minutes=10)
 
 
 def test_a_reused_job_id_is_a_new_workload() -> None:

@@ -27,6 +27,14 @@ class Releasing(Scripted):
     def __init__(self, reason: str = "job_requeued_in_held_state") -> None:
         super().__init__([job(state="PENDING", held=True, reason=reason, nodes=[])])
         self.released: list[str] = []
+        self.excluded: list[list[str]] = []
+
+    def set_excluded_nodes(self, job_id: str, nodes: list[str]) -> CommandResult:  # type: ignore[override]
+        self.excluded.append(list(nodes))
+        self.jobs = [replace(self.jobs[0], excluded_nodes=list(nodes))]
+        return CommandResult(
+            ("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"), 0, "", ""
+        )
 
     def release(self, job_id: str) -> CommandResult:  # type: ignore[override]
         self.released.append(job_id)
@@ -83,6 +91,43 @@ def test_a_controller_with_a_live_lease_keeps_its_hold() -> None:
         lease_expires_at=timezone.now() + timedelta(seconds=60),
     )
     assert run_watchdog(adapters={cluster.pk: Releasing()}).released == 0
+
+
+def test_a_release_keeps_out_the_nodes_the_restart_was_to_avoid() -> None:
+    cluster, workload = held_workload(minutes_ago=60)
+    # The controller that held the job died before setting the exclusion; its lease ran out.
+    RecommendationFactory(
+        workload=workload,
+        excluded_nodes=["gpu-002"],
+        status=RecommendationStatus.CLAIMED,
+        lease_owner="ctl",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    scheduler = Releasing()
+    scheduler.jobs = [replace(scheduler.jobs[0], excluded_nodes=["gpu-009"])]
+    assert run_watchdog(adapters={cluster.pk: scheduler}).released == 1
+    assert scheduler.excluded == [["gpu-002", "gpu-009"]]  # the job's own exclusion is kept
+    assert scheduler.released == ["4242"]
+    event = AuditEvent.objects.get(kind=AuditKind.WATCHDOG_RELEASED)
+    assert event.payload["excluded_nodes"] == ["gpu-002"]
+    assert [c["argv"][1] for c in event.payload["commands"]] == ["update", "release"]
+
+
+def test_a_hold_whose_exclusions_cannot_be_read_is_not_released() -> None:
+    cluster, workload = held_workload(minutes_ago=60)
+    RecommendationFactory(workload=workload, status=RecommendationStatus.FAILED)
+    scheduler = Releasing()
+    scheduler.jobs = [
+        replace(
+            scheduler.jobs[0],
+            excluded_nodes=None,
+            unreadable={"excluded_nodes": "the fixed-format squeue output has no exclusions"},
+        )
+    ]
+    summary = run_watchdog(adapters={cluster.pk: scheduler})
+    assert summary.released == 0
+    assert scheduler.released == []
+    assert "fixed-format" in summary.errors[0]
 
 
 def test_it_keeps_working_when_the_policy_engine_raises(monkeypatch: pytest.MonkeyPatch) -> None:

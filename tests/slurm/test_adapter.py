@@ -1,23 +1,28 @@
-"""The Slurm adapter against the real test cluster (local transport)."""
+"""The Slurm adapter against the real test clusters, reached as the project reaches them (local
+commands for 22.05, SSH to the chroot's login node for 24.11)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from recovery.schedulers.base import JobInfo, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import LocalTransport
+from tests.slurm.conftest import SlurmCluster, only_22_05
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
-def adapter(slurm_cluster: Any) -> SlurmAdapter:
-    return SlurmAdapter(LocalTransport(env={"SLURM_CONF": str(slurm_cluster.conf)}))
+def adapter(slurm_cluster: SlurmCluster) -> Iterator[SlurmAdapter]:
+    adapter = slurm_cluster.adapter()
+    yield adapter
+    close = getattr(adapter.transport, "close", None)
+    if close is not None:
+        close()
 
 
 def wait_for(
@@ -131,9 +136,10 @@ def test_bad_node_names_are_refused_before_any_command(bad: str) -> None:
 
 
 def test_the_fixed_format_fallback_reads_the_same_job(
-    adapter: SlurmAdapter, submit_job: Any
+    adapter: SlurmAdapter, submit_job: Any, slurm_cluster: SlurmCluster
 ) -> None:
     """Where squeue has no --json, the fixed format (unit-separated, comment last) is used."""
+    only_22_05(slurm_cluster, "the fallback is for Slurm without squeue --json (before 21.08)")
     submitted = submit_job(comment='{"nvidia-recovery":{"mode":"observe","note":"a b|c"}}')
     from_json = wait_for(adapter, str(submitted.job_id), lambda j: j.is_running)
     adapter._json = False

@@ -1,10 +1,12 @@
-"""The Advisor Controller on the real Slurm cluster, through the real Advisor API over HTTP."""
+"""The Advisor Controller on the real Slurm clusters, through the real Advisor API over HTTP.
+
+It reaches each cluster as the project does: local commands for 22.05, SSH for 24.11."""
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +20,7 @@ from recovery.choices import AuditKind, ClusterMode, RecommendationAction, Recom
 from recovery.models import Attempt, AuditEvent, Cluster, ControllerToken, Recommendation, Workload
 from recovery.schedulers.base import JobInfo
 from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import LocalTransport
+from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True, reset_sequences=True)]
 
@@ -27,14 +29,23 @@ RESUMED = re.compile(r"resuming from checkpoint at iteration\s+(\d+)")
 
 
 @pytest.fixture
-def adapter(slurm_cluster: Any) -> SlurmAdapter:
-    return SlurmAdapter(LocalTransport(env={"SLURM_CONF": str(slurm_cluster.conf)}))
+def adapter(slurm_cluster: SlurmCluster) -> Iterator[SlurmAdapter]:
+    adapter = slurm_cluster.adapter()
+    yield adapter
+    close = getattr(adapter.transport, "close", None)
+    if close is not None:
+        close()
 
 
 @pytest.fixture
-def cluster() -> Cluster:
+def cluster(slurm_cluster: SlurmCluster) -> Cluster:
+    connection, settings = slurm_cluster.connection()
     return Cluster.objects.create(
-        name="lab", mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True
+        name="lab",
+        connection=connection,
+        connection_settings=settings,
+        mode=ClusterMode.ACTION,
+        acknowledge_scheduler_actions=True,
     )
 
 
@@ -71,11 +82,14 @@ def recommend_restart(cluster: Cluster, job: JobInfo, status: str) -> Recommenda
         cluster=cluster,
         job_id=job.job_id,
         submit_time=job.submit_time or timezone.now(),
+        user=job.user,
         partition=job.partition,
         opted_in=True,
         current_attempt=1,
     )
-    attempt = Attempt.objects.create(workload=workload, number=1, nodes=job.nodes)
+    attempt = Attempt.objects.create(
+        workload=workload, number=1, nodes=job.nodes, started_at=job.start_time
+    )
     return Recommendation.objects.create(
         workload=workload,
         attempt=attempt,
@@ -177,8 +191,8 @@ def test_an_already_restarted_job_is_reported_skipped(
 
 
 def test_a_controller_killed_twenty_times_restarts_the_job_exactly_once(
-    live_server: Any, cluster: Cluster, adapter: SlurmAdapter, submit_job: Any, slurm_cluster: Any,
-    tmp_path: Any,
+    live_server: Any, cluster: Cluster, adapter: SlurmAdapter, submit_job: Any,
+    slurm_cluster: SlurmCluster, tmp_path: Any,
 ) -> None:  # fmt: skip
     """
     GIVEN a ready restart for a running job
@@ -202,7 +216,7 @@ def test_a_controller_killed_twenty_times_restarts_the_job_exactly_once(
     command = [
         sys.executable, "manage.py", "advisor_controller", "--cluster", "lab", "--once",
         "--url", live_server.url, "--token-file", str(token_file),
-        "--slurm-conf", str(slurm_cluster.conf), "--lease-seconds", "10",
+        "--lease-seconds", "10", *slurm_cluster.controller_args(),
     ]  # fmt: skip
     rng = random.Random(20261129)
     for _ in range(20):

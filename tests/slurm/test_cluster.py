@@ -1,18 +1,24 @@
 """The development cluster behaves as the recovery code expects: jobs run, print Megatron-style
-progress, checkpoint, and resume after requeue, also on another node after an exclusion."""
+progress, checkpoint, and resume after requeue, also on another node after an exclusion.
+
+Slurm is read here directly, as an administrator would (``slurm_cluster.run``), not through the
+project's adapter; the two JSON dialects (22.05's plain values, 24.11's lists and
+``{"set", "infinite", "number"}`` objects) are flattened to 22.05's by ``job_view``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.slurm.conftest import CLUSTER_ENV, DEFAULT_COMMENT, UP, SlurmCluster, SubmittedJob
+import pytest
+
+from tests.slurm.conftest import DEFAULT_COMMENT, SlurmCluster, SubmittedJob
 
 PROGRESS = re.compile(
     r"^ iteration +(?P<step>\d+)/ +(?P<total>\d+) \| consumed samples: +\d+ \| "
@@ -24,19 +30,56 @@ RESUMED = re.compile(
     r"\(SLURM_RESTART_COUNT=(?P<restarts>\d+), SLURMD_NODENAME=(?P<node>\w+)"
 )
 FAST = {"STEP_SECONDS": "0.1", "CKPT_EVERY": "5"}
+# Base job states; 24.11 lists them with flags (["PENDING", "REQUEUED"]).
+BASE_STATES = {
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+    "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+}  # fmt: skip
 
 
-def slurm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)
+@pytest.fixture(autouse=True)
+def _cluster(slurm_cluster: SlurmCluster) -> None:
+    global CLUSTER
+    CLUSTER = slurm_cluster
+
+
+CLUSTER: SlurmCluster
+
+
+def slurm(*args: str) -> Any:
+    return CLUSTER.run(list(args))
+
+
+def _plain(value: Any) -> Any:
+    """24.11's ``{"set": true, "infinite": false, "number": N}`` as N (None when not set)."""
+    if isinstance(value, dict) and "number" in value and "set" in value:
+        return value["number"] if value["set"] else None
+    return value
+
+
+def job_view(job: dict[str, Any]) -> dict[str, Any]:
+    """A job of ``squeue --json`` with 24.11's values flattened to 22.05's."""
+    view = {key: _plain(value) for key, value in job.items()}
+    state = job["job_state"]
+    if isinstance(state, list):
+        view["job_state"] = next((s for s in state if s in BASE_STATES), state[0] if state else "")
+        view["job_state_flags"] = state
+    exit_code = job["exit_code"]
+    if isinstance(exit_code, dict):  # 24.11: {"status", "return_code", "signal"}
+        code = _plain(exit_code.get("return_code")) or 0
+        signal = _plain((exit_code.get("signal") or {}).get("id")) or 0
+        view["exit_code"] = (code << 8) | signal  # 22.05's raw wait status
+    return view
 
 
 def job_info(job_id: int) -> dict[str, Any]:
-    # squeue --json lists every job still in memory (it ignores -j), finished ones included.
-    result = slurm("squeue", "--json")
+    # 22.05's squeue --json lists every job still in memory (it ignores -j and -t); 24.11's
+    # lists only pending and running jobs unless asked for all states.
+    result = slurm("squeue", "--json", "--states=all")
     assert result.returncode == 0, result.stderr
     for job in json.loads(result.stdout)["jobs"]:
         if job["job_id"] == job_id:
-            return job
+            return job_view(job)
     raise AssertionError(f"job {job_id} is not known to slurmctld")
 
 
@@ -79,20 +122,32 @@ def wait_until_pending(job: SubmittedJob) -> None:
     wait_for(job, lambda j: j["job_state"] == "PENDING", "pending again")
 
 
+def node_partitions() -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Each node's state and partitions (sinfo's JSON differs between versions; this does not)."""
+    listed = slurm("sinfo", "-h", "-N", "-o", "%N %t %R")
+    assert listed.returncode == 0, listed.stderr
+    states: dict[str, str] = {}
+    partitions: dict[str, list[str]] = {}
+    for line in listed.stdout.splitlines():
+        name, state, partition = line.split()
+        states[name] = state
+        partitions[name] = sorted({*partitions.get(name, []), partition})
+    return states, partitions
+
+
 def test_cluster_has_four_idle_nodes_and_two_partitions(slurm_cluster: SlurmCluster) -> None:
     assert slurm_cluster.conf == slurm_cluster.directory / "etc" / "slurm.conf"
     assert os.environ["SLURM_CONF"] == str(slurm_cluster.conf)
     assert " is UP" in slurm("scontrol", "ping").stdout
+    assert slurm("scontrol", "version").stdout.split()[-1].startswith(slurm_cluster.version)
 
     deadline = time.monotonic() + 15
     while True:  # a job cancelled by an earlier test may still be completing
-        nodes = json.loads(slurm("sinfo", "--json").stdout)["nodes"]
-        states = {node["name"]: node["state"] for node in nodes}
+        states, partitions = node_partitions()
         if set(states.values()) == {"idle"} or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert states == dict.fromkeys(slurm_cluster.nodes, "idle")
-    partitions = {node["name"]: sorted(node["partitions"]) for node in nodes}
     assert partitions == {
         "node001": ["canary", "debug"],
         "node002": ["canary", "debug"],
@@ -227,18 +282,17 @@ def test_up_again_is_a_fast_no_op(slurm_cluster: SlurmCluster) -> None:
     pids = {path.name: path.read_text() for path in run.glob("*.pid")}
 
     started = time.monotonic()
-    result = subprocess.run(
-        [str(UP)],
-        env={**os.environ, **CLUSTER_ENV},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = slurm_cluster.up(timeout=30)
     elapsed = time.monotonic() - started
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"export SLURM_CONF={slurm_cluster.conf}\n"
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"export SLURM_CONF={slurm_cluster.conf}"
+    if slurm_cluster.ssh is None:
+        assert lines == lines[:1]
+    else:
+        assert f"export SLURM_DEV_SSH_PORT={slurm_cluster.ssh.port}" in lines
+        assert f"export SLURM_DEV_SSH_KNOWN_HOSTS={slurm_cluster.ssh.known_hosts}" in lines
     assert "already up" in result.stderr
     assert elapsed < 2, f"up.sh took {elapsed:.2f}s on a running cluster"
     assert {path.name: path.read_text() for path in run.glob("*.pid")} == pids

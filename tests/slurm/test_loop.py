@@ -10,7 +10,7 @@ import pytest
 
 from recovery.advisor_client import AdvisorClient
 from recovery.advisor_controller import AdvisorController
-from recovery.choices import AuditKind, ClusterMode, Connection, RecommendationStatus, WorkloadState
+from recovery.choices import AuditKind, ClusterMode, RecommendationStatus, WorkloadState
 from recovery.models import (
     Anomaly,
     AuditEvent,
@@ -21,6 +21,7 @@ from recovery.models import (
     Workload,
 )
 from recovery.polling import adapter_for, poll_cluster
+from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True, reset_sequences=True)]
 
@@ -37,12 +38,13 @@ def poll_until(cluster: Cluster, job_id: str, reached: Any, seconds: float = 60)
 
 
 def test_a_failed_job_is_detected_recommended_restarted_and_completes(
-    live_server: Any, slurm_cluster: Any, submit_job: Any
+    live_server: Any, slurm_cluster: SlurmCluster, submit_job: Any
 ) -> None:
+    connection, settings = slurm_cluster.connection()
     cluster = Cluster.objects.create(
         name="lab-loop",
-        connection=Connection.LOCAL,
-        connection_settings={"slurm_conf": str(slurm_cluster.conf)},
+        connection=connection,
+        connection_settings=settings,
         mode=ClusterMode.ACTION,
         acknowledge_scheduler_actions=True,
     )

@@ -1,4 +1,6 @@
-"""Polling the real Slurm cluster: a job becomes a workload; a requeue becomes attempt 2."""
+"""Polling the real Slurm clusters: a job becomes a workload; a requeue becomes attempt 2.
+
+Each cluster is polled as the project reaches it: local commands for 22.05, SSH for 24.11."""
 
 from __future__ import annotations
 
@@ -8,21 +10,19 @@ from typing import Any
 
 import pytest
 
-from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.choices import AttemptExitState, AuditKind, WorkloadState
 from recovery.models import Attempt, AuditEvent, Cluster, Workload
 from recovery.polling import adapter_for, poll_cluster
 from tasks.polling import poll_cluster as poll_cluster_task
+from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
 
 @pytest.fixture
-def cluster(slurm_cluster: Any) -> Cluster:
-    return Cluster.objects.create(
-        name="lab",
-        connection=Connection.LOCAL,
-        connection_settings={"slurm_conf": str(slurm_cluster.conf)},
-    )
+def cluster(slurm_cluster: SlurmCluster) -> Cluster:
+    connection, settings = slurm_cluster.connection()
+    return Cluster.objects.create(name="lab", connection=connection, connection_settings=settings)
 
 
 def poll_until(cluster: Cluster, job_id: str, reached: Callable[[Workload], bool]) -> Workload:
@@ -88,17 +88,15 @@ def test_a_failing_jobs_output_is_read_into_anomalies_and_checkpoints(
 
 
 def test_an_xid_in_a_nodes_kernel_log_reaches_the_job_running_there(
-    slurm_cluster: Any, submit_job: Any, tmp_path: Any
+    slurm_cluster: SlurmCluster, submit_job: Any, tmp_path: Any
 ) -> None:
     from recovery.models import Anomaly
 
+    connection, settings = slurm_cluster.connection()
     cluster = Cluster.objects.create(
         name="lab-kernel",
-        connection=Connection.LOCAL,
-        connection_settings={
-            "slurm_conf": str(slurm_cluster.conf),
-            "node_kernel_log": str(tmp_path / "kern-{node}.log"),
-        },
+        connection=connection,
+        connection_settings={**settings, "node_kernel_log": str(tmp_path / "kern-{node}.log")},
     )
     submitted = submit_job({"STEP_SECONDS": "0.2", "TOTAL_STEPS": "1000"})
     workload = poll_until(

@@ -1,10 +1,12 @@
-"""deploy/slurm hooks on the real cluster: slurmctld itself runs them against a live server.
+"""deploy/slurm hooks on the real clusters: slurmctld itself runs them against a live server.
 
 The session's cluster gets ``EpilogSlurmctld`` for this module only: slurm.conf gains the line
 and slurmctld is restarted (Slurm 22.05 reads EpilogSlurmctld at start, not on reconfigure;
 running jobs and state survive a restart). The configured program is a two-line wrapper that
 names this test's hook.env (``WR_HOOK_ENV``) and then runs deploy/slurm/epilog-slurmctld.sh with
 the environment slurmctld gives it. At the end the line is removed and slurmctld restarted again.
+On 24.11 slurmctld runs in the chroot, and so do the hooks, strigger and install-strigger.sh, as
+they would on that cluster's controller.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery import pushed
-from recovery.choices import Connection, WorkloadState
+from recovery.choices import WorkloadState
 from recovery.models import AuditEvent, Cluster, ControllerToken, Workload
 from recovery.polling import poll_cluster
 from tasks.polling import poll_cluster as poll_cluster_task
@@ -38,10 +40,7 @@ INSTALL_STRIGGER = REPO / "deploy" / "slurm" / "install-strigger.sh"
 
 
 def _ctld_pid(cluster: SlurmCluster) -> int | None:
-    try:
-        return int((cluster.directory / "run" / "slurmctld.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
+    return cluster.pid_of("slurmctld")
 
 
 def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -56,14 +55,11 @@ def _restart_slurmctld(cluster: SlurmCluster) -> None:
     if pid is not None:
         os.kill(pid, 15)
         _wait(lambda: not Path(f"/proc/{pid}").exists(), 15, "slurmctld to stop")
-    env = {**os.environ, "SLURM_CONF": str(cluster.conf)}
-    subprocess.run(["slurmctld"], env=env, check=True, timeout=30, capture_output=True)
+    started = cluster.run(["slurmctld"])
+    assert started.returncode == 0, started.stdout + started.stderr
 
     def answers() -> bool:
-        ping = subprocess.run(
-            ["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=10, check=False
-        )
-        return " is UP" in ping.stdout
+        return " is UP" in cluster.run(["scontrol", "ping"], timeout=10).stdout
 
     _wait(answers, 20, "slurmctld to answer")
 
@@ -93,11 +89,8 @@ def hook_env_file(slurm_cluster: SlurmCluster) -> Iterator[Path]:
 
 @pytest.fixture
 def cluster(slurm_cluster: SlurmCluster) -> Cluster:
-    return Cluster.objects.create(
-        name="lab",
-        connection=Connection.LOCAL,
-        connection_settings={"slurm_conf": str(slurm_cluster.conf)},
-    )
+    connection, settings = slurm_cluster.connection()
+    return Cluster.objects.create(name="lab", connection=connection, connection_settings=settings)
 
 
 @pytest.fixture
@@ -199,15 +192,17 @@ def test_the_epilog_exits_0_when_the_service_is_away(
         "SLURM_JOB_NODELIST": "node[001-002]",
         "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld",
     }
+    # Where slurmctld runs it: on this host (22.05), in the chroot (24.11).
+    epilog = slurm_cluster.command([str(EPILOG)])
     started = time.monotonic()
     result = subprocess.run(
-        [str(EPILOG)], env=env, capture_output=True, text=True, timeout=30, check=False
+        epilog, env=env, capture_output=True, text=True, timeout=30, check=False
     )
     assert result.returncode == 0
     assert time.monotonic() - started < 10
     assert "failed" in result.stderr
     unconfigured = subprocess.run(
-        [str(EPILOG)],
+        epilog,
         env={**env, "WR_HOOK_ENV": str(tmp_path / "missing.env")},
         capture_output=True,
         text=True,
@@ -233,33 +228,22 @@ def test_a_strigger_node_down_trigger_posts_the_node(
     poll_cluster(cluster)  # the cluster's nodes become known
     etc = slurm_cluster.directory / "etc"
     wrapper = _wrapper(etc / "wr-node-down.sh", configured_hook, NODE_DOWN)
-    env = {**os.environ, "SLURM_CONF": str(slurm_cluster.conf)}
-    installed = subprocess.run(
-        [str(INSTALL_STRIGGER), str(wrapper)], env=env, capture_output=True, text=True, timeout=30
-    )
+    installed = slurm_cluster.run([str(INSTALL_STRIGGER), str(wrapper)])
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    again = subprocess.run(
-        [str(INSTALL_STRIGGER), str(wrapper)], env=env, capture_output=True, text=True, timeout=30
-    )
+    again = slurm_cluster.run([str(INSTALL_STRIGGER), str(wrapper)])
     assert "already set" in again.stdout
     try:
-        subprocess.run(
-            ["scontrol", "update", "NodeName=node004", "State=DOWN", "Reason=wr hook test"],
-            env=env,
-            check=True,
-            timeout=30,
+        down = slurm_cluster.run(
+            ["scontrol", "update", "NodeName=node004", "State=DOWN", "Reason=wr hook test"]
         )
+        assert down.returncode == 0, down.stderr
         _wait(lambda: bool(_hook_events(event="node_down", node="node004")), 45, "the trigger")
     finally:
-        subprocess.run(
-            ["scontrol", "update", "NodeName=node004", "State=RESUME"], env=env, timeout=30
-        )
-        listed = subprocess.run(
-            ["strigger", "--get", "--node", "--down"], env=env, capture_output=True, text=True
-        )
+        slurm_cluster.run(["scontrol", "update", "NodeName=node004", "State=RESUME"])
+        listed = slurm_cluster.run(["strigger", "--get", "--node", "--down"])
         for line in listed.stdout.splitlines():
             if str(wrapper) in line:
-                subprocess.run(["strigger", "--clear", f"--id={line.split()[0]}"], env=env)
+                slurm_cluster.run(["strigger", "--clear", f"--id={line.split()[0]}"])
     (event,) = _hook_events(event="node_down", node="node004")
     assert event.payload["state"] == "DOWN"
     assert event.actor == "controller:slurmctld-hooks"

@@ -1,8 +1,10 @@
-"""The SSH transport against a real sshd (deploy/ssh-dev/up.sh) and the real test cluster.
+"""The SSH transport against a real sshd and the real test clusters.
 
-The session starts its own sshd in var/ssh-test on 127.0.0.1:2299, so it can run beside a
-developer's (var/ssh-dev, port 2222), gives every session the test cluster's SLURM_CONF, and
-stops it at the end.
+For 22.05 the session starts its own sshd on this host (deploy/ssh-dev/up.sh) in var/ssh-test
+on 127.0.0.1:2299, so it can run beside a developer's (var/ssh-dev, port 2222), gives every
+session the test cluster's SLURM_CONF, and stops it at the end. For 24.11 the login node is the
+sshd that deploy/slurm-dev/up.sh runs in the cluster's chroot (127.0.0.1:2300 by default),
+configured the same way; it comes and goes with the cluster.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from recovery.schedulers.base import JobInfo, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
 from recovery.schedulers.transport import SSHTransport
 from tests.slurm.conftest import REPO, SlurmCluster
+from tests.slurm_fixtures import exports
 
 pytestmark = pytest.mark.slurm
 
@@ -39,8 +42,13 @@ class SSHServer:
     port: int
     key_file: Path
     known_hosts: Path
-    host_key_pub: Path
+    # The server's own key pair (its private key is a valid key the server does not accept).
+    host_key: Path
     slurm_conf: Path
+
+    @property
+    def host_key_pub(self) -> Path:
+        return self.host_key.with_name(self.host_key.name + ".pub")
 
     def transport(self, **overrides: Any) -> SSHTransport:
         settings: dict[str, Any] = {
@@ -67,18 +75,18 @@ def _run_script(script: Path, slurm_conf: Path) -> subprocess.CompletedProcess[s
     )
 
 
-def _exports(output: str) -> dict[str, str]:
-    settings = {}
-    for line in output.splitlines():
-        words = shlex.split(line)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            name, _, value = words[1].partition("=")
-            settings[name] = value
-    return settings
-
-
 @pytest.fixture(scope="session")
 def ssh_server(slurm_cluster: SlurmCluster) -> Iterator[SSHServer]:
+    if slurm_cluster.ssh is not None:  # 24.11: the chroot's sshd, up with the cluster
+        assert slurm_cluster.ssh.host == HOST
+        yield SSHServer(
+            port=slurm_cluster.ssh.port,
+            key_file=slurm_cluster.ssh.key_file,
+            known_hosts=slurm_cluster.ssh.known_hosts,
+            host_key=slurm_cluster.ssh.host_key,
+            slurm_conf=slurm_cluster.conf,
+        )
+        return
     started = _run_script(UP, slurm_cluster.conf)
     if started.returncode != 0:
         stopped = _run_script(DOWN, slurm_cluster.conf)
@@ -87,14 +95,14 @@ def ssh_server(slurm_cluster: SlurmCluster) -> Iterator[SSHServer]:
             f"{started.stdout}{started.stderr}{stopped.stdout}{stopped.stderr}",
             pytrace=False,
         )
-    settings = _exports(started.stdout)
+    settings = exports(started.stdout)
     try:
         assert settings["SSH_DEV_PORT"] == str(SSH_PORT), started.stdout
         yield SSHServer(
             port=SSH_PORT,
             key_file=Path(settings["SSH_DEV_KEY"]),
             known_hosts=Path(settings["SSH_DEV_KNOWN_HOSTS"]),
-            host_key_pub=SSH_DIR / "ssh_host_ed25519_key.pub",
+            host_key=SSH_DIR / "ssh_host_ed25519_key",
             slurm_conf=slurm_cluster.conf,
         )
     finally:
@@ -230,7 +238,7 @@ def test_a_key_the_server_does_not_accept_fails_authentication(
 ) -> None:
     # The host's private key is a valid ed25519 key that is not in authorized_keys.
     wrong_key = tmp_path / "wrong_key"
-    wrong_key.write_bytes((SSH_DIR / "ssh_host_ed25519_key").read_bytes())
+    wrong_key.write_bytes(ssh_server.host_key.read_bytes())
     wrong_key.chmod(0o600)
     message = _never_ran(ssh_server.transport(key_file=str(wrong_key)), tmp_path)
     assert "authentication failed" in message

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from recovery.choices import AuditKind, Connection, WorkloadState
+from recovery.choices import AuditKind, WorkloadState
 from recovery.models import AuditEvent, Cluster, Policy, Workload
 from recovery.polling import adapter_for, poll_cluster
 from recovery.watchdog import run_watchdog
+from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -29,12 +30,11 @@ def poll_until(cluster: Cluster, job_id: str, state: str, seconds: float = 60) -
 
 
 def test_a_job_held_past_the_decision_timeout_is_released(
-    slurm_cluster: Any, submit_job: Any
+    slurm_cluster: SlurmCluster, submit_job: Any
 ) -> None:
+    connection, settings = slurm_cluster.connection()
     cluster = Cluster.objects.create(
-        name="lab-watchdog",
-        connection=Connection.LOCAL,
-        connection_settings={"slurm_conf": str(slurm_cluster.conf)},
+        name="lab-watchdog", connection=connection, connection_settings=settings
     )
     Policy.objects.create(
         name="hold briefly", cluster=cluster, crash_action="none", decision_timeout_seconds=5

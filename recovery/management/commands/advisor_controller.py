@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.advisor_client import AdvisorAPIError, AdvisorClient
-from recovery.advisor_controller import AdvisorController
+from recovery.advisor_controller import AdvisorController, MisconfiguredController
 from recovery.schedulers.base import SchedulerAdapter, SchedulerError, Transport
 from recovery.schedulers.slurm import SlurmAdapter
 from recovery.schedulers.transport import LocalTransport, SSHTransport
@@ -89,6 +89,7 @@ class Command(BaseCommand):
             partitions=[p for p in options["partitions"].split(",") if p],
             lease_seconds=options["lease_seconds"],
         )
+        self._check_identity(controller, options)
         while True:
             try:
                 for recommendation_id, outcome in controller.run_once():
@@ -101,6 +102,25 @@ class Command(BaseCommand):
             if options["once"]:
                 return
             time.sleep(options["interval"])
+
+    def _check_identity(self, controller: AdvisorController, options: dict[str, Any]) -> None:
+        """Start only when the token, --cluster and the scheduler name the same cluster."""
+        while True:
+            try:
+                identity = controller.check_identity(options["cluster"])
+            except MisconfiguredController as exc:
+                raise CommandError(f"not starting: {exc}") from None
+            except (AdvisorAPIError, SchedulerError) as exc:
+                self.stderr.write(f"{options['cluster']}: cannot check the cluster yet: {exc}")
+                if options["once"]:
+                    raise CommandError(str(exc)) from None
+                time.sleep(options["interval"])
+                continue
+            self.stdout.write(
+                f"controller {identity.actor} serves cluster {identity.cluster} "
+                f"(Slurm ClusterName {identity.scheduler_cluster_name})"
+            )
+            return
 
     def _simulation(self, name: str, wait_seconds: float = 60.0) -> SimulationStore:
         """The running simulation of ``name``, waiting a while for it to start."""
