@@ -144,8 +144,8 @@ def format_check(check: SchedulerCheck) -> list[str]:
             f"restarts {_shown(job['restart_count'])}  nodes {','.join(job['nodes']) or '-'}  "
             f"excluded {excluded}"
         )
-        verdict = "opted in" if job["opted_in"] else "not opted in"
-        lines.append(f"  {'':<12} {verdict}: {job['opt_in']}")
+        verdict = job["opt_in"] if job["opted_in"] else f"not opted in: {job['opt_in']}"
+        lines.append(f"  {'':<12} {verdict}")
     lines.append(f"nodes ({len(check.nodes)}):")
     for node in check.nodes:
         state = "+".join([node["state"] or unknown, *node["flags"]])

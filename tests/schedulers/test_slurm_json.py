@@ -591,12 +591,20 @@ class TestRecorded:
         for job in tasks:
             assert job.stdout_path.endswith(f"/array-{job.job_id}.out")
 
-    def test_drained_node(self, version: str) -> None:
-        document = parse_document((DATA / version / "sinfo-drained-down.json").read_text())
+    @pytest.mark.parametrize(
+        "name", ["sinfo-drained-down.json", "scontrol-show-nodes-drained-down.json"]
+    )
+    def test_drained_and_down_nodes(self, version: str, name: str) -> None:
+        if not (DATA / version / name).exists():
+            pytest.skip(f"Slurm {version} has no {name.split('-drained')[0]}")
+        document = parse_document((DATA / version / name).read_text())
         nodes = {node.name: node for node in document.nodes()}
         assert nodes["node003"].flags == ["DRAIN"]
         assert nodes["node003"].unavailable
         assert nodes["node003"].reason == "recorded sample: drained"
+        assert nodes["node004"].state == "DOWN" and nodes["node004"].unavailable
+        assert nodes["node004"].reason == "recorded sample: down"
+        assert not nodes["node001"].unavailable
 
 
 def test_scontrol_show_job_of_24_11() -> None:
@@ -605,7 +613,7 @@ def test_scontrol_show_job_of_24_11() -> None:
     if not running.exists() or not held.exists():
         pytest.skip("not recorded")
     document = parse_document(running.read_text())
-    assert document.cluster == "lab"
+    assert document.cluster == "dev"  # ClusterName in deploy/slurm-dev/slurm.conf.in
     assert document.version is not None and document.version >= SlurmVersion(24, 11)
     [job] = document.jobs().jobs
     assert job.state == "RUNNING"

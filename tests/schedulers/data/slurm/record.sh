@@ -9,7 +9,9 @@
 # cluster or `chroot ROOT /usr/bin/env SLURM_CONF=...` for one in a chroot. The cluster must be
 # a fresh one (no other jobs in memory: `squeue --json` lists every job Slurm still knows),
 # with the four nodes node001..node004 of deploy/slurm-dev/slurm.conf.in idle. It drains node003
-# and sets node004 DOWN: restart the cluster afterwards.
+# and sets node004 DOWN: restart the cluster afterwards. With NODE004_SLURMD_PID set, that
+# slurmd is paused meanwhile, so that the node stays down (ReturnToService=2 brings a node back
+# as soon as its slurmd answers).
 set -euo pipefail
 
 say() { echo "record.sh: $*" >&2; }
@@ -136,7 +138,14 @@ save squeue-all-states-after-all.json squeue --json --states=all
 
 # a drained node and a down node
 slurm scontrol update NodeName=node003 State=DRAIN Reason="recorded sample: drained"
+if [[ -n ${NODE004_SLURMD_PID:-} ]]; then
+  kill -STOP "$NODE004_SLURMD_PID"
+  trap 'kill -CONT "$NODE004_SLURMD_PID"' EXIT
+fi
 slurm scontrol update NodeName=node004 State=DOWN Reason="recorded sample: down"
 sleep 1
 save sinfo-drained-down.json sinfo --json
+if slurm scontrol --json show nodes >/dev/null 2>&1; then
+  save scontrol-show-nodes-drained-down.json scontrol --json show nodes
+fi
 say "done"
