@@ -84,6 +84,13 @@ class ReportRequest(serializers.Serializer):
 
 
 ERROR = inline_serializer("Error", {"error": serializers.CharField()})
+# Claim and renew: the same request, the same answers but for why a 409.
+LEASE_RESPONSES = {
+    200: RecommendationForController,
+    400: OpenApiResponse(ERROR, description="The lease is out of range."),
+    401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
+    404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
+}
 RECOMMENDATION_EXAMPLE = {
     "id": 812,
     "idempotency_key": "policy:lab:48213:2:gpu_hardware",
@@ -176,11 +183,10 @@ def ready(request: Request) -> Response:
     tags=["advisor"],
     request=ClaimRequest,
     responses={
-        200: RecommendationForController,
-        400: OpenApiResponse(ERROR, description="The lease is out of range."),
-        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
-        404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
-        409: OpenApiResponse(ERROR, description="Another controller holds it, or it is done."),
+        **LEASE_RESPONSES,
+        409: OpenApiResponse(
+            ERROR, description="Another controller holds it, it is done, or past its deadline."
+        ),
     },
     examples=[
         OpenApiExample("Claim for two minutes", value={"lease_seconds": 120}, request_only=True),
@@ -297,10 +303,7 @@ def report(request: Request, recommendation_id: int) -> Response:
     tags=["advisor"],
     request=ClaimRequest,
     responses={
-        200: RecommendationForController,
-        400: OpenApiResponse(ERROR, description="The lease is out of range."),
-        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
-        404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
+        **LEASE_RESPONSES,
         409: OpenApiResponse(ERROR, description="This controller does not hold it any more."),
     },
     examples=[

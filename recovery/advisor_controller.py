@@ -30,8 +30,9 @@ from recovery.schedulers.base import (
     JobInfo,
     SchedulerAdapter,
     SchedulerError,
+    describe_unknown,
 )
-from recovery.schedulers.validation import InvalidIdentifier, validate_job_id, validate_node_names
+from recovery.schedulers.validation import validate_job_id, validate_node_names
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +271,7 @@ class AdvisorController:
         try:
             job_id = validate_job_id(recommendation.job_id)
             validate_node_names(recommendation.excluded_nodes)
-        except (InvalidIdentifier, ValueError) as exc:
+        except ValueError as exc:  # InvalidIdentifier
             return Outcome("failed", {"known": None}, detail=f"refused before any command: {exc}")
         outcome = Outcome("skipped", {"known": None})
         try:
@@ -313,30 +314,32 @@ class AdvisorController:
             else:
                 outcome.outcome = "failed"
                 outcome.detail = str(exc)
-        except (InvalidIdentifier, ValueError) as exc:
+        except ValueError as exc:  # InvalidIdentifier: a value no command may carry
             outcome.outcome = "retry" if outcome.acted else "failed"
             outcome.detail = f"bad value: {exc}"
         return outcome
 
     def _restart(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
-        if recommendation.attempt is None:
+        attempt = recommendation.attempt
+        if attempt is None:
             outcome.outcome = "failed"
             outcome.detail = "the recommendation names no attempt: cannot tell if it is done"
             return
         assert job.restart_count is not None and job.excluded_nodes is not None
-        if job.restart_count < recommendation.attempt and not job.requeue_allowed:
+        if job.restart_count < attempt and not job.requeue_allowed:
             outcome.outcome = "failed"
             outcome.converged = False
             outcome.detail = f"abandoned: the job is {job.state} and Slurm will not requeue it"
             return
-        if job.restart_count < recommendation.attempt and job.state == "COMPLETING":
+        if job.restart_count < attempt and job.state == "COMPLETING":
             # Winding down: the failed attempt ending, or an allocation left over from a
             # restart. Which one shows once it has ended; until then nothing is done.
             job = self._wait(job.job_id, lambda j: j.state != "COMPLETING")
             if job.state == "COMPLETING":
                 raise Retry(f"job {job.job_id} is still completing")
-            assert job.restart_count is not None and job.excluded_nodes is not None
-        if job.restart_count < recommendation.attempt and job.state != "PENDING":
+        assert job.restart_count is not None and job.excluded_nodes is not None
+        requeue = job.restart_count < attempt and job.state != "PENDING"
+        if requeue:
             problem = started_since(recommendation, job)
             if problem is not None:
                 outcome.converged = False
@@ -344,7 +347,7 @@ class AdvisorController:
                 return
         wanted_exclusions = sorted(set(job.excluded_nodes) | set(recommendation.excluded_nodes))
         missing_exclusions = not set(recommendation.excluded_nodes) <= set(job.excluded_nodes)
-        if job.restart_count < recommendation.attempt and job.state != "PENDING":
+        if requeue:
             if not missing_exclusions and self._requeued_expedited(job, outcome):
                 missing_exclusions = False
             else:
@@ -352,8 +355,7 @@ class AdvisorController:
             job = self._wait(
                 job.job_id,
                 lambda j: (
-                    j.state in {"PENDING", "COMPLETING"}
-                    and (j.restart_count or 0) >= (recommendation.attempt or 0)
+                    j.state in {"PENDING", "COMPLETING"} and (j.restart_count or 0) >= attempt
                 ),
             )
         elif missing_exclusions and job.is_pending and not job.held:
@@ -368,7 +370,7 @@ class AdvisorController:
         outcome.converged = bool(
             final is not None
             and not final.unknown()
-            and (final.restart_count or 0) >= recommendation.attempt
+            and (final.restart_count or 0) >= attempt
             and set(recommendation.excluded_nodes) <= set(final.excluded_nodes or [])
             and final.held is False
             and final.state not in FINISHED_STATES
@@ -453,8 +455,10 @@ class AdvisorController:
     def _require_known(job: JobInfo) -> None:
         unknown = job.unknown()
         if unknown:
-            said = "; ".join(f"{name}: {why}" for name, why in sorted(unknown.items()))
-            raise Retry(f"not acting on job {job.job_id} while these are unknown: {said}")
+            raise Retry(
+                f"not acting on job {job.job_id} while these are unknown: "
+                f"{describe_unknown(unknown)}"
+            )
 
     def _wait(self, job_id: str, reached: Callable[[JobInfo], bool]) -> JobInfo:
         deadline = self.clock() + self.settle_seconds

@@ -193,13 +193,30 @@ def recommendation_counts() -> dict[tuple[int, str], int]:
     return {(cluster, status): n for cluster, status, n in rows}
 
 
-# The audit events that say something failed.
-FAILURE_EVENT_KINDS = (
-    AuditKind.POLICY_FAILED,
-    AuditKind.ACTION_FAILED,
-    AuditKind.ACTION_RETRY,
-    AuditKind.REPORT_REFUSED,
-)
+# The audit events that say something failed, each counted over the whole trail as a counter:
+# kind → (metric name, help).
+FAILURE_EVENT_COUNTERS = {
+    AuditKind.POLICY_FAILED: (
+        "wr_policy_failures_total",
+        "Times the policy engine failed on an anomaly (policy_failed audit events, all clusters).",
+    ),
+    AuditKind.ACTION_FAILED: (
+        "wr_action_failures_total",
+        "Scheduler actions a controller reported as failed (action_failed audit events, all "
+        'clusters; per cluster: wr_recommendations{status="failed"}).',
+    ),
+    AuditKind.ACTION_RETRY: (
+        "wr_action_retries_total",
+        "Actions a controller gave back to be continued from the scheduler's state (a read "
+        "failed, a fact was unknown, or the action was cut off half done; action_retry events).",
+    ),
+    AuditKind.REPORT_REFUSED: (
+        "wr_reports_refused_total",
+        "Controller reports refused because another controller held the lease "
+        "(report_refused events).",
+    ),
+}
+FAILURE_EVENT_KINDS = tuple(FAILURE_EVENT_COUNTERS)
 
 
 def failure_event_counts() -> dict[str, int]:
@@ -422,33 +439,11 @@ def collect(now: datetime | None = None) -> list[MetricFamily]:
                 ingestion_lag.add(_age_s(now, read_at), cluster=cluster.name, source=source)
 
     failures = failure_event_counts()
-    policy_failures = MetricFamily(
-        "wr_policy_failures_total",
-        "counter",
-        "Times the policy engine failed on an anomaly (policy_failed audit events, all clusters).",
-    )
-    action_failures = MetricFamily(
-        "wr_action_failures_total",
-        "counter",
-        "Scheduler actions a controller reported as failed (action_failed audit events, all "
-        'clusters; per cluster: wr_recommendations{status="failed"}).',
-    )
-    policy_failures.add(failures.get(AuditKind.POLICY_FAILED, 0))
-    action_failures.add(failures.get(AuditKind.ACTION_FAILED, 0))
-    action_retries = MetricFamily(
-        "wr_action_retries_total",
-        "counter",
-        "Actions a controller gave back to be continued from the scheduler's state (a read "
-        "failed, a fact was unknown, or the action was cut off half done; action_retry events).",
-    )
-    action_retries.add(failures.get(AuditKind.ACTION_RETRY, 0))
-    reports_refused = MetricFamily(
-        "wr_reports_refused_total",
-        "counter",
-        "Controller reports refused because another controller held the lease "
-        "(report_refused events).",
-    )
-    reports_refused.add(failures.get(AuditKind.REPORT_REFUSED, 0))
+    failure_counters = []
+    for kind, (name, help_text) in FAILURE_EVENT_COUNTERS.items():
+        counter = MetricFamily(name, "counter", help_text)
+        counter.add(failures.get(kind, 0))
+        failure_counters.append(counter)
 
     task_counts = task_failure_counts()
     task_failures = MetricFamily(
@@ -473,10 +468,7 @@ def collect(now: datetime | None = None) -> list[MetricFamily]:
         poll_lag,
         poll_error,
         ingestion_lag,
-        policy_failures,
-        action_failures,
-        action_retries,
-        reports_refused,
+        *failure_counters,
         task_failures,
         task_counter_up,
     ]

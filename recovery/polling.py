@@ -26,7 +26,13 @@ from recovery.ingest import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.monitors import check_job_ending, check_node, check_progress, out_of_service
 from recovery.policy import decide_pending
-from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
+from recovery.schedulers.base import (
+    JobInfo,
+    NodeInfo,
+    SchedulerAdapter,
+    SchedulerError,
+    describe_unknown,
+)
 from recovery.schedulers.slurm import SlurmAdapter
 from recovery.schedulers.transport import LocalTransport, SSHTransport
 
@@ -219,7 +225,7 @@ def _poll(
         summary.jobs_seen += 1
         unknown = job.unknown(FACTS_FOR_SYNC)
         if unknown:
-            said = "; ".join(f"{name}: {why}" for name, why in sorted(unknown.items()))
+            said = describe_unknown(unknown)
             summary.ignored += 1
             summary.unreadable.append(f"job {job.job_id}: {said}")
             logger.warning("job %s left as it was: unknown %s", job.job_id, said)

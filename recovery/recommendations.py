@@ -154,12 +154,14 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
             pk=recommendation_id
         )
         if updated != 1:
-            expired = recommendation.expires_at is not None and recommendation.expires_at <= now
+            deadline = recommendation.expires_at
+            if deadline is not None and deadline <= now:
+                raise InvalidTransition(
+                    f"recommendation {recommendation_id} is past its deadline "
+                    f"{deadline.isoformat()}"
+                )
             raise InvalidTransition(
-                f"recommendation {recommendation_id} is past its deadline "
-                f"{recommendation.expires_at.isoformat()}"
-                if expired and recommendation.expires_at is not None
-                else f"recommendation {recommendation_id} is {recommendation.status}, "
+                f"recommendation {recommendation_id} is {recommendation.status}, "
                 f"held by {recommendation.lease_owner or 'nobody'}"
             )
         workload = recommendation.workload
@@ -245,21 +247,13 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
         "converged": result.converged,
         "detail": result.detail[:2000],
     }
+    refusal = ""
     with transaction.atomic():
         recommendation = Recommendation.objects.select_related("workload__cluster").get(
             pk=recommendation_id
         )
         if recommendation.status == result.outcome and recommendation.lease_owner == controller:
             return recommendation
-        new_status = RecommendationStatus.READY if result.outcome == RETRY else result.outcome
-        changes: dict[str, Any] = {"lease_expires_at": None, "updated_at": now}
-        if result.outcome == RETRY:
-            changes["lease_owner"] = ""
-        else:
-            changes["result"] = outcome_payload
-        updated = Recommendation.objects.filter(
-            pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
-        ).update(status=new_status, **changes)
         workload = recommendation.workload
         event = {
             "recommendation": recommendation.pk,
@@ -267,31 +261,32 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             "excluded_nodes": recommendation.excluded_nodes,
             **outcome_payload,
         }
-        if updated != 1:
-            refusal = _not_held_by(controller, recommendation_id)
-            record_event(
-                cluster=workload.cluster,
-                workload=workload,
-                attempt=workload.current_attempt or None,
-                kind=AuditKind.REPORT_REFUSED,
-                actor=controller,
-                payload={**event, "refused": refusal},
+        retry = result.outcome == RETRY
+        try:
+            recommendation.transition(
+                RecommendationStatus.READY if retry else result.outcome,
+                held_by=controller,
+                lease_expires_at=None,
+                **({"lease_owner": ""} if retry else {"result": outcome_payload}),
             )
+        except InvalidTransition:
+            refusal = _not_held_by(controller, recommendation_id)
+            kind, payload = AuditKind.REPORT_REFUSED, {**event, "refused": refusal}
         else:
             if result.outcome == RecommendationStatus.EXECUTED and recommendation.excluded_nodes:
                 _mark_excluded(workload, recommendation.excluded_nodes, now)
-            record_event(
-                cluster=workload.cluster,
-                workload=workload,
-                attempt=workload.current_attempt or None,
-                kind=REPORT_OUTCOMES.get(result.outcome, AuditKind.ACTION_RETRY),
-                actor=controller,
-                payload=event,
-            )
-    if updated != 1:
+            kind, payload = REPORT_OUTCOMES.get(result.outcome, AuditKind.ACTION_RETRY), event
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=kind,
+            actor=controller,
+            payload=payload,
+        )
+    if refusal:
         # Raised after the transaction so that the refusal's audit row is kept.
         raise InvalidTransition(refusal)
-    recommendation.refresh_from_db()
     return recommendation
 
 

@@ -202,7 +202,7 @@ def exclusions_to_keep(workload: Workload) -> list[str]:
     """The nodes the workload's latest restart recommendation keeps out, unless turned down."""
     latest = (
         Recommendation.objects.filter(
-            workload=workload, action__in=[RecommendationAction.RESTART_EXCLUDING]
+            workload=workload, action=RecommendationAction.RESTART_EXCLUDING
         )
         .exclude(status__in=[RecommendationStatus.REJECTED, RecommendationStatus.SUPERSEDED])
         .order_by("-created_at", "-id")

@@ -70,8 +70,9 @@ class Recommendation(models.Model):
     def is_open(self) -> bool:
         return self.status in OPEN_RECOMMENDATION_STATUSES
 
-    def transition(self, new_status: str, **changes: Any) -> None:
-        """Move to ``new_status`` if, and only if, the row is still in the status we hold.
+    def transition(self, new_status: str, *, held_by: str | None = None, **changes: Any) -> None:
+        """Move to ``new_status`` if, and only if, the row is still in the status we hold (and,
+        with ``held_by``, its lease is still that controller's).
 
         Raises ``InvalidTransition`` when the table forbids the change or another process
         changed the row first; the instance is refreshed in that case.
@@ -81,7 +82,10 @@ class Recommendation(models.Model):
             raise InvalidTransition(f"cannot go from {self.status} to {new_status}")
         changes["status"] = new_status
         changes["updated_at"] = timezone.now()
-        updated = Recommendation.objects.filter(pk=self.pk, status=self.status).update(**changes)
+        current = Recommendation.objects.filter(pk=self.pk, status=self.status)
+        if held_by is not None:
+            current = current.filter(lease_owner=held_by)
+        updated = current.update(**changes)
         if updated != 1:
             self.refresh_from_db()
             raise InvalidTransition(f"the recommendation is now {self.status}")

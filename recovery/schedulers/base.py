@@ -82,6 +82,8 @@ class JobInfo:
     # The rest of the scheduler's state besides ``state``: flags such as REQUEUED, and, when
     # ``state`` is COMPLETING, the base state underneath (PENDING after a requeue, FAILED...).
     state_flags: tuple[str, ...] = ()
+    # Slurm's job flags (23.02 and later), e.g. EXPEDITED_REQUEUE; empty where none were read.
+    job_flags: tuple[str, ...] = ()
     nodes: list[str] = field(default_factory=list)
     excluded_nodes: list[str] | None = None
     restart_count: int | None = None
@@ -115,6 +117,11 @@ class JobInfo:
             if value is None or (name == "user" and not value):
                 missing[name] = self.unreadable.get(name, "not reported by the scheduler")
         return missing
+
+
+def describe_unknown(unknown: dict[str, str]) -> str:
+    """``JobInfo.unknown()`` in one line: ``restart_count: why; state: why``."""
+    return "; ".join(f"{name}: {why}" for name, why in sorted(unknown.items()))
 
 
 # What the Advisor Controller and the poller rely on to tell a job's identity and its progress

@@ -11,9 +11,8 @@ command line.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from recovery.schedulers.base import (
     CommandResult,
@@ -34,8 +33,6 @@ from recovery.schedulers.slurm_json import (
     SlurmDocumentError,
     SlurmVersion,
     expand_output_path,
-    job_flags,
-    job_id_of,
     parse_document,
     read_job_state,
 )
@@ -225,32 +222,6 @@ class SlurmAdapter(SchedulerAdapter):
             return False, None
         return True, _find(listing, job_id)
 
-    def _job_record(self, job_id: str) -> Mapping[str, Any] | None:
-        """The raw record of ``scontrol --json show job``; None when the job is gone."""
-        result = self._run(["scontrol", "--json", "show", "job", job_id], check=False)
-        if not result.ok:
-            if INVALID_JOB_ID in f"{result.stdout}\n{result.stderr}":
-                return None
-            raise SchedulerError(result.describe(), result)
-        try:
-            document = parse_document(result.stdout)
-        except SlurmDocumentError as exc:
-            raise SchedulerError(f"`scontrol --json show job {job_id}`: {exc}", result) from None
-        records = document.body.get("jobs")
-        if document.errors or not isinstance(records, list):
-            raise SchedulerError(
-                f"`scontrol --json show job {job_id}` reported: {'; '.join(document.errors)}",
-                result,
-            )
-        for raw in records:
-            if isinstance(raw, Mapping):
-                try:
-                    if job_id_of(raw) == job_id:
-                        return raw
-                except SlurmDocumentError:
-                    continue
-        return None
-
     def _scontrol_json_allowed(self) -> bool:
         if self._scontrol_json is not None:
             return self._scontrol_json
@@ -331,13 +302,12 @@ class SlurmAdapter(SchedulerAdapter):
                 f"with SlurmctldParameters={EXPEDITED_REQUEUE_PARAMETER} "
                 f"(this is Slurm {self.scheduler_version() or 'of unknown version'})"
             )
-        raw = self._job_record(job_id)
-        if raw is None:
+        job = self.get_job(job_id)
+        if job is None:
             raise ExpeditedRequeueUnavailable(
                 f"no expedited requeue for job {job_id}: Slurm no longer knows it"
             )
-        flags = job_flags(raw)
-        if flags is None or EXPEDITED_REQUEUE_FLAG not in flags:
+        if EXPEDITED_REQUEUE_FLAG not in job.job_flags:
             raise ExpeditedRequeueUnavailable(
                 f"no expedited requeue for job {job_id}: it was not submitted with "
                 "--requeue=expedite, and only such jobs skip the requeue delay"

@@ -507,6 +507,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         partition=_text(raw, "partition"),
         state=state,
         state_flags=state_flags,
+        job_flags=job_flags(raw) or (),
         reason=reason,
         comment=comment,
         opt_in=parse_job_comment(comment),

@@ -90,7 +90,5 @@ def test_node_names_no_scheduler_could_give_are_dropped_and_the_reason_kept() ->
     assert "longer than 64" in ignored[2]["reason"]
     detected = AuditEvent.objects.get(kind=AuditKind.DETECTED)
     assert len(detected.payload["ignored_nodes"]) == 3
-    for recommendation in Recommendation.objects.filter(
-        action=RecommendationAction.RESTART_EXCLUDING
-    ):
-        assert recommendation.excluded_nodes == ["gpu-007"]
+    recommended = Recommendation.objects.filter(action=RecommendationAction.RESTART_EXCLUDING)
+    assert [r.excluded_nodes for r in recommended] == [["gpu-007"]]
