@@ -28,6 +28,7 @@ from recovery.choices import (
     AnomalyKind,
     AttemptExitState,
     AuditKind,
+    Confirmation,
     FailureCategory,
     RecommendationAction,
     RecommendationStatus,
@@ -77,6 +78,28 @@ ANOMALY_SYMBOLS: dict[str, str] = {
     AnomalyKind.HANG: "hourglass",
     AnomalyKind.STRAGGLER: "triangle-down",
 }
+
+
+@dataclass(frozen=True)
+class ConfirmationMarker:
+    """How an anomaly in one confirmation state is drawn, and its name in the legend."""
+
+    symbol: str
+    opacity: float
+    name: str
+
+
+# A crash read from a log is only suspected until the process is seen to end. Its marker says
+# how that turned out, in the category's colour: filled once acted on (confirmed, or stalled and
+# handled as a hang: an hourglass on its side), hollow while only suspected, and a faint open
+# circle when training went on after it and nothing was done. Anomalies without a state (hangs,
+# stragglers, crashes recorded before confirmation existed) keep their kind's symbol, filled.
+CONFIRMATION_MARKERS: dict[str, ConfirmationMarker] = {
+    Confirmation.CONFIRMED: ConfirmationMarker("x", 1.0, "confirmed"),
+    Confirmation.SUSPECTED: ConfirmationMarker("x-open", 1.0, "suspected"),
+    Confirmation.STALLED: ConfirmationMarker("bowtie", 1.0, "stalled"),
+    Confirmation.SURVIVED: ConfirmationMarker("circle-open", 0.6, "survived"),
+}
 RECOMMENDATION_MARKER = ("star", "#8e63ce")
 # What operators, controllers and the watchdog did: (symbol, colour) per kind.
 DECISION_MARKERS: dict[str, tuple[str, str]] = {
@@ -108,6 +131,7 @@ _FINISHED_STATES = {
 }
 _CATEGORY_LABELS = dict(FailureCategory.choices)
 _KIND_LABELS = dict(AnomalyKind.choices)
+_CONFIRMATION_LABELS = dict(Confirmation.choices)
 _EXIT_LABELS = dict(AttemptExitState.choices)
 _AUDIT_LABELS = dict(AuditKind.choices)
 _ACTION_LABELS = dict(RecommendationAction.choices)
@@ -185,6 +209,9 @@ def load_timeline(
             "occurrences",
             "evidence_at",
             "detected_at",
+            "confirmation",
+            "confirmation_at",
+            "confirmation_reason",
             "attempt__number",
         )
         .order_by("-detected_at", "-id")[:MAX_ANOMALIES]
@@ -474,32 +501,54 @@ def _anomaly_row(anomaly: Anomaly, attempts: Sequence[Attempt]) -> str:
 
 
 def _anomaly_markers(data: TimelineData, rows: set[str]) -> list[go.Scatter]:
-    by_category: dict[str, list[tuple[str, Anomaly]]] = {}
+    """One trace per category and confirmation state, so each legend entry shows one look: the
+    category's colour with the state's symbol and fill."""
+    by_category: dict[str, dict[str, list[tuple[str, Anomaly]]]] = {}
     for anomaly in reversed(data.anomalies):  # oldest first
         row = _anomaly_row(anomaly, data.attempts)
         if row in rows:  # an anomaly of an attempt too old to be shown stays off the chart
-            by_category.setdefault(anomaly.category, []).append((row, anomaly))
+            by_state = by_category.setdefault(anomaly.category, {})
+            by_state.setdefault(anomaly.confirmation, []).append((row, anomaly))
     traces = []
-    for category, found in by_category.items():
+    for category, by_state in by_category.items():
         label = _CATEGORY_LABELS.get(category, category) if category else "uncategorised"
-        traces.append(
-            go.Scatter(
-                name=f"Anomaly: {label}",
-                legendgroup="anomalies",
-                mode="markers",
-                x=[_plot_time(a.detected_at) for _, a in found],
-                y=[row for row, _ in found],
-                marker={
-                    "color": colour_for_category(category),
-                    "symbol": [ANOMALY_SYMBOLS.get(a.kind, "circle") for _, a in found],
-                    "size": 13,
-                    "line": {"width": 2, "color": colour_for_category(category)},
-                },
-                hovertext=[_anomaly_hover(a, label) for _, a in found],
-                hovertemplate="%{hovertext}<extra></extra>",
-            )
-        )
+        for state in _states_in_legend_order(by_state):
+            traces.append(_anomaly_trace(category, label, state, by_state[state]))
     return traces
+
+
+def _states_in_legend_order(by_state: dict[str, list[tuple[str, Anomaly]]]) -> list[str]:
+    # Blank first (the plain category entry), then the states in the order they can occur.
+    order = ["", *Confirmation.values]
+    return sorted(by_state, key=lambda state: order.index(state) if state in order else len(order))
+
+
+def _anomaly_trace(
+    category: str, label: str, state: str, found: Sequence[tuple[str, Anomaly]]
+) -> go.Scatter:
+    colour = colour_for_category(category)
+    look = CONFIRMATION_MARKERS.get(state)
+    symbols = (
+        [look.symbol] * len(found)
+        if look is not None
+        else [ANOMALY_SYMBOLS.get(a.kind, "circle") for _, a in found]
+    )
+    return go.Scatter(
+        name=f"Anomaly: {label}" + (f" · {look.name}" if look is not None else ""),
+        legendgroup="anomalies",
+        mode="markers",
+        x=[_plot_time(a.detected_at) for _, a in found],
+        y=[row for row, _ in found],
+        marker={
+            "color": colour,
+            "symbol": symbols,
+            "size": 13,
+            "opacity": look.opacity if look is not None else 1.0,
+            "line": {"width": 2, "color": colour},
+        },
+        hovertext=[_anomaly_hover(a, label) for _, a in found],
+        hovertemplate="%{hovertext}<extra></extra>",
+    )
 
 
 def _anomaly_hover(anomaly: Anomaly, category_label: str) -> str:
@@ -508,6 +557,7 @@ def _anomaly_hover(anomaly: Anomaly, category_label: str) -> str:
     return _hover(
         [
             f"<b>{_esc(kind)}</b> · {_esc(category_label)} · #{anomaly.pk}",
+            _confirmation_hover(anomaly),
             f"Attribution: {_esc(anomaly.get_attribution_display())}"
             f" · severity {_esc(anomaly.get_severity_display())}",
             f"Signature: {_esc(anomaly.signature)}" if anomaly.signature else "",
@@ -522,6 +572,21 @@ def _anomaly_hover(anomaly: Anomaly, category_label: str) -> str:
             else "",
         ]
     )
+
+
+def _confirmation_hover(anomaly: Anomaly) -> str:
+    """The crash's state, when and why it was settled; nothing for anomalies without one."""
+    if not anomaly.confirmation:
+        return ""
+    state = _CONFIRMATION_LABELS.get(anomaly.confirmation, anomaly.confirmation)
+    when = ""
+    if anomaly.confirmation_at is not None:
+        when = f" at {_shown_time(anomaly.confirmation_at)}"
+        seconds = anomaly.confirmation_latency_seconds
+        if seconds is not None:
+            when += f" ({seconds:.1f} s after the evidence)"
+    reason = _clip(anomaly.confirmation_reason, REASON_HOVER_CHARS)
+    return f"State: <b>{_esc(state)}</b>{when}" + (f"<br>Why: {_esc(reason)}" if reason else "")
 
 
 def _decision_markers(data: TimelineData) -> list[go.Scatter]:

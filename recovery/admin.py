@@ -146,6 +146,9 @@ class PolicyAdmin(admin.ModelAdmin):
             {
                 "fields": [
                     "crash_action",
+                    "crash_confirmation_seconds",
+                    "crash_confirmation_step_factor",
+                    "decision_grace_seconds",
                     "exclude_on_attributions",
                     "exclude_on_categories",
                     "exclusion_hours",

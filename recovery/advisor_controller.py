@@ -240,6 +240,11 @@ class AdvisorController:
             except AdvisorAPIError as exc:
                 if exc.status in {404, 409}:
                     continue  # another controller got it first, or it expired meanwhile
+                if exc.status is None or exc.status == 429 or exc.status >= 500:
+                    # The control plane is away or busy: nothing was claimed, the next pass
+                    # asks again; the other recommendations are still served.
+                    logger.warning("claim of recommendation %s: %s", recommendation.id, exc)
+                    continue
                 raise
             outcome = self._carry_out_claimed(claimed)
             try:

@@ -67,6 +67,19 @@ class AnomalyKind(models.TextChoices):
     STRAGGLER = "straggler", "Straggler"
 
 
+class Confirmation(models.TextChoices):
+    """Whether a crash read from a log was seen to end the process.
+
+    Blank for anomalies that need no confirmation: hangs and stragglers measure progress
+    themselves.
+    """
+
+    SUSPECTED = "suspected", "Suspected (not yet seen to end the process)"
+    CONFIRMED = "confirmed", "Confirmed"
+    SURVIVED = "survived", "Survived (training went on)"
+    STALLED = "stalled", "Stalled (no exit, no progress: handled as a hang)"
+
+
 class FailureCategory(models.TextChoices):
     NCCL_TIMEOUT = "nccl_timeout", "NCCL timeout"
     NCCL_ERROR = "nccl_error", "NCCL error"
@@ -170,6 +183,9 @@ RECOMMENDATION_TRANSITIONS: dict[str, frozenset[str]] = {
 
 class AuditKind(models.TextChoices):
     DETECTED = "detected", "Detected"
+    CONFIRMED = "confirmed", "Crash confirmed"
+    SURVIVED = "survived", "Crash survived"
+    STALLED = "stalled", "Stalled after an error"
     ATTRIBUTED = "attributed", "Attributed"
     RECOMMENDED = "recommended", "Recommended"
     APPROVED = "approved", "Approved"

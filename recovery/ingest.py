@@ -19,7 +19,21 @@ from django.utils import timezone
 
 from recovery.attribution import attribute
 from recovery.audit import record_event
-from recovery.choices import AnomalyKind, AttemptExitState, AuditKind, NodeHealth, WorkloadState
+from recovery.choices import (
+    AnomalyKind,
+    AttemptExitState,
+    AuditKind,
+    Confirmation,
+    NodeHealth,
+    WorkloadState,
+)
+from recovery.confirmation import (
+    FirstLook,
+    ReadContext,
+    first_look,
+    last_sample_id,
+    record_settled,
+)
 from recovery.detection.findings import Finding
 from recovery.detection.scanner import LogScanner, ScanResult
 from recovery.models import (
@@ -60,6 +74,8 @@ KEPT_DETAIL = frozenset(
         "exit_code",
         "signal",
         "reason",
+        "reports_exit",
+        "stalled_after",
     }
 )
 MAX_READ_BYTES = 4 * 1024 * 1024
@@ -100,11 +116,24 @@ def _ingest_file(
         )
         consumed = read_new_lines(transport, path, size, cursor, summary)
         if consumed:
-            result = scan(consumed)
-            attempt = attempt_writing(workload)
-            summary.anomalies_new += record_findings(workload, attempt, result, now)
-            summary.checkpoints += record_progress(workload, attempt, result, now)
+            new, saved = record_read(workload, scan(consumed), now)
+            summary.anomalies_new += new
+            summary.checkpoints += saved
         cursor.save()
+
+
+def record_read(workload: Workload, result: ScanResult, now: datetime) -> tuple[int, int]:
+    """Record one read of a job's output: its progress first, then its findings.
+
+    Progress goes first so that a crash line followed by further steps in the same read is
+    recorded as survived, and the steps after it in later reads are told from those before.
+    Returns the anomalies created and the checkpoints recorded.
+    """
+    attempt = attempt_writing(workload)
+    samples_before = last_sample_id(workload)
+    saved = record_progress(workload, attempt, result, now)
+    created = record_findings(workload, attempt, result, now, samples_before=samples_before)
+    return created, saved
 
 
 def attempt_writing(workload: Workload) -> Attempt | None:
@@ -239,14 +268,27 @@ def _fingerprint(finding: Finding, scope: str) -> str:
 
 
 def record_findings(
-    workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime, scope: str = ""
+    workload: Workload,
+    attempt: Attempt | None,
+    result: ScanResult,
+    now: datetime,
+    scope: str = "",
+    *,
+    samples_before: int | None = None,
 ) -> int:
-    """Record the read's findings; ``scope`` separates sources (a node's kernel log)."""
+    """Record the read's findings; ``scope`` separates sources (a node's kernel log).
+
+    ``samples_before`` is the workload's last progress sample before the read's own were
+    stored (see ``record_read``).
+    """
     # Causes become anomalies; symptoms and wrappers (collective timeouts, "a child failed")
     # only when nothing better explains the read, and otherwise ride along as secondary.
     failures = [f for f in result.findings if f.severity != "warning"]
     if failures and _requeued_by_us(workload, now):
         failures = [f for f in failures if not _is_requeue_notice(f)]
+    if failures and attempt is not None and _acted_on(workload, attempt):
+        # srun and slurmstepd reporting the steps our own restart stopped: not a new failure.
+        failures = [f for f in failures if not f.detail.get("reports_exit")]
     causes = [f for f in failures if f.detail.get("role") == "cause"]
     recorded = causes or failures[:1]
     secondary = [
@@ -254,7 +296,17 @@ def record_findings(
         for f in result.findings
         if f not in recorded
     ]
-    return len(record_anomalies(workload, attempt, recorded, now, scope=scope, secondary=secondary))
+    samples_after = last_sample_id(workload)
+    read = ReadContext(
+        progress=result.progress,
+        exits=[f for f in failures if f.detail.get("reports_exit")],
+        samples_before=samples_after if samples_before is None else samples_before,
+        samples_after=samples_after,
+    )
+    created = record_anomalies(
+        workload, attempt, recorded, now, scope=scope, secondary=secondary, read=read
+    )
+    return len(created)
 
 
 def attempt_with_nodes(
@@ -288,6 +340,13 @@ def _requeued_by_us(workload: Workload, now: datetime) -> bool:
     ).exists()
 
 
+def _acted_on(workload: Workload, attempt: Attempt) -> bool:
+    """Whether a controller already restarted or stopped ``attempt``."""
+    return AuditEvent.objects.filter(
+        workload=workload, attempt=attempt.number, kind=AuditKind.SCHEDULER_ACTION
+    ).exists()
+
+
 def record_anomalies(
     workload: Workload,
     attempt: Attempt | None,
@@ -296,18 +355,28 @@ def record_anomalies(
     *,
     scope: str = "",
     secondary: list[dict[str, object]] | None = None,
+    read: ReadContext | None = None,
 ) -> list[Anomaly]:
     """Store each finding as an anomaly once, then attribute it and let the policy decide.
 
-    A finding seen again (a re-read, a repeated poll) only adds to the stored anomaly's count,
-    ranks and nodes. Returns the anomalies created now.
+    A crash the job printed itself is recorded as suspected unless ``read`` (the rest of the
+    same read) already settles it; see ``recovery.confirmation``. A finding seen again (a
+    re-read, a repeated poll) only adds to the stored anomaly's count, ranks and nodes, except
+    that a crash survived before is suspected again. Returns the anomalies created now.
     """
     created_anomalies: list[Anomaly] = []
+    to_decide: list[Anomaly] = []
     for finding in findings:
         ignored_nodes = _drop_invalid_node_names(finding)
+        attempt_of_finding = attempt_with_nodes(workload, attempt, finding.nodes)
+        look = first_look(finding, scope, attempt_of_finding, read, now)
+        # The moment it is recorded, not the poll's start: a long poll must not make detection
+        # look faster than it was.
+        recorded_at = timezone.now()
+        settled = look.confirmation not in ("", Confirmation.SUSPECTED)
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
-            attempt=attempt_with_nodes(workload, attempt, finding.nodes),
+            attempt=attempt_of_finding,
             fingerprint=_fingerprint(finding, scope),
             defaults={
                 "kind": ANOMALY_KINDS.get(finding.kind, AnomalyKind.CRASH),
@@ -326,12 +395,14 @@ def record_anomalies(
                     "source": finding.source,
                     "secondary": (secondary or [])[:20],
                     **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
+                    **({"suspect": look.suspect} if look.suspect else {}),
                     **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
                 },
                 "evidence_at": finding.at or now,
-                # The moment it is recorded, not the poll's start: a long poll must not make
-                # detection look faster than it was.
-                "detected_at": timezone.now(),
+                "detected_at": recorded_at,
+                "confirmation": look.confirmation,
+                "confirmation_at": recorded_at if settled else None,
+                "confirmation_reason": look.reason[:255],
             },
         )
         if not created:
@@ -339,35 +410,84 @@ def record_anomalies(
             anomaly.implicated_nodes = sorted(set(anomaly.implicated_nodes) | set(finding.nodes))
             anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
             anomaly.save(update_fields=["occurrences", "implicated_nodes", "implicated_ranks"])
+            if anomaly.confirmation == Confirmation.SURVIVED and look.suspect is not None:
+                _suspect_again(anomaly, finding, look, recorded_at)
+                to_decide.append(anomaly)
             continue
         created_anomalies.append(anomaly)
-        record_event(
-            cluster=workload.cluster,
-            workload=workload,
-            attempt=anomaly.attempt.number if anomaly.attempt else None,
-            kind=AuditKind.DETECTED,
-            actor=DETECTOR,
-            payload={
-                "anomaly": anomaly.pk,
-                "kind": anomaly.kind,
-                "category": anomaly.category,
-                "attribution": anomaly.attribution,
-                "signature": anomaly.signature,
-                "evidence": anomaly.evidence_line[:500],
-                "count": finding.count,
-                "nodes": finding.nodes[:32],
-                "ranks": finding.ranks[:64],
-                "evidence_at": anomaly.evidence_at.isoformat(),
-                **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
-            },
-        )
-    for anomaly in created_anomalies:
-        # Detect, attribute, decide: a cause is decided in the same transaction, so a recorded
-        # cause never lacks its recommendation; a symptom may wait for its cause.
-        attribute(anomaly)
-        flag_suspect_nodes(anomaly, now)
+        to_decide.append(anomaly)
+        _record_detected(anomaly, finding, ignored_nodes, anomaly.detected_at)
+        if look.settled_from_suspicion:
+            record_settled(anomaly)
+    for anomaly in to_decide:
+        # Detect, attribute, decide: a confirmed cause is decided in the same transaction, so
+        # it never lacks its recommendation; a suspect waits for its confirmation, a symptom
+        # may wait for its cause.
+        if anomaly in created_anomalies:
+            attribute(anomaly)
+            flag_suspect_nodes(anomaly, now)
         decide_when_ready(anomaly, now)
     return created_anomalies
+
+
+def _record_detected(
+    anomaly: Anomaly,
+    finding: Finding,
+    ignored_nodes: list[dict[str, str]],
+    detected_at: datetime,
+    *,
+    again: bool = False,
+) -> None:
+    workload = anomaly.workload
+    record_event(
+        cluster=workload.cluster,
+        workload=workload,
+        attempt=anomaly.attempt.number if anomaly.attempt else None,
+        kind=AuditKind.DETECTED,
+        actor=DETECTOR,
+        payload={
+            "anomaly": anomaly.pk,
+            "kind": anomaly.kind,
+            "category": anomaly.category,
+            "attribution": anomaly.attribution,
+            "signature": anomaly.signature,
+            "evidence": anomaly.evidence_line[:500],
+            "count": finding.count,
+            "nodes": finding.nodes[:32],
+            "ranks": finding.ranks[:64],
+            "evidence_at": anomaly.evidence_at.isoformat(),
+            "confirmation": anomaly.confirmation,
+            **({"again": True} if again else {}),
+            **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
+        },
+        # The detection's own time: a confirmation made in the same read (stamped with that
+        # time too, and written after) follows it in the trail.
+        occurred_at=detected_at,
+    )
+
+
+def _suspect_again(
+    anomaly: Anomaly, finding: Finding, look: FirstLook, recorded_at: datetime
+) -> None:
+    """A crash the job survived before was printed again: this time it may be the last words."""
+    settled = look.confirmation != Confirmation.SUSPECTED
+    anomaly.details = {**anomaly.details, "suspect": look.suspect}
+    anomaly.confirmation = look.confirmation
+    anomaly.confirmation_at = recorded_at if settled else None
+    anomaly.confirmation_reason = look.reason[:255]
+    anomaly.decided_at = None
+    anomaly.save(
+        update_fields=[
+            "details",
+            "confirmation",
+            "confirmation_at",
+            "confirmation_reason",
+            "decided_at",
+        ]
+    )
+    _record_detected(anomaly, finding, [], recorded_at, again=True)
+    if settled:
+        record_settled(anomaly)
 
 
 # At most this many ignored names are kept with an anomaly; the rest are only counted.

@@ -5,6 +5,9 @@
 * The progress each rank and node reported: a hang (no step for longer than the job's own pace
   allows) and a straggler (one node sustainedly slower than its peers).
 
+* The crashes read from logs that are still suspected: confirmed, survived or stalled
+  (``recovery.confirmation``).
+
 Each becomes an anomaly through the same path as a log finding, so attribution, the policy and
 the audit trail treat every signal family alike. All of it is level-triggered: the fingerprint
 of each finding makes a repeated poll record nothing twice.
@@ -15,7 +18,10 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from recovery.choices import NodeHealth, WorkloadState
+from django.db import transaction
+
+from recovery.choices import Confirmation, NodeHealth, WorkloadState
+from recovery.confirmation import apply, settle, suspects_of
 from recovery.detection.findings import Finding
 from recovery.detection.hang import HangPolicy, ProgressObservation, detect_hang
 from recovery.detection.signals import finding_from_scheduler_state, node_state_finding
@@ -26,7 +32,7 @@ from recovery.detection.straggler import (
 )
 from recovery.ingest import attempts_on_node, record_anomalies
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
-from recovery.policy import policy_for
+from recovery.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
 from recovery.schedulers.base import JobInfo
 
 # Job states that are news about the attempt on their own; a bare FAILED is recorded only
@@ -80,8 +86,11 @@ def check_job_ending(
     if finding is None:
         return []
     if job.state not in TELLING_END_STATES:
-        if Anomaly.objects.filter(workload=workload, attempt=attempt).exists():
-            return []  # the logs already said more than "it failed"
+        said = Anomaly.objects.filter(workload=workload, attempt=attempt).exclude(
+            confirmation__in=UNCONFIRMED - {Confirmation.SUSPECTED}
+        )
+        if said.exists():
+            return []  # the logs already said more than "it failed" (unless it was survived)
         finding.detail.setdefault("role", "wrapper")
     finding.detail.setdefault("role", "cause")
     finding.detail.update({"state": job.state, "exit_code": job.exit_code, "reason": job.reason})
@@ -182,6 +191,25 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     ):
         member = ",".join(finding.nodes) or ",".join(map(str, finding.ranks))
         created += record_anomalies(workload, attempt, [finding], now, scope=f"straggler:{member}")
+    return created
+
+
+def check_suspects(cluster: Cluster, now: datetime) -> list[Anomaly]:
+    """Settle the cluster's suspected crashes that can be settled now; returns new anomalies.
+
+    A confirmed crash is decided at once; a stalled one becomes the hang it is.
+    """
+    created: list[Anomaly] = []
+    for suspect in suspects_of(cluster.pk, now - DECISION_HORIZON):
+        with transaction.atomic():
+            settlement = settle(suspect, policy_for(suspect.workload), now)
+            if settlement is None or not apply(suspect, settlement, now):
+                continue
+            if settlement.stall is not None:
+                created += record_anomalies(
+                    suspect.workload, suspect.attempt, [settlement.stall], now, scope="stall"
+                )
+            decide_when_ready(suspect, now)
     return created
 
 

@@ -22,13 +22,14 @@ from recovery.audit import record_event
 from recovery.choices import (
     OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
-    AttemptExitState,
     AuditKind,
+    Confirmation,
     RecommendationAction,
     RecommendationStatus,
     StragglerAction,
     WorkloadState,
 )
+from recovery.confirmation import attempt_ending
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendation, Workload
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ MAX_POLICY_TRIES = 5
 POLICY_RETRY_SECONDS = 30
 # Anomalies older than this are never decided late: the state they describe is gone.
 DECISION_HORIZON = timedelta(hours=6)
+# Crashes nothing may act on: not yet seen to end the process, or seen not to.
+UNCONFIRMED = frozenset({Confirmation.SUSPECTED, Confirmation.SURVIVED, Confirmation.STALLED})
 # Categories that say the program itself is wrong: a restart repeats them.
 APPLICATION_FAULTS = frozenset({"app_exception", "cuda_error_app", "nan_divergence"})
 
@@ -96,6 +99,8 @@ def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
     """Whether the policy keeps the nodes ``anomaly`` implicates out of later attempts."""
     if anomaly.kind == AnomalyKind.STRAGGLER:
         return False  # a straggler is excluded only by the straggler action, when it persists
+    if anomaly.confirmation in UNCONFIRMED:
+        return False  # a crash the process did not die of implicates no node
     return anomaly.attribution in (policy.exclude_on_attributions or []) or (
         anomaly.category in (policy.exclude_on_categories or [])
     )
@@ -158,8 +163,8 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     workload = anomaly.workload
     cluster = workload.cluster
     attempt_number = anomaly.attempt.number if anomaly.attempt else workload.current_attempt
-    if training_went_on(anomaly):
-        return None
+    if anomaly.confirmation in UNCONFIRMED:
+        return None  # survived: training went on; stalled: decided as the hang it recorded
     if attempt_number == workload.current_attempt and workload.state in (
         WorkloadState.COMPLETED,
         WorkloadState.CANCELLED,
@@ -262,52 +267,29 @@ def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -
 def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
     """Whether the policy may decide on ``anomaly`` now.
 
-    A cause is decided at once. Evidence that only shows a consequence waits for its cause,
-    but no longer than the attempt lasts or the policy's grace period: a rank that lost its
-    peer because a node died must lead to a restart without that node, and Slurm says the node
-    is down only some seconds after the surviving ranks said so.
+    A suspected crash waits for its confirmation (``recovery.confirmation``). A confirmed cause
+    is decided at once. Evidence that only shows a consequence waits for its cause, but no
+    longer than the attempt lasts or the policy's grace period: a rank that lost its peer
+    because a node died must lead to a restart without that node, and Slurm says the node is
+    down only some seconds after the surviving ranks said so.
     """
     if anomaly.kind != AnomalyKind.CRASH:
         return True
+    if anomaly.confirmation == Confirmation.SUSPECTED:
+        return False
+    if anomaly.confirmation in UNCONFIRMED:
+        return True  # decided as nothing to do: see ``recommend``
     if anomaly.details.get("role") not in AWAITING_CAUSE_ROLES:
         return True
     if _attempt_has_ended(anomaly):
         return True
-    if training_went_on(anomaly):
-        return True  # decided as nothing to do: see ``recommend``
     if Recommendation.objects.filter(workload=anomaly.workload, attempt=anomaly.attempt).exists():
         return True  # the attempt was decided on a cause already
     return now >= anomaly.detected_at + timedelta(seconds=policy.decision_grace_seconds)
 
 
-def training_went_on(anomaly: Anomaly) -> bool:
-    """A consequence-only anomaly after which the same attempt kept making progress.
-
-    A rank that lost a peer, or a step that was cancelled, while training carries on is not a
-    failure of this attempt (often it is the previous attempt's last words, read late).
-    """
-    if anomaly.details.get("role") not in AWAITING_CAUSE_ROLES or _attempt_has_ended(anomaly):
-        return False
-    workload = anomaly.workload
-    return (
-        workload.last_progress_at is not None
-        and workload.last_progress_at > anomaly.detected_at
-        and anomaly.attempt is not None
-        and workload.current_attempt == anomaly.attempt.number
-    )
-
-
 def _attempt_has_ended(anomaly: Anomaly) -> bool:
-    attempt = anomaly.attempt
-    if attempt is None:
-        return True
-    workload = anomaly.workload
-    return (
-        attempt.exit_state != AttemptExitState.RUNNING
-        or attempt.ended_at is not None
-        or workload.current_attempt > attempt.number
-        or workload.state not in (WorkloadState.RUNNING, WorkloadState.UNKNOWN)
-    )
+    return anomaly.attempt is None or bool(attempt_ending(anomaly.attempt))
 
 
 def decide_when_ready(anomaly: Anomaly, now: datetime | None = None) -> Recommendation | None:

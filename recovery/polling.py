@@ -24,7 +24,13 @@ from recovery.connectors.logs import LogSource, LogSourceError, build_source, in
 from recovery.gpu_monitor import check_gpu_metrics, metric_store_of
 from recovery.ingest import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.models import Attempt, Cluster, Node, Workload
-from recovery.monitors import check_job_ending, check_node, check_progress, out_of_service
+from recovery.monitors import (
+    check_job_ending,
+    check_node,
+    check_progress,
+    check_suspects,
+    out_of_service,
+)
 from recovery.policy import decide_pending
 from recovery.schedulers.base import (
     JobInfo,
@@ -288,7 +294,8 @@ def _poll(
 
 
 def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now: datetime) -> int:
-    """After the logs had their say: job endings, nodes out of service, hangs, stragglers."""
+    """After the logs had their say: job endings, nodes out of service, suspected crashes,
+    hangs, stragglers."""
     new = 0
     for workload_id, attempt_id, job in endings:
         with transaction.atomic():
@@ -300,6 +307,7 @@ def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now
             continue
         with transaction.atomic():
             new += len(check_node(cluster, node, now))
+    new += len(check_suspects(cluster, now))
     running = Workload.objects.filter(
         cluster=cluster, opted_in=True, state=WorkloadState.RUNNING
     ).select_related("cluster")

@@ -26,12 +26,7 @@ from django.utils import timezone
 from recovery.audit import record_event
 from recovery.choices import AuditKind
 from recovery.detection.scanner import CheckpointPoint, ProgressPoint, ScanResult
-from recovery.ingest import (
-    attempt_writing,
-    record_findings,
-    record_progress,
-    scan,
-)
+from recovery.ingest import attempt_writing, record_progress, record_read, scan
 from recovery.models import AuditEvent, Cluster, LogCursor, Node, Workload
 from recovery.polling import is_polled
 
@@ -202,9 +197,7 @@ def ingest_log_batch(
         if not lines:
             return summary
         result = _attribute_to_sender(scan(("\n".join(lines) + "\n").encode()), batch)
-        attempt = attempt_writing(locked)
-        summary.anomalies_new = record_findings(locked, attempt, result, now)
-        summary.checkpoints = record_progress(locked, attempt, result, now)
+        summary.anomalies_new, summary.checkpoints = record_read(locked, result, now)
     return summary
 
 

@@ -7,11 +7,14 @@ double click, a re-delivered task) acts once.
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -21,6 +24,36 @@ from recovery.models import Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
 LEASE_EXPIRED_ACTOR = "lease-sweeper"
+# MySQL's lock wait timeout and deadlock: the server rolled the transaction back, and running it
+# again is the documented answer. The poller writing the same workload's rows causes them.
+LOCK_CONFLICT_CODES = frozenset({1205, 1213})
+LOCK_CONFLICT_TRIES = 4
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def retrying_lock_conflicts(function: Callable[P, R]) -> Callable[P, R]:
+    """Run ``function`` (one transaction) again when the database chose it as a deadlock victim.
+
+    Only at the outermost level: inside a caller's transaction the whole of it was rolled back,
+    and only the caller can run it again.
+    """
+
+    @functools.wraps(function)
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(LOCK_CONFLICT_TRIES):
+            try:
+                return function(*args, **kwargs)
+            except OperationalError as exc:
+                code = exc.args[0] if exc.args else None
+                last = attempt == LOCK_CONFLICT_TRIES - 1
+                if last or code not in LOCK_CONFLICT_CODES or transaction.get_autocommit() is False:
+                    raise
+                time.sleep(0.02 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    return retrying
 
 
 @dataclass(frozen=True)
@@ -133,6 +166,7 @@ def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
     )
 
 
+@retrying_lock_conflicts
 def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
     """Give a recommendation to one controller for ``lease_seconds``.
 
@@ -180,6 +214,7 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
     return recommendation
 
 
+@retrying_lock_conflicts
 def renew_lease(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
     """Extend the lease of the controller that holds it, for a long action.
 
@@ -228,6 +263,7 @@ class ActionReport:
     detail: str = ""
 
 
+@retrying_lock_conflicts
 def report(recommendation_id: int, *, controller: str, result: ActionReport) -> Recommendation:
     """Record the outcome a controller reports for the recommendation it holds.
 

@@ -101,8 +101,12 @@ ANOMALY: dict[str, Any] = {
     "details": {},
     "evidence_at": "2026-11-29T03:14:10Z",
     "detected_at": "2026-11-29T03:14:12Z",
+    "confirmation": "confirmed",
+    "confirmation_at": "2026-11-29T03:14:12Z",
+    "confirmation_reason": "the node's kernel log",
     "decided_at": "2026-11-29T03:14:17Z",
     "detection_latency_seconds": 2.0,
+    "confirmation_latency_seconds": 2.0,
     "verdicts": [VERDICT],
 }
 RECOMMENDATION: dict[str, Any] = {

@@ -20,6 +20,7 @@ from recovery.choices import (
     Attribution,
     AuditKind,
     ClusterMode,
+    Confirmation,
     FailureCategory,
     NodeHealth,
     RecommendationStatus,
@@ -121,6 +122,11 @@ class AnomalyFilter(TimeRange):
     category = serializers.ChoiceField(required=False, choices=FailureCategory.choices)
     kind = serializers.ChoiceField(required=False, choices=AnomalyKind.choices)
     attribution = serializers.ChoiceField(required=False, choices=Attribution.choices)
+    confirmation = serializers.ChoiceField(
+        required=False,
+        choices=Confirmation.choices,
+        help_text="Crashes in this state; anomalies that need no confirmation have none.",
+    )
 
 
 def filter_anomalies(anomalies: QuerySet[Anomaly], values: dict[str, Any]) -> QuerySet[Anomaly]:

@@ -163,6 +163,12 @@ class AnomalySerializer(serializers.ModelSerializer):
     detection_latency_seconds = serializers.FloatField(
         read_only=True, help_text="From the evidence being written to the anomaly being recorded."
     )
+    confirmation_latency_seconds = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="From the evidence being written to the crash being confirmed; null unless "
+        "confirmed.",
+    )
     verdicts = VerdictSerializer(many=True, read_only=True)
 
     class Meta:
@@ -186,6 +192,10 @@ class AnomalySerializer(serializers.ModelSerializer):
             "details",
             "evidence_at",
             "detected_at",
+            "confirmation",
+            "confirmation_at",
+            "confirmation_reason",
+            "confirmation_latency_seconds",
             "decided_at",
             "detection_latency_seconds",
             "verdicts",

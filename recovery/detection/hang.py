@@ -107,6 +107,12 @@ def _members(observations: Sequence[ProgressObservation]) -> list[_Member]:
     return members
 
 
+def median_step_time(observations: Sequence[ProgressObservation]) -> float | None:
+    """The median time between consecutive distinct steps of each rank or node, if any."""
+    intervals = [seconds for member in _members(observations) for seconds in member.intervals]
+    return statistics.median(intervals) if intervals else None
+
+
 def detect_hang(
     observations: Sequence[ProgressObservation],
     *,
@@ -143,9 +149,7 @@ def detect_hang(
         if value is not None:
             _require_aware(name, value)
 
-    history = _members(observations)
-    intervals = [seconds for member in history for seconds in member.intervals]
-    median_step_seconds = statistics.median(intervals) if intervals else None
+    median_step_seconds = median_step_time(observations)
     allowed_seconds = float(policy.floor_seconds)
     if median_step_seconds is not None:
         allowed_seconds = max(allowed_seconds, policy.step_time_factor * median_step_seconds)

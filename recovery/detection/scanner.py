@@ -114,6 +114,7 @@ class Occurrences:
             detail={
                 **self.detail,
                 "role": self.signature.role,
+                "reports_exit": self.signature.reports_exit,
                 "priority": self.priority,
                 "last_line": self.last_line,
                 "excerpt": self.excerpt,

@@ -10,6 +10,11 @@ category and default attribution from the design's taxonomy, a severity, and a `
 - ``wrapper``: a launcher reporting that a child died (``ChildFailedError``, ``srun: error:
   task N: Exited``); it never hides the exception it wraps, but may be all there is.
 
+``reports_exit`` marks lines a launcher or Slurm prints once a process has ended (srun's
+task-exit lines, torchrun's child failure, slurmstepd's cancel notices). Any other failure line
+may be printed by a program that goes on (a caught exception logged with its traceback): it is
+a suspected crash until the process is seen to end.
+
 ``priority`` orders causes when several appear in one log: hardware evidence outranks the
 symptoms it causes. Patterns use the syntax common to RE2 and Hyperscan (no lookaround, no
 backreferences), so every pattern runs in linear time on either engine. They are unanchored:
@@ -43,6 +48,7 @@ class Signature:
     description: str = ""
     builtin: bool = True
     tags: frozenset[str] = field(default_factory=frozenset)
+    reports_exit: bool = False
 
 
 def _sig(
@@ -58,6 +64,7 @@ def _sig(
     priority: int | None = None,
     caseless: bool = False,
     description: str = "",
+    reports_exit: bool = False,
 ) -> Signature:
     return Signature(
         name=name,
@@ -71,6 +78,7 @@ def _sig(
         priority=CATEGORY_PRIORITY[category] if priority is None else priority,
         caseless=caseless,
         description=description,
+        reports_exit=reports_exit,
     )
 
 
@@ -521,6 +529,7 @@ SIGNATURES: list[Signature] = [
         severity="error",
         priority=14,
         description="A child killed with SIGKILL: usually the OOM killer, sometimes the scheduler.",
+        reports_exit=True,
     ),
     # ------------------------------------------------------------------ storage_io
     _sig(
@@ -562,6 +571,7 @@ SIGNATURES: list[Signature] = [
         ],
         ["#SBATCH --time=04:00:00", "Job has not timed out. Ran 1 minutes out of requested 20"],
         caseless=True,
+        reports_exit=True,
     ),
     _sig(
         "slurm-preempted",
@@ -593,6 +603,7 @@ SIGNATURES: list[Signature] = [
         ],
         ["Node gpu-a100-007 now responding"],
         priority=95,
+        reports_exit=True,
     ),
     _sig(
         "slurm-cancelled",
@@ -610,6 +621,7 @@ SIGNATURES: list[Signature] = [
         role=SYMPTOM,
         description="Cancelled by someone or something: a person, an admin, or srun ending a "
         "step after one of its tasks failed. The cause, if any, is elsewhere.",
+        reports_exit=True,
     ),
     # ------------------------------------------------------------------ segfault
     _sig(
@@ -847,6 +859,7 @@ SIGNATURES: list[Signature] = [
         ],
         ["srun: error: gpu-a100-003: task 5: Exited with exit code 1"],
         priority=85,
+        reports_exit=True,
     ),
     _sig(
         "storage-remote",
@@ -961,6 +974,7 @@ SIGNATURES: list[Signature] = [
         role=WRAPPER,
         severity="error",
         priority=10,
+        reports_exit=True,
     ),
     _sig(
         "srun-task-exited",
@@ -979,5 +993,6 @@ SIGNATURES: list[Signature] = [
         role=WRAPPER,
         severity="error",
         priority=9,
+        reports_exit=True,
     ),
 ]

@@ -4,7 +4,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from recovery.choices import AnomalyKind, Attribution, FailureCategory, Severity
+from recovery.choices import AnomalyKind, Attribution, Confirmation, FailureCategory, Severity
 from recovery.models.workload import Attempt, Workload
 
 
@@ -36,6 +36,17 @@ class Anomaly(models.Model):
     fingerprint = models.CharField(max_length=64)
     evidence_at = models.DateTimeField(help_text="When the evidence was produced.")
     detected_at = models.DateTimeField(default=timezone.now)
+    confirmation = models.CharField(
+        max_length=16,
+        choices=Confirmation.choices,
+        blank=True,
+        help_text="For a crash: whether the process was seen to end. Blank for hangs and "
+        "stragglers.",
+    )
+    confirmation_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the crash was confirmed, survived or stalled."
+    )
+    confirmation_reason = models.CharField(max_length=255, blank=True)
     decided_at = models.DateTimeField(
         null=True, blank=True, help_text="When the policy engine took this anomaly into account."
     )
@@ -60,6 +71,13 @@ class Anomaly(models.Model):
     @property
     def detection_latency_seconds(self) -> float:
         return (self.detected_at - self.evidence_at).total_seconds()
+
+    @property
+    def confirmation_latency_seconds(self) -> float | None:
+        """From the evidence to the moment the crash was confirmed, if it was."""
+        if self.confirmation != Confirmation.CONFIRMED or self.confirmation_at is None:
+            return None
+        return (self.confirmation_at - self.evidence_at).total_seconds()
 
 
 class Verdict(models.Model):

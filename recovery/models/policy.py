@@ -110,6 +110,18 @@ class Policy(models.Model):
         "out) waits this long for its cause — a node going down, an Xid — unless the attempt "
         "ends first.",
     )
+    crash_confirmation_seconds = models.PositiveIntegerField(
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(3600)],
+        help_text="A crash read from a job's log is acted on once the process is seen to end, "
+        "or when the job made no progress for this long after it (or the step-time factor "
+        "below, whichever is longer); then it is handled as a hang.",
+    )
+    crash_confirmation_step_factor = models.FloatField(
+        default=3.0,
+        validators=[MinValueValidator(1.0), MaxValueValidator(1000.0)],
+        help_text="The confirmation window is also this many times the job's median step time.",
+    )
     decision_timeout_seconds = models.PositiveIntegerField(
         default=300,
         validators=[MinValueValidator(5), MaxValueValidator(24 * 3600)],

@@ -27,6 +27,7 @@ from recovery.choices import (
     AnomalyKind,
     Attribution,
     AuditKind,
+    Confirmation,
     FailureCategory,
     RecommendationStatus,
 )
@@ -253,7 +254,9 @@ def test_it_serves_every_family_in_the_text_format(two_clusters: object) -> None
     families = scrape()
     assert {name: family.type for name, family in families.items()} == {
         "wr_detection_latency_seconds": "histogram",
+        "wr_crash_confirmation_seconds": "histogram",
         "wr_action_latency_seconds": "histogram",
+        "wr_crash_confirmations_total": "counter",
         "wr_anomalies_total": "counter",
         "wr_recommendations": "gauge",
         "wr_poll_lag_seconds": "gauge",
@@ -312,6 +315,36 @@ def test_it_buckets_action_latency_from_executed_recommendations(two_clusters: o
     # A cluster without an executed action still has its (empty) series.
     assert value(families, bucket, cluster="beta", le="+Inf") == 0
     assert value(families, "wr_action_latency_seconds_count", cluster="beta") == 0
+
+
+def test_it_times_confirmation_apart_from_detection_and_counts_survived_crashes() -> None:
+    """
+    GIVEN a traceback detected 1 s after it was printed and confirmed 4 s after, a crash the
+          job survived, one that stalled, and one still suspected
+    WHEN /metrics is scraped
+    THEN detection says 1 s, confirmation 4 s, and each settled state is counted once
+    """
+    cluster = ClusterFactory(name="gamma")
+    job = WorkloadFactory(cluster=cluster)
+    confirmed = anomaly(job, 1, confirmation=Confirmation.CONFIRMED)
+    Anomaly.objects.filter(pk=confirmed.pk).update(
+        confirmation_at=confirmed.evidence_at + timedelta(seconds=4)
+    )
+    for state in (Confirmation.SURVIVED, Confirmation.STALLED):
+        settled = anomaly(job, 1, confirmation=state)
+        Anomaly.objects.filter(pk=settled.pk).update(confirmation_at=settled.detected_at)
+    anomaly(job, 1, confirmation=Confirmation.SUSPECTED)
+
+    families = scrape()
+
+    assert value(families, "wr_detection_latency_seconds_sum", cluster="gamma") == 4
+    assert value(families, "wr_crash_confirmation_seconds_count", cluster="gamma") == 1
+    assert value(families, "wr_crash_confirmation_seconds_sum", cluster="gamma") == 4
+    bucket = "wr_crash_confirmation_seconds_bucket"
+    assert value(families, bucket, cluster="gamma", le="2.0") == 0
+    assert value(families, bucket, cluster="gamma", le="5.0") == 1
+    for state in ("confirmed", "survived", "stalled"):
+        assert value(families, "wr_crash_confirmations_total", cluster="gamma", state=state) == 1
 
 
 def test_it_counts_anomalies_by_category_kind_and_attribution(two_clusters: object) -> None:

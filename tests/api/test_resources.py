@@ -22,6 +22,7 @@ from recovery.choices import (
     AnomalyKind,
     AuditKind,
     ClusterMode,
+    Confirmation,
     FailureCategory,
     NodeHealth,
     RecommendationStatus,
@@ -269,6 +270,65 @@ def test_anomalies_filter_and_show_their_verdicts(viewer: User) -> None:
     assert body["cluster"] == lab.pk
 
 
+def test_anomalies_show_how_a_crash_was_confirmed(viewer: User) -> None:
+    """GIVEN a crash confirmed 4 s after its evidence and a hang, which needs no confirmation
+    WHEN a viewer reads them
+    THEN the crash carries its state, when and why it was confirmed and how long that took,
+    and the hang carries a blank state and nulls
+    """
+    crash = AnomalyFactory(
+        evidence_at=T0,
+        detected_at=T0 + timedelta(seconds=1),
+        confirmation=Confirmation.CONFIRMED,
+        confirmation_at=T0 + timedelta(seconds=4),
+        confirmation_reason="srun: error: node2: task 1: Exited with exit code 1",
+    )
+    hang = AnomalyFactory(kind=AnomalyKind.HANG, category=FailureCategory.NCCL_TIMEOUT)
+    client = as_user(viewer)
+
+    body = client.get(f"/api/v1/anomalies/{crash.pk}/").json()
+    assert body["confirmation"] == "confirmed"
+    assert body["confirmation_at"] == "2026-11-29T10:00:04Z"
+    assert body["confirmation_reason"] == "srun: error: node2: task 1: Exited with exit code 1"
+    assert body["confirmation_latency_seconds"] == 4.0
+
+    listed = {item["id"]: item for item in client.get("/api/v1/anomalies/").json()["results"]}
+    assert listed[crash.pk]["confirmation"] == "confirmed"
+    assert listed[hang.pk]["confirmation"] == ""
+    assert listed[hang.pk]["confirmation_at"] is None
+    assert listed[hang.pk]["confirmation_reason"] == ""
+    assert listed[hang.pk]["confirmation_latency_seconds"] is None
+
+
+def test_a_crash_that_is_not_confirmed_has_no_confirmation_latency(viewer: User) -> None:
+    survived = AnomalyFactory(
+        evidence_at=T0,
+        confirmation=Confirmation.SURVIVED,
+        confirmation_at=T0 + timedelta(seconds=30),
+        confirmation_reason="progress to step 57 after it",
+    )
+    body = as_user(viewer).get(f"/api/v1/anomalies/{survived.pk}/").json()
+    assert body["confirmation"] == "survived"
+    assert body["confirmation_at"] == "2026-11-29T10:00:30Z"
+    assert body["confirmation_latency_seconds"] is None
+
+
+def test_anomalies_filter_by_confirmation(viewer: User) -> None:
+    """GIVEN one crash in each confirmation state and a hang without one
+    WHEN a viewer lists anomalies filtered by a state
+    THEN only the crash in that state is listed
+    """
+    by_state = {
+        state: AnomalyFactory(confirmation=state, detected_at=T0 + timedelta(seconds=n))
+        for n, state in enumerate(Confirmation.values)
+    }
+    AnomalyFactory(kind=AnomalyKind.HANG, detected_at=T0 + timedelta(seconds=10))
+    client = as_user(viewer)
+    for state, anomaly in by_state.items():
+        assert ids(client.get("/api/v1/anomalies/", {"confirmation": state})) == [anomaly.pk]
+    assert len(ids(client.get("/api/v1/anomalies/"))) == 5
+
+
 def test_verdicts_filter_by_anomaly(viewer: User) -> None:
     anomaly = AnomalyFactory()
     verdict = Verdict.objects.create(anomaly=anomaly, attribution="hardware", confidence=1.0)
@@ -297,6 +357,7 @@ def test_recommendations_filter_by_status_cluster_and_workload(viewer: User) -> 
         ("workloads", {"state": "asleep"}, "state"),
         ("attempts", {"workload": "abc"}, "workload"),
         ("anomalies", {"since": "yesterday"}, "since"),
+        ("anomalies", {"confirmation": "probably"}, "confirmation"),
         ("anomalies", {"since": "2026-11-29T10:00Z", "until": "2026-11-28T10:00Z"}, "until"),
         ("recommendations", {"workload": "0"}, "workload"),
         ("audit-events", {"kind": "exploded"}, "kind"),

@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from console.charts import colour_for_category, figure_payload
 from console.timeline import (
+    ANOMALY_SYMBOLS,
+    CONFIRMATION_MARKERS,
     DECISIONS_ROW,
     EXIT_STATE_COLOURS,
     progress_samples,
@@ -26,6 +28,7 @@ from recovery.choices import (
     AnomalyKind,
     AttemptExitState,
     AuditKind,
+    Confirmation,
     FailureCategory,
     RecommendationStatus,
     WorkloadState,
@@ -209,6 +212,147 @@ def test_an_anomaly_sits_on_its_attempt_coloured_by_category(figure: dict[str, A
     # The evidence is text, not markup.
     assert "&lt;GPU has fallen off the bus&gt;" in hover
     assert "<GPU" not in hover
+
+
+@pytest.fixture
+def crash_states() -> Workload:
+    """
+    One attempt from 0 to 500 with a crash in each confirmation state (all GPU hardware) and
+    a hang, which needs no confirmation: suspected at 100 (still open), confirmed at 200 (the
+    process exited 3.5 s after the evidence), survived at 300 (training went on) and stalled
+    at 400 (no exit, no progress); the hang at 450.
+    """
+    workload = WorkloadFactory(state=WorkloadState.RUNNING, current_attempt=1)
+    attempt = AttemptFactory(
+        workload=workload,
+        number=1,
+        nodes=["node1", "node2"],
+        started_at=at(0),
+        exit_state=AttemptExitState.RUNNING,
+    )
+
+    def crash(seconds: float, state: str, after: float | None, reason: str) -> None:
+        AnomalyFactory(
+            workload=workload,
+            attempt=attempt,
+            kind=AnomalyKind.CRASH,
+            category=FailureCategory.GPU_HARDWARE,
+            evidence_at=at(seconds),
+            detected_at=at(seconds + 1),
+            confirmation=state,
+            confirmation_at=at(seconds + after) if after is not None else None,
+            confirmation_reason=reason,
+        )
+
+    crash(100, Confirmation.SUSPECTED, None, "")
+    crash(200, Confirmation.CONFIRMED, 3.5, "srun: error: node2: task 1: Exited with exit code 1")
+    crash(300, Confirmation.SURVIVED, 30, "progress to step 57 after it")
+    crash(400, Confirmation.STALLED, 20, "no exit and no progress for 20 s <node2>")
+    AnomalyFactory(
+        workload=workload,
+        attempt=attempt,
+        kind=AnomalyKind.HANG,
+        category=FailureCategory.NCCL_TIMEOUT,
+        evidence_at=at(450),
+        detected_at=at(451),
+    )
+    return workload
+
+
+def anomaly_traces(figure: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: trace for name, trace in traces(figure).items() if name.startswith("Anomaly")}
+
+
+def test_each_crash_state_has_its_own_marker_and_legend_entry(crash_states: Workload) -> None:
+    """GIVEN crashes suspected, confirmed, survived and stalled, and a hang
+    WHEN the timeline is built
+    THEN each state is its own legend entry in the category's colour, told apart by symbol
+    and fill (hollow while suspected, faint when survived), and the hang keeps its symbol
+    """
+    figure = figure_payload(workload_timeline(crash_states, now=NOW))
+    named = anomaly_traces(figure)
+
+    assert list(named) == [
+        "Anomaly: GPU hardware · suspected",
+        "Anomaly: GPU hardware · confirmed",
+        "Anomaly: GPU hardware · survived",
+        "Anomaly: GPU hardware · stalled",
+        "Anomaly: NCCL timeout",
+    ]
+    suspected, confirmed, survived, stalled = (
+        named[f"Anomaly: GPU hardware · {state}"]
+        for state in ("suspected", "confirmed", "survived", "stalled")
+    )
+    assert suspected["x"] == [plotted(at(101))]
+    assert confirmed["x"] == [plotted(at(201))]
+    assert survived["x"] == [plotted(at(301))]
+    assert stalled["x"] == [plotted(at(401))]
+    assert {t["y"][0] for t in (suspected, confirmed, survived, stalled)} == {"Attempt 1"}
+    gpu = colour_for_category(FailureCategory.GPU_HARDWARE)
+    for trace in (suspected, confirmed, survived, stalled):
+        assert trace["marker"]["color"] == gpu
+        assert trace["legendgroup"] == "anomalies"
+
+    symbols = [t["marker"]["symbol"][0] for t in (suspected, confirmed, survived, stalled)]
+    assert len(set(symbols)) == 4
+    assert confirmed["marker"]["symbol"] == ["x"]  # filled: acted on
+    assert suspected["marker"]["symbol"] == ["x-open"]  # hollow: not yet acted on
+    assert survived["marker"]["symbol"][0].endswith("-open")  # hollow: nothing was done
+    assert not stalled["marker"]["symbol"][0].endswith("-open")  # filled: handled as a hang
+    assert survived["marker"]["opacity"] < confirmed["marker"]["opacity"] == 1
+    assert survived["marker"]["opacity"] < suspected["marker"]["opacity"]
+
+    hang = named["Anomaly: NCCL timeout"]
+    assert hang["marker"]["symbol"] == [ANOMALY_SYMBOLS[AnomalyKind.HANG]]
+    assert hang["marker"]["symbol"][0] not in {m.symbol for m in CONFIRMATION_MARKERS.values()}
+
+
+def test_the_hover_tells_the_state_why_and_how_long_confirmation_took(
+    crash_states: Workload,
+) -> None:
+    figure = figure_payload(workload_timeline(crash_states, now=NOW))
+    named = anomaly_traces(figure)
+    hover = {name.rsplit(" · ", 1)[-1]: trace["hovertext"][0] for name, trace in named.items()}
+
+    assert "State: <b>Suspected (not yet seen to end the process)</b>" in hover["suspected"]
+    assert "Why:" not in hover["suspected"]
+
+    confirmed = hover["confirmed"]
+    assert "State: <b>Confirmed</b> at" in confirmed
+    assert "(3.5 s after the evidence)" in confirmed
+    assert "Why: srun: error: node2: task 1: Exited with exit code 1" in confirmed
+
+    assert "State: <b>Survived (training went on)</b>" in hover["survived"]
+    assert "Why: progress to step 57 after it" in hover["survived"]
+    assert "after the evidence" not in hover["survived"]  # only a confirmation has a latency
+
+    assert "State: <b>Stalled (no exit, no progress: handled as a hang)</b>" in hover["stalled"]
+    # The reason is text, not markup.
+    assert "&lt;node2&gt;" in hover["stalled"]
+    assert "<node2>" not in hover["stalled"]
+
+    assert "State:" not in hover["Anomaly: NCCL timeout"]
+
+
+def test_the_page_shows_each_anomalys_confirmation(viewer: User, crash_states: Workload) -> None:
+    """GIVEN crashes in each confirmation state and a hang
+    WHEN the workload page is shown
+    THEN each crash has a badge with its state and its reason, escaped; the hang has none
+    """
+    body = (
+        logged_in(viewer).get(reverse("console:workload", args=[crash_states.pk])).content.decode()
+    )
+    anomalies = body[body.index('id="workload-anomalies"') : body.index('id="workload-attempts"')]
+    for state in Confirmation.values:
+        assert anomalies.count(f'class="badge confirmation-{state}"') == 1, state
+    assert ">Survived</span>" in anomalies
+    assert ">Suspected</span>" in anomalies
+    assert 'title="Survived (training went on)"' in anomalies
+    assert "srun: error: node2: task 1: Exited with exit code 1" in anomalies
+    assert "(3.5 s after the evidence)" in anomalies
+    assert "no exit and no progress for 20 s &lt;node2&gt;" in anomalies
+    assert "<node2>" not in anomalies
+    assert anomalies.count("anomaly__confirmation") == 4  # not for the hang
 
 
 def test_decisions_and_scheduler_actions_share_their_own_row(figure: dict[str, Any]) -> None:

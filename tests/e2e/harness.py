@@ -38,7 +38,9 @@ from recovery.advisor_controller import AdvisorController
 from recovery.choices import (
     AuditKind,
     ClusterMode,
+    Confirmation,
     RecommendationStatus,
+    WorkloadState,
 )
 from recovery.models import (
     Anomaly,
@@ -61,6 +63,14 @@ CONTROLLER_SECONDS = 0.5
 NODES_PER_JOB = 3
 STEP_SECONDS = 0.3
 CKPT_EVERY = 5
+# Slurm's job states after which the job does not run again unless someone requeues it.
+FINAL_JOB_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"}
+)
+FINAL_WORKLOAD_STATES = frozenset(
+    {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.CANCELLED, WorkloadState.STOPPED}
+)
+STEP = re.compile(r"\bstep: (\d+)\b")
 
 T = TypeVar("T")
 
@@ -311,6 +321,10 @@ class E2EJob:
         except FileNotFoundError:
             return ""
 
+    def last_step(self) -> int:
+        """The highest step any rank has printed so far."""
+        return max((int(m.group(1)) for m in STEP.finditer(self.log())), default=0)
+
     def set_faults(self, **faults: Any) -> None:
         partial = self.control.with_suffix(".tmp")
         partial.write_text(json.dumps(faults))
@@ -523,6 +537,34 @@ class Harness:
 
         return self.wait_for(f"job {job.job_id} restarted and checkpointed", restarted, timeout)
 
+    def wait_until_finished(
+        self,
+        job: E2EJob,
+        timeout: float = 180,
+        *,
+        unless: Callable[[], str | None] | None = None,
+    ) -> dict[str, str]:
+        """Until Slurm shows the job ended for good and the loop has seen it end.
+
+        ``unless`` may name a reason to stop waiting early (a scheduler action on a job that was
+        meant to be left alone): the wait then fails at once with it.
+        """
+
+        def finished() -> dict[str, str] | None:
+            if unless is not None:
+                reason = unless()
+                if reason:
+                    raise AssertionError(f"{self.name}: {reason}")
+            fields = job.slurm_state()
+            if fields.get("JobState") not in FINAL_JOB_STATES:
+                return None
+            workload = self.workload(job)
+            if workload is None or workload.state not in FINAL_WORKLOAD_STATES:
+                return None
+            return fields
+
+        return self.wait_for(f"job {job.job_id} finished (log: {job.output})", finished, timeout)
+
     # ------------------------------------------------------------------ faults
 
     def inject(self, job: E2EJob, what: str, **detail: Any) -> Injection:
@@ -603,17 +645,28 @@ class Harness:
     # ------------------------------------------------------------------ figures
 
     def figures(self, job: E2EJob, *, anomaly_kind: str | None = None) -> dict[str, Any]:
-        """The report row's figures, from the audit trail and the anomaly rows."""
+        """The report row's figures, from the audit trail and the anomaly rows.
+
+        A crash read from a log is only a suspect until the process is seen to end, so two
+        latencies are kept: ``suspect_latency_s``, from the injection to the first anomaly of
+        any kind, and ``detection_latency_s``, to the moment the loop had an anomaly it may act
+        on (of ``anomaly_kind`` when given): a confirmed one when it was confirmed, one that needs
+        no confirmation (a hang, a straggler) when it was recorded. ``action_latency_s`` runs
+        from that moment to the first scheduler action.
+        """
         workload = self.workload(job)
         injection = self.injection
         if workload is None or injection is None:
             return {}
         # A poll that began just before the injection may record what the fault printed.
         since = injection.at - timedelta(seconds=2 * POLL_SECONDS)
-        anomalies = Anomaly.objects.filter(workload=workload, detected_at__gte=since)
-        if anomaly_kind:
-            anomalies = anomalies.filter(kind=anomaly_kind)
+        recent = Anomaly.objects.filter(workload=workload, detected_at__gte=since)
+        anomalies = recent.filter(kind=anomaly_kind) if anomaly_kind else recent
+        suspect = recent.order_by("detected_at", "pk").first()
         first = anomalies.order_by("detected_at", "pk").first()
+        actionable = min(
+            (at for at in map(actionable_at, anomalies) if at is not None), default=None
+        )
         events = AuditEvent.objects.filter(workload=workload).order_by("occurred_at", "pk")
         actions = list(events.filter(kind=AuditKind.SCHEDULER_ACTION))
         checkpoint = (
@@ -632,22 +685,30 @@ class Harness:
         basis = next((r.anomaly for r in acted if r.anomaly is not None), None) or next(
             (r.anomaly for r in recommendations if r.anomaly is not None), None
         )
-        action_after = [a for a in actions if first is not None and a.occurred_at >= since]
+        action_after = [a for a in actions if actionable is not None and a.occurred_at >= since]
         per_recommendation: dict[Any, int] = {}
         for action in actions:
             key = action.payload.get("recommendation")
             per_recommendation[key] = per_recommendation.get(key, 0) + 1
+
+        def after_injection(at: datetime | None) -> float | None:
+            if at is None:
+                return None
+            return round(max(0.0, (at - injection.at).total_seconds()), 2)
+
         figures: dict[str, Any] = {
-            "detection_latency_s": None
-            if first is None
-            else round(max(0.0, (first.detected_at - injection.at).total_seconds()), 2),
+            "suspect_latency_s": after_injection(suspect.detected_at if suspect else None),
+            "detection_latency_s": after_injection(actionable),
             "action_latency_s": None
-            if first is None or not action_after
-            else round((action_after[0].occurred_at - first.detected_at).total_seconds(), 2),
+            if actionable is None or not action_after
+            else round((action_after[0].occurred_at - actionable).total_seconds(), 2),
             "time_to_new_checkpoint_s": None
             if checkpoint is None
             else round((checkpoint.occurred_at - injection.at).total_seconds(), 2),
             "attribution": (basis or first).attribution if (basis or first) else None,
+            "acted_on": None
+            if basis is None
+            else {"kind": basis.kind, "confirmation": basis.confirmation},
             "scheduler_actions": len(actions),
             "duplicate_actions": sum(n - 1 for n in per_recommendation.values()),
         }
@@ -674,6 +735,11 @@ class Harness:
                     "ranks": a.implicated_ranks,
                     "attempt": a.attempt.number if a.attempt else None,
                     "after_injection_s": round((a.detected_at - injection.at).total_seconds(), 2),
+                    "confirmation": a.confirmation,
+                    "confirmed_after_s": None
+                    if a.confirmation_at is None
+                    else round((a.confirmation_at - injection.at).total_seconds(), 2),
+                    "confirmation_reason": a.confirmation_reason[:200],
                     "evidence": a.evidence_line[:200],
                 }
                 for a in Anomaly.objects.filter(workload=workload).order_by("detected_at", "pk")
@@ -743,6 +809,17 @@ class Harness:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGCONT)
             slurm(self.slurm, "scancel", job.job_id)
+
+
+def actionable_at(anomaly: Anomaly) -> datetime | None:
+    """When the loop could act on ``anomaly``: a crash once it was confirmed (never while only
+    suspected, nor when it was survived or stalled), an anomaly that needs no confirmation (a
+    hang, a straggler) once recorded."""
+    if anomaly.confirmation == Confirmation.CONFIRMED:
+        return anomaly.confirmation_at or anomaly.detected_at
+    if not anomaly.confirmation:
+        return anomaly.detected_at
+    return None
 
 
 def _summary(event: AuditEvent) -> str:

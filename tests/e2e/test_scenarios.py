@@ -24,11 +24,12 @@ from recovery.choices import (
     AnomalyKind,
     AuditKind,
     ClusterMode,
+    Confirmation,
     RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
-from recovery.models import Anomaly, AuditEvent, Node, Recommendation
+from recovery.models import Anomaly, AuditEvent, Node, Policy, Recommendation
 from tests.e2e.harness import E2EJob, Harness, expand_nodes
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -38,6 +39,8 @@ SAVED = re.compile(r"successfully saved checkpoint from iteration (\d+)")
 RESTARTS = {RecommendationAction.RESTART, RecommendationAction.RESTART_EXCLUDING}
 # The smallest hang timeout a policy allows.
 HANG_TIMEOUT_S = 60
+# Scenario 9's job is short enough to be waited for to its end.
+CAUGHT_TOTAL_STEPS = 120
 
 
 def acted(scenario: Harness, job: E2EJob) -> list[Recommendation]:
@@ -355,6 +358,141 @@ def test_8_a_controller_killed_mid_recovery_restarts_the_job_exactly_once(
         [RecommendationStatus.EXECUTED],
         [RecommendationStatus.SKIPPED],
     )
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_9_a_caught_exception_does_not_restart_a_job_that_keeps_training(
+    scenario: Harness,
+) -> None:
+    """
+    GIVEN a three-node job training and checkpointing
+    WHEN one rank logs a caught exception with its full traceback, at two different steps, and
+         goes on training
+    THEN the job trains to its end with no restart and nothing sent to the scheduler, and the
+         error stays in the trail as a crash that was survived
+    """
+    scenario.setup("9-caught-exception")
+    job = scenario.submit(total_steps=CAUGHT_TOTAL_STEPS)
+    scenario.wait_until_training(job)
+    node = job.ranks()[1].env["SLURMD_NODENAME"]
+    # The ranks may be a step or two ahead of what srun has written to the log so far.
+    step = job.last_step()
+    at_steps = [step + 6, step + 24]
+    assert at_steps[-1] + 40 <= CAUGHT_TOTAL_STEPS, f"the job started late: step {step}"
+    scenario.inject(
+        job, "caught KeyError with its traceback at two steps, on rank 1", node=node, steps=at_steps
+    )
+    job.set_faults(caught_exception={"rank": 1, "at_steps": at_steps})
+
+    def acted_on() -> str | None:
+        if not scheduler_actions(scenario, job):
+            return None
+        return "a job that kept training was acted on: " + "; ".join(
+            f"{r.action} ({r.reason}; anomaly: {r.anomaly.evidence_line if r.anomaly else None})"
+            for r in acted(scenario, job)
+        )
+
+    fields = scenario.wait_until_finished(job, timeout=150, unless=acted_on)
+
+    workload = scenario.workload(job)
+    assert workload is not None
+    anomalies = Anomaly.objects.filter(workload=workload)
+    trail = [
+        (a.kind, a.signature, a.confirmation, a.confirmation_reason, a.evidence_line[:120])
+        for a in anomalies
+    ]
+    scenario.record(log_tail=_tail_around_failure(job))
+    assert job.log().count("ERROR:train.data:") == 2, job.log()[-3000:]
+    assert fields["JobState"] == "COMPLETED", fields
+    assert int(fields["Restarts"]) == 0, fields
+    assert scheduler_actions(scenario, job) == []
+    assert [r.action for r in Recommendation.objects.filter(workload=workload)] in (
+        [],
+        [RecommendationAction.NONE],
+    )
+    assert anomalies.filter(confirmation=Confirmation.SURVIVED).exists(), trail
+    assert not anomalies.filter(
+        confirmation__in=[Confirmation.CONFIRMED, Confirmation.STALLED]
+    ).exists(), trail
+    assert not anomalies.filter(kind=AnomalyKind.HANG).exists(), trail
+    assert AuditEvent.objects.filter(workload=workload, kind=AuditKind.SURVIVED).exists()
+
+
+def test_10_a_traceback_then_the_death_of_the_rank_restarts_the_job_once(
+    scenario: Harness,
+) -> None:
+    """
+    GIVEN a three-node job training and checkpointing
+    WHEN one rank prints a traceback and its process exits with status 1
+    THEN the crash is confirmed by the rank's death, and the job is restarted once and resumes
+         from its checkpoint
+    """
+    scenario.setup("10-traceback-then-death")
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    node = job.ranks()[1].env["SLURMD_NODENAME"]
+    scenario.inject(job, "KeyError traceback on rank 1, then exit status 1", node=node)
+    job.set_faults(traceback_then_exit={"rank": 1, "restart_count": 0})
+
+    fields = scenario.wait_for_restart(job)
+    time.sleep(3)  # a second action would show now
+    scenario.record(log_tail=_tail_around_failure(job))
+
+    executed = acted(scenario, job)
+    assert [r.action in RESTARTS for r in executed] == [True], [r.reason for r in executed]
+    basis = executed[0].anomaly
+    assert basis is not None, executed[0].reason
+    assert basis.confirmation == Confirmation.CONFIRMED, (
+        basis.signature,
+        basis.confirmation,
+        basis.confirmation_reason,
+    )
+    assert int(fields["Restarts"]) == 1
+    assert len(scheduler_actions(scenario, job)) == 1
+    assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def test_11_an_error_then_a_hang_is_restarted_as_a_hang(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training and checkpointing, with the default 30-minute hang timeout
+    WHEN one rank prints the traceback of a failed storage read and then blocks without exiting,
+         so every other rank waits in the all-reduce
+    THEN the error is not acted on as a crash: with neither an exit nor progress after it, it
+         stalls, a hang is recorded and the job is restarted once, on the hang, from its
+         checkpoint
+    """
+    scenario.setup("11-error-then-hang", hang_timeout_minutes=30)
+    scenario.anomaly_kind = AnomalyKind.HANG
+    job = scenario.submit()
+    before = scenario.wait_until_training(job)
+    node = job.ranks()[1].env["SLURMD_NODENAME"]
+    injection = scenario.inject(
+        job, "RuntimeError traceback of a storage read on rank 1, then it blocks", node=node
+    )
+    job.set_faults(error_then_hang={"rank": 1, "restart_count": 0})
+    # Within this long after the error the rank must exit or train on (three median steps are
+    # about 1 s here, so the policy's seconds decide).
+    policy = Policy.objects.get(cluster=scenario.cluster, environment=scenario.environment)
+    scenario.record(stall_window_s=policy.crash_confirmation_seconds)
+
+    fields = scenario.wait_for_restart(job)
+    time.sleep(3)  # a second action would show now
+    scenario.record(log_tail=_tail_around_failure(job))
+
+    executed = acted(scenario, job)
+    assert [r.action in RESTARTS for r in executed] == [True], [r.reason for r in executed]
+    basis = executed[0].anomaly
+    assert basis is not None, executed[0].reason
+    crashes = Anomaly.objects.filter(workload=basis.workload, kind=AnomalyKind.CRASH)
+    trail = [
+        (a.signature, a.confirmation, a.confirmation_reason, a.evidence_line[:120]) for a in crashes
+    ]
+    assert basis.kind == AnomalyKind.HANG, (basis.signature, executed[0].reason, trail)
+    # The stalled path, not the hang detector: that would wait the policy's 30 minutes.
+    assert (basis.detected_at - injection.at).total_seconds() < HANG_TIMEOUT_S, basis.detected_at
+    assert crashes.filter(confirmation=Confirmation.STALLED).exists(), trail
+    assert int(fields["Restarts"]) == 1
+    assert len(scheduler_actions(scenario, job)) == 1
     assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
 
 

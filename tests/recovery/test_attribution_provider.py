@@ -400,6 +400,7 @@ def test_ingestion_goes_on_when_the_provider_fails(
     Path(workload.stdout_path).write_text(
         "Nov 29 03:14:15 node002 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, "
         "GPU has fallen off the bus.\n"
+        "srun: error: node002: task 1: Exited with exit code 1\n"
     )
     summary = ingest_workload_logs(workload, LocalTransport())
     assert summary.anomalies_new == 1

@@ -396,6 +396,33 @@ def test_an_unexpected_error_in_one_recommendation_does_not_stop_the_others() ->
     assert controller_for(slurm, api).run_once() == [(1, "retry"), (2, "executed")]
 
 
+def test_a_claim_the_control_plane_fails_to_answer_is_skipped_until_the_next_pass() -> None:
+    """
+    GIVEN two ready recommendations, the control plane failing the first claim with a 500
+    WHEN the controller makes a pass
+    THEN the first is left for the next pass and the second is carried out
+    """
+
+    class Failing(FakeAPI):
+        def claim(self, recommendation_id: int, lease_seconds: int) -> ReadyRecommendation:
+            if recommendation_id == 1:
+                raise AdvisorAPIError("POST claim: 500 Something went wrong", 500)
+            return super().claim(recommendation_id, lease_seconds)
+
+    api = Failing([restart(id=1, job_id="13"), restart(id=2)])
+    assert controller_for(ModelSlurm(running_job()), api).run_once() == [(2, "executed")]
+    assert [recommendation for recommendation, _ in api.reports] == [2]
+
+
+def test_a_claim_refused_for_the_wrong_token_still_stops_the_controller() -> None:
+    class Refusing(FakeAPI):
+        def claim(self, recommendation_id: int, lease_seconds: int) -> ReadyRecommendation:
+            raise AdvisorAPIError("POST claim: 403 not this cluster's token", 403)
+
+    with pytest.raises(AdvisorAPIError):
+        controller_for(ModelSlurm(running_job()), Refusing([restart(id=1)])).run_once()
+
+
 # ---------------------------------------------------------------------- the lease
 
 

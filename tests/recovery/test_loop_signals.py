@@ -15,10 +15,12 @@ from recovery.choices import (
     AnomalyKind,
     AuditKind,
     ClusterMode,
+    Confirmation,
     RecommendationAction,
     StragglerAction,
     WorkloadState,
 )
+from recovery.confirmation import ReadContext
 from recovery.detection.findings import Finding
 from recovery.ingest import record_anomalies
 from recovery.models import (
@@ -31,7 +33,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.monitors import check_progress
+from recovery.monitors import check_progress, check_suspects
 from recovery.policy import decide_pending
 from recovery.polling import poll_cluster
 from recovery.schedulers.base import NodeInfo
@@ -85,6 +87,22 @@ def app_exception(evidence: str) -> Finding:
         evidence=evidence,
         detail={"role": "cause"},
     )
+
+
+# The rest of a read that saw the process end: what confirms a crash the job printed.
+DIED = ReadContext(
+    exits=[
+        Finding(
+            kind="crash",
+            category="scheduler_event",
+            attribution="unknown",
+            severity="error",
+            signature="srun-task-exited",
+            evidence="srun: error: node001: task 0: Exited with exit code 1",
+            detail={"role": "wrapper", "reports_exit": True},
+        )
+    ]
+)
 
 
 @pytest.fixture
@@ -164,7 +182,7 @@ def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster) -> None:  # 
 def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster) -> None:  # type: ignore[no-untyped-def]
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
-    record_anomalies(workload, attempt, [symptom()], now)
+    record_anomalies(workload, attempt, [symptom()], now, read=DIED)
     assert decide_pending(acting_cluster, now + timedelta(seconds=29)) == 0
     assert decide_pending(acting_cluster, now + timedelta(seconds=31)) == 1
     assert Recommendation.objects.get().action == RecommendationAction.RESTART
@@ -176,8 +194,8 @@ def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
     _, workload, attempt = running_workload(acting_cluster)
     xid = xid_79("node002")
     now = timezone.now()
-    record_anomalies(workload, attempt, [xid], now)
-    record_anomalies(workload, attempt, [symptom()], now)
+    record_anomalies(workload, attempt, [xid], now, read=DIED)
+    record_anomalies(workload, attempt, [symptom()], now, read=DIED)
     decide_pending(acting_cluster, now + timedelta(minutes=5))
     recommendation = Recommendation.objects.get()
     assert recommendation.excluded_nodes == ["node002"]
@@ -296,7 +314,7 @@ def test_a_node_behind_failures_of_several_workloads_is_flagged_suspect_once() -
     for index in range(4):
         workload = WorkloadFactory(cluster=cluster)
         attempt = AttemptFactory(workload=workload)
-        record_anomalies(workload, attempt, [xid], now)
+        record_anomalies(workload, attempt, [xid], now, read=DIED)
         flagged = Node.objects.get(name="gpu-009").suspect_since is not None
         assert flagged == (index >= 2)
     assert AuditEvent.objects.filter(kind=AuditKind.NODE_SUSPECT).count() == 1
@@ -315,7 +333,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
     monkeypatch.setattr("recovery.policy.decide", broken)
     cause = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
-    record_anomalies(workload, attempt, [cause], now)
+    record_anomalies(workload, attempt, [cause], now, read=DIED)
     decide_pending(acting_cluster, now + timedelta(seconds=40))
     anomaly = Anomaly.objects.get()
     assert anomaly.decided_at is None
@@ -332,15 +350,15 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster) -> No
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
     first = app_exception("ValueError: bad batch")
-    record_anomalies(workload, attempt, [first], now)
+    record_anomalies(workload, attempt, [first], now, read=DIED)
     Recommendation.objects.update(status="executed")
     later = xid_79("node003")
-    record_anomalies(workload, attempt, [later], now)
+    record_anomalies(workload, attempt, [later], now, read=DIED)
     assert Recommendation.objects.count() == 1
     # ... but the node stays out of the next attempt's restart.
     Workload.objects.filter(pk=workload.pk).update(current_attempt=2, state=WorkloadState.RUNNING)
     second = AttemptFactory(workload=workload, number=2)
-    record_anomalies(Workload.objects.get(pk=workload.pk), second, [first], now)
+    record_anomalies(Workload.objects.get(pk=workload.pk), second, [first], now, read=DIED)
     assert Recommendation.objects.latest("id").excluded_nodes == ["node003"]
 
 
@@ -361,8 +379,8 @@ def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
         detail={"role": "cause"},
     )
     now = timezone.now()
-    record_anomalies(workload, attempt, [xid], now)
-    (anomaly,) = record_anomalies(workload, attempt, [cuda], now)
+    record_anomalies(workload, attempt, [xid], now, read=DIED)
+    (anomaly,) = record_anomalies(workload, attempt, [cuda], now, read=DIED)
     assert (anomaly.attribution, anomaly.implicated_nodes) == ("hardware", ["node002"])
     verdict = anomaly.verdicts.get()
     assert "xid-79" in verdict.detail["rule"]
@@ -408,12 +426,15 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
 def test_a_symptom_followed_by_more_training_is_no_failure(acting_cluster) -> None:  # type: ignore[no-untyped-def]
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
+    ProgressSample.objects.create(workload=workload, attempt=1, step=119, at=now)
     (anomaly,) = record_anomalies(workload, attempt, [symptom()], now)
-    Workload.objects.filter(pk=workload.pk).update(
-        last_progress_at=now + timedelta(seconds=2), last_progress_step=120
-    )
+    assert anomaly.confirmation == Confirmation.SUSPECTED
+    for step in (120, 121):
+        ProgressSample.objects.create(workload=workload, attempt=1, step=step, at=now)
+    check_suspects(acting_cluster, now + timedelta(seconds=2))
     decide_pending(acting_cluster, now + timedelta(seconds=5))
     anomaly.refresh_from_db()
+    assert anomaly.confirmation == Confirmation.SURVIVED
     assert anomaly.decided_at is not None
     assert not Recommendation.objects.exists()
 

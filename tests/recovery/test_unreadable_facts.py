@@ -81,7 +81,7 @@ def test_node_names_no_scheduler_could_give_are_dropped_and_the_reason_kept() ->
         nodes=["-h", "gpu$(id)", "x" * 100, "gpu-007"],
         detail={"role": "cause", "xid": 79},
     )
-    record_anomalies(workload, attempt, [finding], timezone.now())
+    record_anomalies(workload, attempt, [finding], timezone.now(), scope="kernel:gpu-007")
     anomaly = Anomaly.objects.get()
     assert anomaly.implicated_nodes == ["gpu-007"]
     ignored = anomaly.details["ignored_nodes"]

@@ -16,13 +16,7 @@ from django.utils import timezone
 
 from recovery.connectors.logs.base import LogRecord, LogSource, to_ns
 from recovery.detection.findings import Finding
-from recovery.ingest import (
-    IngestSummary,
-    attempt_writing,
-    record_findings,
-    record_progress,
-    scan,
-)
+from recovery.ingest import IngestSummary, record_read, scan
 from recovery.models import LogCursor, Workload
 
 # Log shippers deliver late; lines younger than this are left for the next poll, so a line
@@ -66,9 +60,7 @@ def ingest_from_source(
         summary.bytes_read = len(data)
         result = scan(data)
         _attribute_lines(result.findings, line_records)
-        attempt = attempt_writing(workload)
-        summary.anomalies_new += record_findings(workload, attempt, result, now)
-        summary.checkpoints += record_progress(workload, attempt, result, now)
+        summary.anomalies_new, summary.checkpoints = record_read(workload, result, now)
         cursor.offset = records[-1].timestamp_ns
         cursor.save()
     return summary

@@ -13,11 +13,25 @@ one. Faults the harness asks for are read from CONTROL_FILE (JSON) before every 
 
     {"cuda_error": {"node": "node002", "restart_count": 0},
      "app_exception": {"after_steps": 2},
-     "slow": {"node": "node003", "factor": 3.0}}
+     "slow": {"node": "node003", "factor": 3.0},
+     "caught_exception": {"rank": 1, "at_steps": [40, 52]},
+     "traceback_then_exit": {"rank": 1, "restart_count": 0},
+     "error_then_hang": {"node": "node002", "restart_count": 0}}
 
 ``cuda_error`` fires on the selected rank (``node`` or ``rank``) only on the named restart
 count; ``app_exception`` fires on rank 0 of every attempt once it has run ``after_steps``
 steps; ``slow`` stretches the selected rank's compute part by ``factor``.
+
+``caught_exception`` is an error the program handles: at each of ``at_steps`` (the global
+step, so a resumed attempt that runs that step again logs it again; ``restart_count``, when
+given, limits it to that attempt) the selected rank logs what ``logging.exception`` prints for a
+sample the data loader could not read, an ``ERROR:`` line and the full traceback ending in a
+``KeyError``, then skips the sample and trains on as if nothing happened.
+``traceback_then_exit`` prints the same traceback uncaught and exits with status 1, on the
+selected rank, only on the named restart count. ``error_then_hang`` prints the traceback of a
+storage read that failed in a prefetch thread, then blocks for ever without exiting (its main
+loop waits for a batch that never comes), so every other rank waits in the all-reduce; only on
+the named restart count.
 
 Environment: CKPT_DIR, CONTROL_FILE, TOTAL_STEPS (200), STEP_SECONDS (0.3), CKPT_EVERY (5),
 plus what Slurm and ddp_train.sh set (SLURM_PROCID, SLURM_NTASKS, SLURMD_NODENAME,
@@ -29,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import warnings
 from datetime import UTC, datetime, timedelta
@@ -124,6 +139,81 @@ def app_exception(node: str) -> None:
     os._exit(1)
 
 
+def bad_sample(step: int) -> str:
+    """The key of the sample the data loader fails on at ``step``: a different one each time."""
+    return f"shard-{17 + step % 5:05d}/sample-{4211 + 37 * step:06d}"
+
+
+def sample_traceback(step: int) -> str:
+    """The traceback of a sample the data loader could not find."""
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train/data.py", line 88, in __iter__\n'
+        "    yield self.collate([self.samples[key] for key in keys])\n"
+        '  File "/workspace/train/data.py", line 88, in <listcomp>\n'
+        "    yield self.collate([self.samples[key] for key in keys])\n"
+        f"KeyError: '{bad_sample(step)}'"
+    )
+
+
+def caught_exception(node: str, step: int) -> None:
+    """What ``logging.exception`` prints when the data loader skips a sample it cannot read;
+    the program goes on training."""
+    sys.stdout.flush()
+    print(
+        f"{stamp()} {node}: ERROR:train.data:skipping sample {bad_sample(step)} at step {step}: "
+        "it could not be loaded\n" + sample_traceback(step),
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def traceback_then_exit(node: str, step: int) -> None:
+    """The same error, not caught this time: the process ends with status 1."""
+    sys.stdout.flush()
+    print(
+        f"{stamp()} {node}: Traceback (most recent call last):\n"
+        '  File "/workspace/train/ddp_train.py", line 214, in <module>\n'
+        "    main()\n"
+        '  File "/workspace/train/ddp_train.py", line 176, in main\n'
+        "    batch = next(batches)\n" + sample_traceback(step).split("\n", 1)[1],
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
+
+
+def error_then_hang(node: str) -> None:
+    """A prefetch thread dies on a storage read; the main loop waits for its batch for ever.
+
+    The process neither exits nor makes progress: every other rank waits in the all-reduce.
+    """
+    sys.stdout.flush()
+    print(
+        f"{stamp()} {node}: Exception in thread shard-prefetch:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner\n'
+        "    self.run()\n"
+        '  File "/workspace/train/data.py", line 61, in run\n'
+        "    self.queue.put(self.read_shard(path))\n"
+        '  File "/workspace/train/data.py", line 73, in read_shard\n'
+        '    raise RuntimeError(f"read of {path} failed after {tries} tries")\n'
+        "RuntimeError: read of /lustre/datasets/web-2024/shard-00042.tar failed after 3 tries",
+        file=sys.stderr,
+        flush=True,
+    )
+    threading.Event().wait()
+
+
+def on_attempt(spec: Any, rank: int, node: str, restarts: int) -> bool:
+    """Whether the fault ``spec`` fires on this rank in this attempt."""
+    return (
+        isinstance(spec, dict)
+        and selects(spec, rank, node)
+        and int(spec.get("restart_count", 0)) == restarts
+    )
+
+
 def main() -> None:
     rank = int(os.environ["SLURM_PROCID"])
     world = int(os.environ["SLURM_NTASKS"])
@@ -172,6 +262,18 @@ def main() -> None:
         failure = faults.get("app_exception")
         if isinstance(failure, dict) and rank == 0 and ran >= int(failure.get("after_steps", 0)):
             app_exception(node)
+        if on_attempt(faults.get("traceback_then_exit"), rank, node, restarts):
+            traceback_then_exit(node, step)
+        if on_attempt(faults.get("error_then_hang"), rank, node, restarts):
+            error_then_hang(node)
+        caught = faults.get("caught_exception")
+        if (
+            isinstance(caught, dict)
+            and selects(caught, rank, node)
+            and int(caught.get("restart_count", restarts)) == restarts
+            and step in {int(n) for n in caught.get("at_steps", [])}
+        ):
+            caught_exception(node, step)
         slow = faults.get("slow")
         factor = float(slow.get("factor", 1.0)) if isinstance(slow, dict) else 1.0
         if not (isinstance(slow, dict) and selects(slow, rank, node)):
