@@ -46,7 +46,8 @@ def wait_for_http(url: str, process: subprocess.Popen[bytes], seconds: float) ->
         try:
             urllib.request.urlopen(url, timeout=2)
             return
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            # Refused while it starts, or accepted but not answered yet on a busy machine.
             time.sleep(0.5)
     raise AssertionError(f"{url} did not answer within {seconds} s")
 

@@ -171,6 +171,8 @@ def test_slurmctld_runs_the_epilog_which_records_the_job_end_and_queues_a_poll(
         "node003",
         "node004",
     }
+    # The poll is queued once the hook's transaction commits, a moment after the event shows.
+    _wait(lambda: bool(poll_queue()), 10, "the queued poll")
     assert poll_queue() == [("tasks.polling.poll_cluster", cluster.pk)]
 
     poll_cluster_task(cluster.pk)
@@ -247,4 +249,4 @@ def test_a_strigger_node_down_trigger_posts_the_node(
     (event,) = _hook_events(event="node_down", node="node004")
     assert event.payload["state"] == "DOWN"
     assert event.actor == "controller:slurmctld-hooks"
-    assert ("tasks.polling.poll_cluster", cluster.pk) in poll_queue()
+    _wait(lambda: ("tasks.polling.poll_cluster", cluster.pk) in poll_queue(), 10, "the poll")
