@@ -170,9 +170,12 @@ def test_the_adapter_over_ssh_lists_a_job_and_restarts_it_on_other_nodes(
 def test_sftp_reads_the_job_output_from_an_offset(transport: SSHTransport, submit_job: Any) -> None:
     submitted = submit_job(env={"TOTAL_STEPS": "4", "STEP_SECONDS": "0.1"})
     deadline = time.monotonic() + 30
-    while not (submitted.output.exists() and submitted.output.stat().st_size >= 200):
-        assert time.monotonic() < deadline, "the job wrote no output"
-        time.sleep(0.2)
+    seen = -1
+    # Until the job has stopped writing: a read at the end must find nothing more.
+    while not (submitted.output.exists() and seen == submitted.output.stat().st_size >= 200):
+        assert time.monotonic() < deadline, "the job wrote no output, or never stopped"
+        seen = submitted.output.stat().st_size if submitted.output.exists() else -1
+        time.sleep(1.0)
     local = submitted.output.read_bytes()
 
     size = transport.file_size(str(submitted.output))
