@@ -23,7 +23,7 @@ from recovery.choices import (
 from recovery.confirmation import survival_step
 from recovery.ingest import ingest_workload_logs
 from recovery.models import Anomaly, AuditEvent, Cluster, Policy, Recommendation, Workload
-from recovery.monitors import check_job_ending, check_suspects
+from recovery.monitors import check_suspects
 from recovery.policy import decide_pending
 from recovery.polling import poll_cluster
 from recovery.pushed import LogBatch, ingest_log_batch
@@ -331,7 +331,6 @@ def test_the_schedulers_word_needs_no_confirmation(cluster: Cluster, training: J
     assert anomaly.confirmation == Confirmation.CONFIRMED
     assert anomaly.confirmation_at == anomaly.detected_at
     assert Recommendation.objects.exists()
-    assert check_job_ending  # the path under test: monitors.check_job_ending
 
 
 def test_pushed_log_batches_follow_the_same_rule(training: Job) -> None:
