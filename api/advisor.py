@@ -17,8 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.authentication import ControllerPrincipal, ControllerTokenAuthentication, IsController
-from recovery import recommendations
 from recovery.choices import RecommendationStatus
+from recovery.loop import recommendations
 from recovery.models import Recommendation
 from recovery.models.cluster import scheduler_cluster_name
 from recovery.models.recommendation import InvalidTransition

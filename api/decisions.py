@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recovery import recommendations
+from recovery.loop import recommendations
 from recovery.models import Recommendation
 from recovery.roles import actor_name, can_decide
 

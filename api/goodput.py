@@ -1,6 +1,6 @@
 """Goodput figures of a workload or a cluster, for dashboards and reports.
 
-Every figure is computed from the audit trail (``recovery.goodput``). Durations are in seconds;
+Every figure is computed from the audit trail (``recovery.read.goodput``). Durations are in seconds;
 a figure the trail cannot give yet (no scheduler action, no checkpoint after the restart) is
 null. Distributions give the number of failures with a known value, their median and p95.
 """
@@ -18,8 +18,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recovery.goodput import Distribution, Failure, cluster_goodput, workload_goodput
 from recovery.models import Cluster, Workload
+from recovery.read.goodput import Distribution, Failure, cluster_goodput, workload_goodput
 
 
 class _CanView(BasePermission):

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 
-from recovery import metrics as figures
+from recovery.read import self_metrics as figures
 
 logger = logging.getLogger(__name__)
 

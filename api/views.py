@@ -9,7 +9,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from recovery.health import attribution_status, service_statuses
+from recovery.read.health import attribution_status, service_statuses
 
 HEALTH = inline_serializer(
     "Health",

@@ -9,7 +9,7 @@ static files) and measures, from a logged-in HTTP client on loopback:
   pages picked at random, median and p95 over repeated requests; the reference, measured in the
   same run, is the login page (a template with no queries);
 - push latency: a browser (Debian's Chromium through Playwright) keeps a workload page open while
-  this process appends audit events the way the system does (``recovery.audit.record_event``,
+  this process appends audit events the way the system does (``recovery.audit.record.record_event``,
   published on commit through channels-redis); the time from the append to the WebSocket message
   in the page, and to the event's row shown on the page; the reference is the same socket's
   ping/pong round trip.
@@ -372,7 +372,7 @@ def take_snapshots() -> float:
     """What the beat task does every few minutes: the fleet's and insights' cluster figures."""
     from django.utils import timezone
 
-    from recovery.insights import take_goodput_snapshots
+    from recovery.read.insights import take_goodput_snapshots
 
     started = time.monotonic()
     take_goodput_snapshots(timezone.now())
@@ -514,7 +514,7 @@ def measure_pushes(base: str, pushes: int, seeded: dict[str, Any]) -> dict[str, 
     from django.db import transaction
     from playwright.sync_api import sync_playwright
 
-    from recovery.audit import record_event
+    from recovery.audit.record import record_event
     from recovery.choices import AuditKind
     from recovery.models import Workload
 

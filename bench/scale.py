@@ -426,7 +426,7 @@ class Bench:
 
     def run_step(self, step: Step, concurrency: int, *, keep_logs: bool) -> StepResult:
         from recovery.choices import ClusterMode
-        from recovery.live_demo import ensure_simulated_cluster
+        from recovery.demo.live import ensure_simulated_cluster
         from tasks.polling import poll_cluster
 
         args = self.args
@@ -681,7 +681,7 @@ class Bench:
         Leaving them out would report the latency of the lucky ones only: each counts as never
         detected. A job fails at most once per attempt, so a file counts once.
         """
-        from recovery.ingest import scan
+        from recovery.loop.anomalies import scan
         from recovery.models import LogCursor
 
         offsets: dict[str, int] = {}
@@ -715,7 +715,7 @@ class Bench:
         """The detector alone on the step's logs: one scanner over all of it, and per file."""
         from recovery.detection.scanner import LogScanner
         from recovery.detection.signature_set import SignatureSet
-        from recovery.ingest import PROGRESS_SAMPLES, scan
+        from recovery.loop.anomalies import PROGRESS_SAMPLES, scan
 
         log_dir = Path(self.sim_config(step).log_dir) / step.name
         blobs = [path.read_bytes() for path in sorted(log_dir.glob("*.out"))]
@@ -756,7 +756,7 @@ class Bench:
         """
         from django.db import connection
 
-        import recovery.polling as polling
+        import recovery.loop.poll as polling
         from recovery.models import Cluster
         from recovery.simulator.adapter import SimulatedAdapter
         from recovery.simulator.store import SimulationStore

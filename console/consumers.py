@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 
-from recovery.live import FLEET_GROUP, AuditEventMessage, SnapshotMessage, workload_group
+from recovery.audit.live import FLEET_GROUP, AuditEventMessage, SnapshotMessage, workload_group
 
 UNAUTHORISED_CLOSE_CODE = 4401
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from recovery.health import NO_PROVIDER_REASON, attribution_status
+from recovery.read.health import NO_PROVIDER_REASON, attribution_status
 from recovery.roles import can_decide
 
 

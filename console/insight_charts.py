@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from console.charts import base_layout, colour_for_attribution, colour_for_category
 from recovery.choices import Attribution, FailureCategory
-from recovery.insights import AnomalyCount, AnomalyDimension, Bucket, EttrPoint, bucket_labels
 from recovery.models import Cluster, ClusterGoodputSnapshot
+from recovery.read.insights import AnomalyCount, AnomalyDimension, Bucket, EttrPoint, bucket_labels
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from recovery.choices import (
     RecommendationStatus,
     WorkloadState,
 )
-from recovery.goodput import Failure, workload_goodput
 from recovery.models import (
     Anomaly,
     Attempt,
@@ -43,7 +42,8 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.schedulers.nodelist import NodeListError, compress_nodelist
+from recovery.read.goodput import Failure, workload_goodput
+from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
 
 TIMELINE_HEIGHT_PX = 480
 DECISIONS_ROW = "Decisions & actions"

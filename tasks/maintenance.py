@@ -3,7 +3,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from recovery import insights, recommendations, watchdog
+from recovery.loop import recommendations, watchdog
+from recovery.read import insights
 
 
 @shared_task(name="tasks.maintenance.release_expired_leases")

@@ -7,10 +7,10 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
+from recovery.loop.poll import is_polled
+from recovery.loop.poll import poll_cluster as poll
 from recovery.models import Cluster
-from recovery.polling import is_polled
-from recovery.polling import poll_cluster as poll
-from recovery.schedulers.base import SchedulerError
+from recovery.sources.schedulers.base import SchedulerError
 
 logger = logging.getLogger(__name__)
 

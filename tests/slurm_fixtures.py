@@ -174,7 +174,7 @@ class SlurmCluster:
 
     def transport(self) -> Any:
         """How the project reaches this cluster: local commands, or SSH to its login node."""
-        from recovery.schedulers.transport import LocalTransport, SSHTransport
+        from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
 
         if self.ssh is None:
             return LocalTransport(env={"SLURM_CONF": str(self.conf)})
@@ -188,7 +188,7 @@ class SlurmCluster:
         )
 
     def adapter(self) -> Any:
-        from recovery.schedulers.slurm import SlurmAdapter
+        from recovery.sources.schedulers.slurm import SlurmAdapter
 
         return SlurmAdapter(self.transport())
 

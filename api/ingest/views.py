@@ -45,7 +45,7 @@ from api.ingest.serializers import (
     LogBatchRequest,
     NodeDownRequest,
 )
-from recovery import pushed
+from recovery.loop import push as pushed
 from recovery.models import Cluster, Workload
 
 TAGS = ["ingest"]

@@ -14,7 +14,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from rest_framework import serializers
 
-from recovery.audit_trail import AuditFilters, WorkloadRef
+from recovery.audit.trail import AuditFilters, WorkloadRef
 from recovery.choices import (
     AnomalyKind,
     Attribution,

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from recovery import audit_trail
+from recovery.audit import trail as audit_trail
 from recovery.models import AuditEvent
 
 DEFAULT_PAGE_SIZE = 50
@@ -69,7 +69,7 @@ class ResourcePagination(CursorPagination):
 
 
 class AuditEventPagination(ResourcePagination):
-    """Pages of the audit trail through ``recovery.audit_trail``: its keyset query names the
+    """Pages of the audit trail through ``recovery.audit.trail``: its keyset query names the
     index that serves the filters (FORCE INDEX on MariaDB), which keeps a deep page of a
     million events at milliseconds. The view hands over its ``AuditFilters``; the queryset
     DRF passes in is not used."""

@@ -40,7 +40,7 @@ from api.resources.serializers import (
     WorkloadSerializer,
 )
 from api.tokens import PersonalTokenAuthentication
-from recovery import audit_trail
+from recovery.audit import trail as audit_trail
 from recovery.models import (
     Anomaly,
     Attempt,
@@ -204,7 +204,7 @@ class RecommendationViewSet(ResourceViewSet):
 class AuditEventViewSet(ResourceViewSet):
     """The append-only audit trail, newest first (by occurred_at, then id).
 
-    Read through the Console's audit-trail query (recovery/audit_trail.py), so pages stay fast
+    Read through the Console's audit-trail query (recovery/audit/trail.py), so pages stay fast
     over millions of events: names become ids first and the query names its filter's index.
     """
 

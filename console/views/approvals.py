@@ -14,9 +14,9 @@ from django.views.decorators.http import require_POST
 
 from console.access import console_view
 from console.forms import DecisionForm
-from recovery import recommendations
+from recovery.loop import recommendations
 from recovery.models import Cluster, Recommendation
-from recovery.queries import pending_approvals
+from recovery.read.queries import pending_approvals
 from recovery.roles import actor_name, can_decide
 
 APPROVALS_PAGE_SIZE = 50

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.access import console_view
-from recovery.audit_trail import (
+from recovery.audit.trail import (
     QUICK_RANGES,
     AuditFilters,
     Cursor,

@@ -9,10 +9,10 @@ from django.utils import timezone
 
 from console.access import console_view
 from recovery.choices import FailureCategory, WorkloadState
-from recovery.goodput import goodput_of_workloads
-from recovery.insights import latest_snapshots
 from recovery.models import Cluster
-from recovery.queries import (
+from recovery.read.goodput import goodput_of_workloads
+from recovery.read.insights import latest_snapshots
+from recovery.read.queries import (
     ANY_ANOMALY,
     DEFAULT_FLEET_SORT,
     FLEET_SORTS,

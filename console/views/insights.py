@@ -1,7 +1,7 @@
 """Insights: latency distributions, goodput over time, anomalies by category and attribution.
 
 Goodput figures come from the snapshots the worker takes every few minutes
-(``recovery.insights``); nothing here reads the audit trail. Anomaly counts are grouped queries
+(``recovery.read.insights``); nothing here reads the audit trail. Anomaly counts are grouped queries
 over the (much smaller) anomaly table. The figures are built in ``console.insight_charts``.
 """
 
@@ -18,12 +18,12 @@ from django.utils import timezone
 from console.access import console_view
 from console.charts import figure_payload
 from console.insight_charts import TimeRange, anomaly_figure, ettr_figure, histogram_figure
-from recovery.insights import (
+from recovery.models import Cluster
+from recovery.read.insights import (
     anomalies_over_time,
     ettr_over_time,
     latest_snapshots,
 )
-from recovery.models import Cluster
 
 # A snapshot older than this many snapshot intervals means the worker is not taking them.
 STALE_AFTER_INTERVALS = 3

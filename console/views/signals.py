@@ -8,8 +8,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from console.access import console_view
 from console.forms import SignalStoresForm
-from recovery.configurator import inspect_logs, inspect_metrics, save_signals
 from recovery.models import Cluster
+from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
 
 
 @console_view("recovery.change_cluster", "Configuring a cluster's log and metric stores")

@@ -16,13 +16,13 @@ from console.access import console_view
 from console.charts import figure_payload
 from console.forms import DecisionForm
 from console.timeline import workload_timeline as workload_timeline_figure
-from recovery.goodput import (
+from recovery.models import Attempt, Cluster, Node, Workload
+from recovery.read.goodput import (
     Distribution,
     WorkloadGoodput,
     workload_goodput,
 )
-from recovery.models import Attempt, Cluster, Node, Workload
-from recovery.queries import workload_trail
+from recovery.read.queries import workload_trail
 
 PAGE_ANOMALIES = 50
 PAGE_RECOMMENDATIONS = 50

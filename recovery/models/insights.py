@@ -9,7 +9,7 @@ class ClusterGoodputSnapshot(models.Model):
     """A cluster's goodput figures over a trailing window, as computed at ``taken_at``.
 
     The figures come from the audit trail, which is too long to read during a request; a
-    periodic task (``recovery.insights.take_goodput_snapshots``) writes one row per cluster and
+    periodic task (``recovery.read.insights.take_goodput_snapshots``) writes one row per cluster and
     the Console reads the rows. Durations are in seconds. Histograms are
     ``{"edges": [...], "counts": [...]}``: ``counts[i]`` values from ``edges[i]`` up to the next
     edge, the last one open-ended. Rows are derived data, so old ones are pruned.

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from recovery.schedulers.base import CommandResult, JobInfo, NodeInfo, SchedulerAdapter
-from recovery.schedulers.transport import LocalTransport
-from recovery.schedulers.validation import validate_job_id, validate_node_names
 from recovery.simulator.store import SimulationStore
+from recovery.sources.schedulers.base import CommandResult, JobInfo, NodeInfo, SchedulerAdapter
+from recovery.sources.schedulers.transport import LocalTransport
+from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
 
 class SimulatedAdapter(SchedulerAdapter):

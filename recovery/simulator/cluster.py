@@ -21,8 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from recovery.schedulers.base import CommandResult, JobInfo, NodeInfo, SchedulerError
-from recovery.schedulers.optin import parse_job_comment
 from recovery.simulator import logtext
 from recovery.simulator.faults import (
     CRASH,
@@ -34,6 +32,8 @@ from recovery.simulator.faults import (
     FaultKind,
     FaultTable,
 )
+from recovery.sources.schedulers.base import CommandResult, JobInfo, NodeInfo, SchedulerError
+from recovery.sources.schedulers.optin import parse_job_comment
 
 STATE_VERSION = 1
 # A failure's text spans the seconds before the attempt ends (first error to srun's last word).

@@ -18,8 +18,8 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings as SettingsWrapper
 from rest_framework.test import APIClient
 
-from recovery import pushed
 from recovery.choices import AuditKind, Connection, FailureCategory
+from recovery.loop import push as pushed
 from recovery.models import (
     Anomaly,
     AuditEvent,

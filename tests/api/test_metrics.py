@@ -22,7 +22,6 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from recovery import metrics as figures
 from recovery.choices import (
     AnomalyKind,
     Attribution,
@@ -39,6 +38,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
+from recovery.read import self_metrics as figures
 from tests.factories import (
     AnomalyFactory,
     ClusterFactory,
@@ -574,7 +574,7 @@ def test_head_answers_without_computing_the_figures() -> None:
 
 def test_the_task_failure_hook_imports_before_django_is_set_up() -> None:
     """tasks/celery.py imports the hook when the worker starts, before django.setup()."""
-    code = "import tasks.celery; from recovery.metrics import record_task_failure"
+    code = "import tasks.celery; from recovery.read.self_metrics import record_task_failure"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "workload_recovery.settings"}
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60

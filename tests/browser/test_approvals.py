@@ -11,8 +11,8 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from recovery.choices import AuditKind, RecommendationStatus
+from recovery.loop.recommendations import claimable_for
 from recovery.models import AuditEvent, Recommendation
-from recovery.recommendations import claimable_for
 from tests.browser.conftest import Browsing
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 

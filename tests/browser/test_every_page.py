@@ -18,7 +18,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
 from recovery.choices import AuditKind, NodeHealth, WorkloadState
-from recovery.demo import A100_CLUSTER, seed_demo_cluster
+from recovery.demo.fleet import A100_CLUSTER, seed_demo_cluster
 from recovery.models import AuditEvent, Node, ProgressSample, Workload
 from tests.browser.conftest import SCREENSHOT_DIR, Browsing, log_in, off_loop
 

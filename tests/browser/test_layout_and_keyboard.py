@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
 from recovery.models import AuditEvent, Workload
 from tests.browser.conftest import Browsing, off_loop, wait_until_live

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import AuditKind
 from recovery.models import AuditEvent, Workload
 from tests.browser.conftest import Browsing, off_loop, wait_until_live

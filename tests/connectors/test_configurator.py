@@ -10,9 +10,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from recovery.configurator import inspect_logs, inspect_metrics, save_signals
-from recovery.connectors.logs.base import to_ns
-from recovery.polling import log_store_of
+from recovery.loop.poll import log_store_of
+from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
+from recovery.sources.logs.base import to_ns
 from tests.connectors.conftest import PrometheusProcess
 from tests.connectors.recorded_servers import (
     LokiEntry,

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from recovery.choices import FailureCategory
-from recovery.gpu_monitor import metric_store_of
+from recovery.loop.gpu_checks import metric_store_of
+from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly
-from recovery.polling import poll_cluster
 from tests.connectors.conftest import FakeDcgmExporter, PrometheusProcess
 from tests.connectors.recorded_servers import closed_port_url
 from tests.connectors.test_prometheus import XID, wait_until_scraped

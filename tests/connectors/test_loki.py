@@ -11,7 +11,8 @@ import pytest
 from django.utils import timezone
 
 from recovery.choices import AuditKind
-from recovery.connectors.logs import (
+from recovery.models import Anomaly, AuditEvent, LogCursor
+from recovery.sources.logs import (
     ErrorKind,
     HttpSettings,
     LabelMapping,
@@ -21,8 +22,7 @@ from recovery.connectors.logs import (
     build_source,
     ingest_from_source,
 )
-from recovery.connectors.logs.base import MAX_LINE_CHARS, TRUNCATION_MARK, to_ns
-from recovery.models import Anomaly, AuditEvent, LogCursor
+from recovery.sources.logs.base import MAX_LINE_CHARS, TRUNCATION_MARK, to_ns
 from tests.connectors.recorded_servers import (
     Fault,
     LokiEntry,

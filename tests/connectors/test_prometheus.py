@@ -12,14 +12,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recovery.connectors.metrics import (
+from recovery.sources.metrics import (
     DcgmLabels,
     ErrorKind,
     MetricsSourceError,
     PrometheusSource,
     gpu_health,
 )
-from recovery.connectors.metrics.dcgm import ESSENTIAL_METRICS
+from recovery.sources.metrics.dcgm import ESSENTIAL_METRICS
 from tests.connectors.conftest import (
     CannedAnswer,
     CannedRequest,

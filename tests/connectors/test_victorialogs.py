@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from recovery.connectors.logs import (
+from recovery.models import Anomaly, LogCursor
+from recovery.sources.logs import (
     ErrorKind,
     HttpSettings,
     LabelMapping,
@@ -20,9 +21,8 @@ from recovery.connectors.logs import (
     build_source,
     ingest_from_source,
 )
-from recovery.connectors.logs.base import to_ns
-from recovery.connectors.logs.victorialogs import format_ns, parse_rfc3339_ns, parse_stream
-from recovery.models import Anomaly, LogCursor
+from recovery.sources.logs.base import to_ns
+from recovery.sources.logs.victorialogs import format_ns, parse_rfc3339_ns, parse_stream
 from tests.connectors.recorded_servers import (
     Fault,
     RecordedServer,

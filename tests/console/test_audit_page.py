@@ -20,8 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 
-from recovery import audit_trail
-from recovery.audit_trail import (
+from recovery.audit import trail as audit_trail
+from recovery.audit.trail import (
     AuditFilters,
     Cursor,
     InvalidCursor,

@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from recovery.connectors.logs.base import to_ns
 from recovery.roles import ADMIN
+from recovery.sources.logs.base import to_ns
 from tests.conftest import TEST_PASSWORD
 from tests.connectors.recorded_servers import LokiEntry, RecordedServer, loki, serving
 from tests.factories import ClusterFactory

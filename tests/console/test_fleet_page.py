@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from recovery.choices import FailureCategory, WorkloadState
-from recovery.queries import fleet_ordering
+from recovery.read.queries import fleet_ordering
 from tests.conftest import TEST_PASSWORD
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
 

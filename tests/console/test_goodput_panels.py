@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from console.templatetags.console import duration, percent
 from recovery.choices import WorkloadState
-from recovery.insights import take_goodput_snapshots
+from recovery.read.insights import take_goodput_snapshots
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory, WorkloadFactory
 from tests.recovery.test_goodput import at, failed_once_and_recovered

@@ -15,8 +15,8 @@ from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from console.charts import colour_for_attribution, colour_for_category
-from recovery.insights import DETECTION_LATENCY_EDGES
 from recovery.models import Cluster, ClusterGoodputSnapshot
+from recovery.read.insights import DETECTION_LATENCY_EDGES
 from tests.conftest import TEST_PASSWORD
 from tests.factories import AnomalyFactory, ClusterFactory
 

@@ -15,9 +15,9 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from console.consumers import UNAUTHORISED_CLOSE_CODE
 from console.routing import websocket_urlpatterns
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import AuditKind
-from recovery.health import check_redis
+from recovery.read.health import check_redis
 from tests.factories import WorkloadFactory
 
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -129,7 +129,7 @@ def test_a_deactivated_user_stops_receiving(operator: User) -> None:
 def test_fresh_goodput_figures_reach_the_fleet_channel(operator: User) -> None:
     from datetime import UTC, datetime
 
-    from recovery.live import announce_snapshots
+    from recovery.audit.live import announce_snapshots
 
     async def emit() -> None:
         from channels.db import database_sync_to_async

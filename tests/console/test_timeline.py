@@ -23,7 +23,7 @@ from console.timeline import (
     short_nodes,
     workload_timeline,
 )
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import (
     AnomalyKind,
     AttemptExitState,
@@ -34,7 +34,7 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.models import AuditEvent, Node, ProgressSample, Workload
-from recovery.queries import WORKLOAD_TRAIL_LIMIT
+from recovery.read.queries import WORKLOAD_TRAIL_LIMIT
 from tests.conftest import TEST_PASSWORD
 from tests.factories import (
     AnomalyFactory,

@@ -33,8 +33,6 @@ from typing import Any, TypeVar
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from recovery.advisor_client import AdvisorClient
-from recovery.advisor_controller import AdvisorController
 from recovery.choices import (
     AuditKind,
     ClusterMode,
@@ -42,6 +40,9 @@ from recovery.choices import (
     RecommendationStatus,
     WorkloadState,
 )
+from recovery.controller.client import AdvisorClient
+from recovery.controller.controller import AdvisorController
+from recovery.loop.poll import adapter_for, poll_cluster
 from recovery.models import (
     Anomaly,
     AuditEvent,
@@ -51,7 +52,6 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.polling import adapter_for, poll_cluster
 from tests.slurm_fixtures import REPO, SlurmCluster
 
 HERE = Path(__file__).resolve().parent
@@ -154,9 +154,9 @@ def rank_procs(job_id: str) -> dict[int, Proc]:
 
 
 def _watchdog() -> Callable[[], object] | None:
-    if importlib.util.find_spec("recovery.watchdog") is None:
+    if importlib.util.find_spec("recovery.loop.watchdog") is None:
         return None
-    return getattr(importlib.import_module("recovery.watchdog"), "run_watchdog", None)
+    return getattr(importlib.import_module("recovery.loop.watchdog"), "run_watchdog", None)
 
 
 class Loop:

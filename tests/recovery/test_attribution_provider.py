@@ -22,12 +22,12 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from recovery.attribution import EXTERNAL_PROVIDER, attribute
 from recovery.choices import AuditKind, NodeHealth
-from recovery.health import attribution_status
-from recovery.ingest import ingest_workload_logs
+from recovery.loop.anomalies import ingest_workload_logs
+from recovery.loop.attribution import EXTERNAL_PROVIDER, attribute
 from recovery.models import Anomaly, AuditEvent, Node, Verdict
-from recovery.schedulers.transport import LocalTransport
+from recovery.read.health import attribution_status
+from recovery.sources.schedulers.transport import LocalTransport
 from tests.conftest import TEST_PASSWORD
 from tests.factories import AnomalyFactory, AttemptFactory, WorkloadFactory
 

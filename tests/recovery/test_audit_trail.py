@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.db.models import ProtectedError
 
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import AuditKind
 from recovery.models import AppendOnlyError, AuditEvent
 from tests.factories import ClusterFactory, WorkloadFactory

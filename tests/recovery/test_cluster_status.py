@@ -18,17 +18,17 @@ from recovery.choices import (
     RecommendationStatus,
     WorkloadState,
 )
-from recovery.cluster_status import (
+from recovery.loop.poll import POLL_ERROR_LENGTH, poll_cluster, poll_failure_reason
+from recovery.models import Cluster, ControllerToken, Node
+from recovery.read.cluster_status import (
     NOT_POLLED_RECORDED,
     ClusterStatus,
     WarningKind,
     WarningSeverity,
     cluster_statuses,
 )
-from recovery.health import NO_PROVIDER_REASON, AttributionStatus
-from recovery.models import Cluster, ControllerToken, Node
-from recovery.polling import POLL_ERROR_LENGTH, poll_cluster, poll_failure_reason
-from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
+from recovery.read.health import NO_PROVIDER_REASON, AttributionStatus
+from recovery.sources.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
 from tasks.polling import poll_cluster as poll_cluster_task
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 

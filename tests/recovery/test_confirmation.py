@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import (
     AnomalyKind,
     AuditKind,
@@ -20,14 +20,14 @@ from recovery.choices import (
     Confirmation,
     RecommendationAction,
 )
-from recovery.confirmation import survival_step
-from recovery.ingest import ingest_workload_logs
+from recovery.loop.anomalies import ingest_workload_logs
+from recovery.loop.confirmation import survival_step
+from recovery.loop.monitors import check_suspects
+from recovery.loop.policy import decide_pending
+from recovery.loop.poll import poll_cluster
+from recovery.loop.push import LogBatch, ingest_log_batch
 from recovery.models import Anomaly, AuditEvent, Cluster, Policy, Recommendation, Workload
-from recovery.monitors import check_suspects
-from recovery.policy import decide_pending
-from recovery.polling import poll_cluster
-from recovery.pushed import LogBatch, ingest_log_batch
-from recovery.schedulers.transport import LocalTransport
+from recovery.sources.schedulers.transport import LocalTransport
 from tests.factories import ClusterFactory
 from tests.recovery.test_polling import Scripted, job
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from recovery.advisor_client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
-from recovery.advisor_controller import AdvisorController, MisconfiguredController
-from recovery.schedulers.base import (
+from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
+from recovery.controller.controller import AdvisorController, MisconfiguredController
+from recovery.sources.schedulers.base import (
     CommandResult,
     ExpeditedRequeueUnavailable,
     JobInfo,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from recovery.advisor_client import ReadyRecommendation
-from recovery.advisor_controller import AdvisorController
-from recovery.schedulers.base import CommandResult, SchedulerError
+from recovery.controller.client import ReadyRecommendation
+from recovery.controller.controller import AdvisorController
+from recovery.sources.schedulers.base import CommandResult, SchedulerError
 from tests.recovery.test_polling import SUBMITTED, Scripted, job
 
 

@@ -19,7 +19,7 @@ from recovery.choices import (
     RecommendationStatus,
     WorkloadState,
 )
-from recovery.demo import ensure_demo_users, seed_demo_cluster
+from recovery.demo.fleet import ensure_demo_users, seed_demo_cluster
 from recovery.models import (
     Anomaly,
     Attempt,

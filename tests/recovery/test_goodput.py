@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import AuditKind, WorkloadState
-from recovery.goodput import cluster_goodput, workload_goodput
 from recovery.models import Cluster, Workload
+from recovery.read.goodput import cluster_goodput, workload_goodput
 from tests.factories import ClusterFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from recovery.choices import AuditKind
-from recovery.ingest import ingest_workload_logs
+from recovery.loop.anomalies import ingest_workload_logs
 from recovery.models import Anomaly, Attempt, AuditEvent, LogCursor, Workload
-from recovery.schedulers.transport import LocalTransport
+from recovery.sources.schedulers.transport import LocalTransport
 from tests.factories import WorkloadFactory
 
 pytestmark = pytest.mark.django_db
@@ -102,7 +102,7 @@ def test_a_node_kernel_log_ties_an_xid_to_the_workloads_on_that_node(tmp_path: P
     THEN only the workload running on node002 gets the anomaly, and node002 is unhealthy
     """
     from recovery.choices import Connection, NodeHealth, WorkloadState
-    from recovery.ingest import ingest_node_kernel_logs
+    from recovery.loop.anomalies import ingest_node_kernel_logs
     from recovery.models import Node
     from tests.factories import ClusterFactory
 

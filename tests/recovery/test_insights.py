@@ -14,9 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from recovery.choices import Attribution, AuditKind, FailureCategory, WorkloadState
-from recovery.demo import A100_CLUSTER, H100_CLUSTER, seed_demo_cluster
-from recovery.goodput import cluster_goodput
-from recovery.insights import (
+from recovery.demo.fleet import A100_CLUSTER, H100_CLUSTER, seed_demo_cluster
+from recovery.models import Cluster, ClusterGoodputSnapshot, Workload
+from recovery.read.goodput import cluster_goodput
+from recovery.read.insights import (
     ACTION_LATENCY_EDGES,
     DETECTION_LATENCY_EDGES,
     SNAPSHOT_RETENTION,
@@ -30,7 +31,6 @@ from recovery.insights import (
     prune_goodput_snapshots,
     take_goodput_snapshots,
 )
-from recovery.models import Cluster, ClusterGoodputSnapshot, Workload
 from tasks import maintenance
 from tests.conftest import TEST_PASSWORD
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory

@@ -20,9 +20,12 @@ from recovery.choices import (
     StragglerAction,
     WorkloadState,
 )
-from recovery.confirmation import ReadContext
 from recovery.detection.findings import Finding
-from recovery.ingest import record_anomalies
+from recovery.loop.anomalies import record_anomalies
+from recovery.loop.confirmation import ReadContext
+from recovery.loop.monitors import check_progress, check_suspects
+from recovery.loop.policy import decide_pending
+from recovery.loop.poll import poll_cluster
 from recovery.models import (
     Anomaly,
     Attempt,
@@ -33,10 +36,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.monitors import check_progress, check_suspects
-from recovery.policy import decide_pending
-from recovery.polling import poll_cluster
-from recovery.schedulers.base import NodeInfo
+from recovery.sources.schedulers.base import NodeInfo
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
 from tests.recovery.test_polling import Scripted, job
 
@@ -330,7 +330,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("policy engine exploded")
 
-    monkeypatch.setattr("recovery.policy.decide", broken)
+    monkeypatch.setattr("recovery.loop.policy.decide", broken)
     cause = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
     record_anomalies(workload, attempt, [cause], now, read=DIED)
@@ -402,8 +402,8 @@ def test_an_application_exception_stays_the_applications_beside_an_xid(
 def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
     acting_cluster,  # type: ignore[no-untyped-def]
 ) -> None:
-    from recovery.audit import record_event
-    from recovery.ingest import record_findings, scan
+    from recovery.audit.record import record_event
+    from recovery.loop.anomalies import record_findings, scan
 
     _, workload, attempt = running_workload(acting_cluster)
     line = (

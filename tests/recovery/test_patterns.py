@@ -6,8 +6,8 @@ import pytest
 
 from recovery.detection.classify import classify_scan
 from recovery.detection.scanner import LogScanner
+from recovery.loop.patterns import active_signature_set, progress_parser_for
 from recovery.models import DetectionPattern, Policy
-from recovery.patterns import active_signature_set, progress_parser_for
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from recovery.choices import (
     RecommendationStatus,
     StragglerAction,
 )
+from recovery.loop.policy import History, decide, policy_for, recommend
 from recovery.models import Anomaly, Attempt, AuditEvent, Node, Policy, Recommendation
-from recovery.policy import History, decide, policy_for, recommend
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
 
 FRESH = History(attempts=1, attempts_without_checkpoint=0)

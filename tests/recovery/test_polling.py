@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.loop.poll import adapter_for, poll_cluster
 from recovery.models import Attempt, AuditEvent, Node, Workload
-from recovery.polling import adapter_for, poll_cluster
-from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
-from recovery.schedulers.optin import parse_job_comment
+from recovery.sources.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
+from recovery.sources.schedulers.optin import parse_job_comment
 from tests.factories import ClusterFactory
 
 pytestmark = pytest.mark.django_db

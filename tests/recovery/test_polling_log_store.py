@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from recovery.choices import FailureCategory
-from recovery.connectors.logs.base import to_ns
+from recovery.loop.poll import log_store_of, poll_cluster
 from recovery.models import Anomaly
-from recovery.polling import log_store_of, poll_cluster
+from recovery.sources.logs.base import to_ns
 from tests.connectors.recorded_servers import (
     LokiEntry,
     RecordedServer,

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery import recommendations
 from recovery.choices import AuditKind, RecommendationStatus
+from recovery.loop import recommendations
 from recovery.models import AuditEvent
 from recovery.models.recommendation import InvalidTransition
 from tests.factories import RecommendationFactory

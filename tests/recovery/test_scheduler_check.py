@@ -12,8 +12,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from recovery.scheduler_check import check_scheduler
-from recovery.schedulers.base import NodeInfo
+from recovery.sources.schedulers.base import NodeInfo
+from recovery.sources.schedulers.check import check_scheduler
 from tests.factories import ClusterFactory
 from tests.recovery.test_polling import SUBMITTED, Scripted, job
 

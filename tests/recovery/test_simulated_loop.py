@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from recovery.advisor_client import AdvisorClient
-from recovery.advisor_controller import AdvisorController
 from recovery.choices import AuditKind, ClusterMode, RecommendationStatus
-from recovery.live_demo import ensure_simulated_cluster
+from recovery.controller.client import AdvisorClient
+from recovery.controller.controller import AdvisorController
+from recovery.demo.live import ensure_simulated_cluster
+from recovery.loop.poll import adapter_for, poll_cluster
+from recovery.loop.watchdog import run_watchdog
 from recovery.models import AuditEvent, ControllerToken, Policy, Recommendation
-from recovery.polling import adapter_for, poll_cluster
 from recovery.simulator.cluster import SimConfig
 from recovery.simulator.store import SimulationStore
-from recovery.watchdog import run_watchdog
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 

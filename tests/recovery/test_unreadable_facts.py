@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from recovery.choices import AuditKind, RecommendationAction
 from recovery.detection.findings import Finding
-from recovery.ingest import record_anomalies
+from recovery.loop.anomalies import record_anomalies
+from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly, Attempt, AuditEvent, Recommendation, Workload
-from recovery.polling import poll_cluster
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
 from tests.recovery.test_polling import SUBMITTED, Scripted, job
 

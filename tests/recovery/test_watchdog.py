@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery.audit import record_event
+from recovery.audit.record import record_event
 from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
+from recovery.loop.recommendations import approve
+from recovery.loop.watchdog import run_watchdog
 from recovery.models import AuditEvent, Policy, Recommendation
-from recovery.recommendations import approve
-from recovery.schedulers.base import CommandResult
-from recovery.watchdog import run_watchdog
+from recovery.sources.schedulers.base import CommandResult
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 from tests.recovery.test_polling import Scripted, job
 
@@ -141,8 +141,8 @@ def test_it_keeps_working_when_the_policy_engine_raises(monkeypatch: pytest.Monk
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("policy engine exploded")
 
-    monkeypatch.setattr("recovery.policy.policy_for", broken)
-    monkeypatch.setattr("recovery.policy.decide", broken)
+    monkeypatch.setattr("recovery.loop.policy.policy_for", broken)
+    monkeypatch.setattr("recovery.loop.policy.decide", broken)
     summary = run_watchdog(adapters={cluster.pk: Releasing()})
     assert (summary.released, summary.expired) == (1, 1)
     stale.refresh_from_db()

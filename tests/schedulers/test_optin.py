@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from recovery.schedulers import optin
-from recovery.schedulers.optin import (
+from recovery.sources.schedulers import optin
+from recovery.sources.schedulers.optin import (
     ACT,
     MAX_COMMENT_LENGTH,
     OBSERVE,

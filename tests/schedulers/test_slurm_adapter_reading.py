@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from recovery.schedulers.base import CommandResult, SchedulerError
-from recovery.schedulers.slurm import FALLBACK_FIELDS, SEPARATOR, SlurmAdapter
+from recovery.sources.schedulers.base import CommandResult, SchedulerError
+from recovery.sources.schedulers.slurm import FALLBACK_FIELDS, SEPARATOR, SlurmAdapter
 
 DATA = Path(__file__).parent / "data" / "slurm"
 SQUEUE_JSON = ("squeue", "--json", "-t", "all")

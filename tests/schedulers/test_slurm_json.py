@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from recovery.schedulers.slurm_json import (
+from recovery.sources.schedulers.slurm_json import (
     SlurmDocumentError,
     SlurmVersion,
     decode_wait_status,

@@ -12,8 +12,8 @@ import pytest
 
 from recovery.detection.scanner import LogScanner
 from recovery.detection.signature_set import SignatureSet
-from recovery.schedulers.base import SchedulerError
 from recovery.simulator.cluster import SimConfig, SimulatedCluster
+from recovery.sources.schedulers.base import SchedulerError
 
 START = datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
 

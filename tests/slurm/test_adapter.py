@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from recovery.schedulers.base import JobInfo, SchedulerError
-from recovery.schedulers.slurm import SlurmAdapter
+from recovery.sources.schedulers.base import JobInfo, SchedulerError
+from recovery.sources.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster, only_22_05
 
 pytestmark = pytest.mark.slurm

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from recovery.advisor_client import AdvisorClient
-from recovery.advisor_controller import AdvisorController
 from recovery.choices import AuditKind, ClusterMode, RecommendationStatus, WorkloadState
+from recovery.controller.client import AdvisorClient
+from recovery.controller.controller import AdvisorController
+from recovery.loop.poll import adapter_for, poll_cluster
 from recovery.models import (
     Anomaly,
     AuditEvent,
@@ -20,7 +21,6 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.polling import adapter_for, poll_cluster
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True, reset_sequences=True)]

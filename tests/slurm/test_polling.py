@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from recovery.choices import AttemptExitState, AuditKind, WorkloadState
+from recovery.loop.poll import adapter_for, poll_cluster
 from recovery.models import Attempt, AuditEvent, Cluster, Workload
-from recovery.polling import adapter_for, poll_cluster
 from tasks.polling import poll_cluster as poll_cluster_task
 from tests.slurm.conftest import SlurmCluster
 

@@ -14,8 +14,8 @@ import pytest
 from django.core.management import call_command
 
 from recovery.choices import WorkloadState
+from recovery.loop.poll import poll_cluster
 from recovery.models import Cluster, Workload
-from recovery.polling import poll_cluster
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]

@@ -25,10 +25,10 @@ import pytest
 import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
-from recovery import pushed
 from recovery.choices import WorkloadState
+from recovery.loop import push as pushed
+from recovery.loop.poll import poll_cluster
 from recovery.models import AuditEvent, Cluster, ControllerToken, Workload
-from recovery.polling import poll_cluster
 from tasks.polling import poll_cluster as poll_cluster_task
 from tests.slurm.conftest import REPO, SlurmCluster
 

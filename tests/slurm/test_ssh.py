@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from recovery.schedulers.base import JobInfo, SchedulerError
-from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import SSHTransport
+from recovery.sources.schedulers.base import JobInfo, SchedulerError
+from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.sources.schedulers.transport import SSHTransport
 from tests.slurm.conftest import REPO, SlurmCluster
 from tests.slurm_fixtures import exports
 
@@ -324,9 +324,9 @@ def test_the_controller_in_ssh_mode_restarts_a_job_once(
     WHEN it runs twice
     THEN the job restarts once on other nodes, and the report lists the commands it ran
     """
-    from recovery.advisor_client import AdvisorClient
-    from recovery.advisor_controller import AdvisorController
     from recovery.choices import ClusterMode, RecommendationStatus
+    from recovery.controller.client import AdvisorClient
+    from recovery.controller.controller import AdvisorController
     from recovery.models import Cluster, ControllerToken
     from tests.slurm.test_advisor_controller import (
         recommend_restart,

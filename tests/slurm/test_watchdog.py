@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from recovery.choices import AuditKind, WorkloadState
+from recovery.loop.poll import adapter_for, poll_cluster
+from recovery.loop.watchdog import run_watchdog
 from recovery.models import AuditEvent, Cluster, Policy, Workload
-from recovery.polling import adapter_for, poll_cluster
-from recovery.watchdog import run_watchdog
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]

@@ -16,8 +16,8 @@ from django.db import connection
 from django.utils import timezone
 
 from recovery.choices import AuditKind, RecommendationStatus
-from recovery.health import check_redis
 from recovery.models import AuditEvent
+from recovery.read.health import check_redis
 from tasks.maintenance import release_expired_leases
 from tests.factories import RecommendationFactory
 

@@ -9,12 +9,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from recovery.advisor_client import AdvisorAPIError, AdvisorClient
-from recovery.advisor_controller import AdvisorController, MisconfiguredController
-from recovery.schedulers.base import SchedulerAdapter, SchedulerError, Transport
-from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import LocalTransport, SSHTransport
+from recovery.controller.client import AdvisorAPIError, AdvisorClient
+from recovery.controller.controller import AdvisorController, MisconfiguredController
 from recovery.simulator.store import SimulationStore
+from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError, Transport
+from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
-from recovery.demo import DEMO_USERS, ensure_demo_users
+from recovery.demo.fleet import DEMO_USERS, ensure_demo_users
 
 
 class Command(BaseCommand):

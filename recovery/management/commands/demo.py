@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.choices import ClusterMode
-from recovery.live_demo import DEMO_FAULTS_PER_JOB_HOUR, DEMO_SPEEDUP, LIVE_CLUSTERS
+from recovery.demo.live import DEMO_FAULTS_PER_JOB_HOUR, DEMO_SPEEDUP, LIVE_CLUSTERS
 from workload_recovery import stack
 
 

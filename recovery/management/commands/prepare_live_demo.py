@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from recovery.live_demo import prepare_live_clusters
+from recovery.demo.live import prepare_live_clusters
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from recovery import live
-from recovery.demo import A100_CLUSTER, H100_CLUSTER, seed_demo_cluster
+from recovery.audit import live
+from recovery.demo.fleet import A100_CLUSTER, H100_CLUSTER, seed_demo_cluster
 
 
 class _CountUndelivered(logging.Filter):

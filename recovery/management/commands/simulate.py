@@ -10,10 +10,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.choices import ClusterMode
-from recovery.live_demo import NotSimulated, ensure_simulated_cluster
-from recovery.schedulers.base import SchedulerError
+from recovery.demo.live import NotSimulated, ensure_simulated_cluster
 from recovery.simulator.cluster import SimConfig
 from recovery.simulator.store import SimulationStore
+from recovery.sources.schedulers.base import SchedulerError
 
 
 class Command(BaseCommand):

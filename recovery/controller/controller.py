@@ -1,0 +1,515 @@
+"""The Slurm Advisor Controller: carries out claimed recommendations, exactly once.
+
+Every step is decided from the scheduler's state read *now*, never from memory of what this
+or another controller meant to do: a controller killed half-way and restarted (or a second
+controller taking over an expired lease) reads the job, sees what already happened, and does
+only what is left. A restart of attempt N is done when Slurm's restart count has reached N,
+the excluded nodes are set and the job is no longer held; a stop is done when further requeue
+is disabled and the job has ended.
+
+Nothing is done on a guess. Before any command the job must be the recommendation's job (same
+user, a submit time that fits) and every fact the action depends on must have been read; a
+read that fails or a fact that is unknown gives the recommendation back (``retry``) to be taken
+up again from the scheduler's state, by this controller or another. So does a half-done action:
+a requeued job that is still held or still lacks its exclusions is finished on the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
+from recovery.sources.schedulers.base import (
+    CommandResult,
+    ExpeditedRequeueUnavailable,
+    JobInfo,
+    SchedulerAdapter,
+    SchedulerError,
+    describe_unknown,
+)
+from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
+
+logger = logging.getLogger(__name__)
+
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+    }
+)
+RESTART = {"restart", "restart_excluding"}
+STOP = "stop"
+
+
+class AdvisorAPI(Protocol):
+    def ready(self) -> list[ReadyRecommendation]: ...
+
+    def claim(self, recommendation_id: int, lease_seconds: int) -> ReadyRecommendation: ...
+
+    def renew(self, recommendation_id: int, lease_seconds: int) -> None: ...
+
+    def report(self, recommendation_id: int, body: dict[str, Any]) -> None: ...
+
+    def identity(self) -> ControllerIdentity: ...
+
+
+class MisconfiguredController(Exception):
+    """The controller's token, ``--cluster`` and scheduler do not belong together."""
+
+
+class Retry(Exception):
+    """Not finished now; the recommendation goes back to be taken up from the scheduler's state."""
+
+
+class LeaseLost(Exception):
+    """Another controller may own the recommendation now: stop acting on it at once."""
+
+
+# A job's submit time as Slurm reports it and as the control plane stored it may differ by
+# rounding; a requeue sets it to the moment of the requeue.
+SUBMIT_TIME_TOLERANCE = timedelta(seconds=1)
+
+
+@dataclass
+class Outcome:
+    outcome: str  # executed, skipped, failed or retry
+    state_before: dict[str, Any]
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    converged: bool | None = None
+    detail: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "state_before": self.state_before,
+            "commands": self.commands,
+            "converged": self.converged,
+            "detail": self.detail[:2000],
+        }
+
+    @property
+    def acted(self) -> bool:
+        return any(command["returncode"] == 0 for command in self.commands)
+
+
+def job_snapshot(job: JobInfo | None) -> dict[str, Any]:
+    if job is None:
+        return {"known": False}
+    snapshot: dict[str, Any] = {
+        "known": True,
+        "job_state": job.state,
+        "reason": job.reason,
+        "user": job.user,
+        "submit_time": job.submit_time.isoformat() if job.submit_time else None,
+        "restart_count": job.restart_count,
+        "nodes": job.nodes,
+        "excluded_nodes": job.excluded_nodes,
+        "held": job.held,
+        "requeue_allowed": job.requeue_allowed,
+    }
+    if job.unreadable:
+        snapshot["unreadable"] = dict(job.unreadable)
+    return snapshot
+
+
+def identity_problem(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
+    """Why ``job`` is not the job the recommendation was made for, or None when it is.
+
+    Slurm hands job ids out again (after MaxJobId, or when its state was reset): the id alone
+    may name another user's job. A requeue sets the submit time to the requeue's moment, so a
+    later submit time fits only a job that was restarted since.
+    """
+    if not recommendation.user or recommendation.submit_time is None:
+        return "the recommendation does not say whose job it is (no user or submit time)"
+    if job.user != recommendation.user:
+        return f"job {job.job_id} belongs to {job.user!r}, not {recommendation.user!r}"
+    assert job.submit_time is not None and job.restart_count is not None  # checked as known
+    drift = job.submit_time - recommendation.submit_time
+    if abs(drift) <= SUBMIT_TIME_TOLERANCE:
+        return None
+    if drift > SUBMIT_TIME_TOLERANCE and job.restart_count > 0:
+        return None
+    return (
+        f"job {job.job_id} was submitted at {job.submit_time.isoformat()}, not at "
+        f"{recommendation.submit_time.isoformat()}: the id names another job now"
+    )
+
+
+def started_since(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
+    """Why the job's current allocation is not the attempt the recommendation is about.
+
+    The restart count alone cannot tell a failed attempt N from attempt N's successor started by
+    Slurm or a person while the recommendation waited: requeueing then would throw away a
+    healthy new attempt. The job's start time must be the attempt's own.
+    """
+    if recommendation.attempt_started_at is None:
+        return f"attempt {recommendation.attempt} never started, so there is nothing to restart"
+    if job.start_time is None:
+        raise Retry(f"the start time of job {job.job_id} is unknown")
+    if job.start_time - recommendation.attempt_started_at > SUBMIT_TIME_TOLERANCE:
+        return (
+            f"job {job.job_id} started again at {job.start_time.isoformat()}, after attempt "
+            f"{recommendation.attempt} (started {recommendation.attempt_started_at.isoformat()})"
+        )
+    return None
+
+
+class AdvisorController:
+    def __init__(
+        self,
+        api: AdvisorAPI,
+        adapter: SchedulerAdapter,
+        *,
+        partitions: Sequence[str] = (),
+        lease_seconds: int = 120,
+        settle_seconds: float = 30.0,
+        poll_seconds: float = 0.5,
+        read_attempts: int = 4,
+        backoff_seconds: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.adapter = adapter
+        self.partitions = set(partitions)
+        self.lease_seconds = lease_seconds
+        self.settle_seconds = settle_seconds
+        self.poll_seconds = poll_seconds
+        self.read_attempts = read_attempts
+        self.backoff_seconds = backoff_seconds
+        self.sleep = sleep
+        self.clock = clock
+        self._holding: int | None = None  # the recommendation whose lease is kept alive
+        self._lease_renewed_at = 0.0
+
+    def check_identity(self, cluster: str) -> ControllerIdentity:
+        """Refuse to start unless the token's cluster is ``cluster`` and Slurm agrees.
+
+        Three things must name the same cluster: the ``--cluster`` it was started with, the
+        cluster its token belongs to, and the ``ClusterName`` the scheduler reports (which the
+        control plane records as the cluster's scheduler name). An unreadable name is no match.
+        """
+        identity = self.api.identity()
+        if identity.cluster != cluster:
+            raise MisconfiguredController(
+                f"the token belongs to cluster {identity.cluster!r}, not to --cluster {cluster!r}"
+            )
+        try:
+            reported = self.adapter.cluster_name()
+        except SchedulerError as exc:
+            raise MisconfiguredController(
+                f"cannot read the scheduler's cluster name: {exc}"
+            ) from None
+        if reported is None:
+            raise MisconfiguredController(
+                "the scheduler did not report its cluster name: cannot tell that it is "
+                f"{identity.scheduler_cluster_name!r}"
+            )
+        if reported != identity.scheduler_cluster_name:
+            raise MisconfiguredController(
+                f"the scheduler here is cluster {reported!r}, but {cluster!r} expects "
+                f"{identity.scheduler_cluster_name!r}"
+            )
+        return identity
+
+    def run_once(self) -> list[tuple[int, str]]:
+        """Claim and carry out everything ready; return (recommendation id, outcome) pairs."""
+        done = []
+        for recommendation in self.api.ready():
+            if self.partitions and recommendation.partition not in self.partitions:
+                logger.info(
+                    "recommendation %s left alone: partition %r is not in the allowlist",
+                    recommendation.id,
+                    recommendation.partition,
+                )
+                continue
+            try:
+                claimed = self.api.claim(recommendation.id, self.lease_seconds)
+            except AdvisorAPIError as exc:
+                if exc.status in {404, 409}:
+                    continue  # another controller got it first, or it expired meanwhile
+                if exc.status is None or exc.status == 429 or exc.status >= 500:
+                    # The control plane is away or busy: nothing was claimed, the next pass
+                    # asks again; the other recommendations are still served.
+                    logger.warning("claim of recommendation %s: %s", recommendation.id, exc)
+                    continue
+                raise
+            outcome = self._carry_out_claimed(claimed)
+            try:
+                self.api.report(claimed.id, outcome.body())
+            except AdvisorAPIError as exc:
+                # Refused (another controller took over: the refusal is audited with what was
+                # done) or the control plane is away (the lease runs out and the next pass reads
+                # the scheduler): either way the others still get served.
+                logger.warning("report of recommendation %s: %s", claimed.id, exc)
+                done.append((claimed.id, f"unreported {outcome.outcome}"))
+                continue
+            done.append((claimed.id, outcome.outcome))
+        return done
+
+    def _carry_out_claimed(self, recommendation: ReadyRecommendation) -> Outcome:
+        self._holding = recommendation.id
+        self._lease_renewed_at = self.clock()
+        try:
+            return self.carry_out(recommendation)
+        except Exception as exc:  # one bad recommendation never stops the controller
+            logger.exception("recommendation %s: unexpected error", recommendation.id)
+            return Outcome("retry", {"known": None}, detail=f"unexpected error: {exc!r}")
+        finally:
+            self._holding = None
+
+    # ------------------------------------------------------------------ one recommendation
+
+    def carry_out(self, recommendation: ReadyRecommendation) -> Outcome:
+        try:
+            job_id = validate_job_id(recommendation.job_id)
+            validate_node_names(recommendation.excluded_nodes)
+        except ValueError as exc:  # InvalidIdentifier
+            return Outcome("failed", {"known": None}, detail=f"refused before any command: {exc}")
+        outcome = Outcome("skipped", {"known": None})
+        try:
+            job = self._read(job_id)
+            outcome.state_before = job_snapshot(job)
+            if job is None:
+                outcome.outcome = "failed"
+                outcome.detail = "the scheduler no longer knows the job"
+                return outcome
+            self._require_known(job)
+            problem = identity_problem(recommendation, job)
+            if problem is not None:
+                outcome.outcome = "failed"
+                outcome.detail = f"refused before any command: {problem}"
+                return outcome
+            if recommendation.action in RESTART:
+                self._restart(recommendation, job, outcome)
+            elif recommendation.action == STOP:
+                self._stop(recommendation, job, outcome)
+            else:
+                outcome.detail = f"nothing to do for action {recommendation.action!r}"
+                outcome.converged = True
+        except Retry as exc:
+            outcome.outcome = "retry"
+            outcome.converged = False
+            outcome.detail = f"to be continued from the scheduler's state: {exc}"
+        except LeaseLost as exc:
+            outcome.outcome = "retry"
+            outcome.converged = False
+            outcome.detail = f"stopped acting: {exc}"
+        except SchedulerError as exc:
+            if exc.result is not None:
+                self._record(outcome, exc.result)
+            if exc.result is None or outcome.acted:
+                # The scheduler was unreachable (the command may or may not have run), or the
+                # action is half done: the next pass reads the scheduler and finishes it.
+                outcome.outcome = "retry"
+                outcome.converged = False
+                outcome.detail = f"to be continued from the scheduler's state: {exc}"
+            else:
+                outcome.outcome = "failed"
+                outcome.detail = str(exc)
+        except ValueError as exc:  # InvalidIdentifier: a value no command may carry
+            outcome.outcome = "retry" if outcome.acted else "failed"
+            outcome.detail = f"bad value: {exc}"
+        return outcome
+
+    def _restart(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
+        attempt = recommendation.attempt
+        if attempt is None:
+            outcome.outcome = "failed"
+            outcome.detail = "the recommendation names no attempt: cannot tell if it is done"
+            return
+        assert job.restart_count is not None and job.excluded_nodes is not None
+        if job.restart_count < attempt and not job.requeue_allowed:
+            outcome.outcome = "failed"
+            outcome.converged = False
+            outcome.detail = f"abandoned: the job is {job.state} and Slurm will not requeue it"
+            return
+        if job.restart_count < attempt and job.state == "COMPLETING":
+            # Winding down: the failed attempt ending, or an allocation left over from a
+            # restart. Which one shows once it has ended; until then nothing is done.
+            job = self._wait(job.job_id, lambda j: j.state != "COMPLETING")
+            if job.state == "COMPLETING":
+                raise Retry(f"job {job.job_id} is still completing")
+        assert job.restart_count is not None and job.excluded_nodes is not None
+        requeue = job.restart_count < attempt and job.state != "PENDING"
+        if requeue:
+            problem = started_since(recommendation, job)
+            if problem is not None:
+                outcome.converged = False
+                outcome.detail = f"nothing restarted: {problem}"
+                return
+        wanted_exclusions = sorted(set(job.excluded_nodes) | set(recommendation.excluded_nodes))
+        missing_exclusions = not set(recommendation.excluded_nodes) <= set(job.excluded_nodes)
+        if requeue:
+            if not missing_exclusions and self._requeued_expedited(job, outcome):
+                missing_exclusions = False
+            else:
+                self._act(outcome, self.adapter.requeue(job.job_id, hold=True))
+            job = self._wait(
+                job.job_id,
+                lambda j: (
+                    j.state in {"PENDING", "COMPLETING"} and (j.restart_count or 0) >= attempt
+                ),
+            )
+        elif missing_exclusions and job.is_pending and not job.held:
+            # Keep it from starting on an excluded node while the exclusion is set.
+            self._act(outcome, self.adapter.hold(job.job_id))
+        if missing_exclusions:
+            self._act(outcome, self._exclude(job.job_id, wanted_exclusions))
+        current = self._read_known(job.job_id)
+        if current.held:
+            self._act(outcome, self.adapter.release(job.job_id))
+        final = self._read(job.job_id)
+        outcome.converged = bool(
+            final is not None
+            and not final.unknown()
+            and (final.restart_count or 0) >= attempt
+            and set(recommendation.excluded_nodes) <= set(final.excluded_nodes or [])
+            and final.held is False
+            and final.state not in FINISHED_STATES
+        )
+        if not outcome.converged:
+            reason = (
+                "abandoned" if final is None or final.state in FINISHED_STATES else "not converged"
+            )
+            outcome.detail = outcome.detail or f"{reason}: {job_snapshot(final)}"
+
+    def _requeued_expedited(self, job: JobInfo, outcome: Outcome) -> bool:
+        """Slurm 25.11's fast path, where the site and the job have it: restarted at once, at
+        top priority, with no hold to lift. Nothing else to set, so nothing is lost by it."""
+        if not self.adapter.supports_expedited_requeue():
+            return False
+        self._keep_lease()
+        try:
+            self._act(outcome, self.adapter.requeue_expedited(job.job_id))
+        except ExpeditedRequeueUnavailable as exc:
+            logger.info("ordinary requeue for job %s: %s", job.job_id, exc)
+            return False
+        return True
+
+    def _exclude(self, job_id: str, nodes: list[str]) -> CommandResult:
+        """Set the exclusions; Slurm accepts them only once the requeued job is pending."""
+        deadline = self.clock() + self.settle_seconds
+        while True:
+            self._keep_lease()
+            try:
+                return self.adapter.set_excluded_nodes(job_id, nodes)
+            except SchedulerError as exc:
+                if "no longer pending" not in str(exc) or self.clock() > deadline:
+                    raise
+            self.sleep(self.poll_seconds)
+
+    def _stop(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
+        if job.state == "COMPLETING":
+            # The failed attempt is still winding down; Slurm refuses updates until it ends.
+            job = self._wait(job.job_id, lambda j: j.state != "COMPLETING")
+        if job.requeue_allowed and job.state not in FINISHED_STATES:
+            try:
+                self._act(outcome, self.adapter.disable_requeue(job.job_id))
+            except SchedulerError:
+                current = self._read(job.job_id)
+                if current is None or current.state not in FINISHED_STATES:
+                    raise
+                job = current  # it ended meanwhile: nothing left that could restart it
+        if job.state not in FINISHED_STATES:
+            self._act(outcome, self.adapter.cancel(job.job_id))
+            job = self._wait(job.job_id, lambda j: j.state in FINISHED_STATES)
+        outcome.converged = job.state in FINISHED_STATES
+
+    # ------------------------------------------------------------------ reading the scheduler
+
+    def _read(self, job_id: str) -> JobInfo | None:
+        """The job as the scheduler reports it now; a failed read is retried with backoff.
+
+        Raises ``Retry`` when it still fails: a read error says nothing about the job, and
+        is never taken as "the job is gone".
+        """
+        delay = self.backoff_seconds
+        for attempt in range(1, self.read_attempts + 1):
+            self._keep_lease()
+            try:
+                return self.adapter.get_job(job_id)
+            except SchedulerError as exc:
+                if attempt == self.read_attempts:
+                    raise Retry(f"cannot read job {job_id}: {exc}") from None
+                logger.info("reading job %s failed (%s); again in %.1f s", job_id, exc, delay)
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _read_known(self, job_id: str) -> JobInfo:
+        job = self._read(job_id)
+        if job is None:
+            raise SchedulerError(f"job {job_id} disappeared while being acted on")
+        self._require_known(job)
+        return job
+
+    @staticmethod
+    def _require_known(job: JobInfo) -> None:
+        unknown = job.unknown()
+        if unknown:
+            raise Retry(
+                f"not acting on job {job.job_id} while these are unknown: "
+                f"{describe_unknown(unknown)}"
+            )
+
+    def _wait(self, job_id: str, reached: Callable[[JobInfo], bool]) -> JobInfo:
+        deadline = self.clock() + self.settle_seconds
+        while True:
+            job = self._read_known(job_id)
+            if reached(job) or self.clock() > deadline:
+                return job
+            self.sleep(self.poll_seconds)
+
+    # ------------------------------------------------------------------ the lease
+
+    def _keep_lease(self) -> None:
+        """Renew the lease when a third of it has gone by; stop when it cannot be kept."""
+        if self._holding is None:
+            return
+        since = self.clock() - self._lease_renewed_at
+        if since < self.lease_seconds / 3:
+            return
+        try:
+            self.api.renew(self._holding, self.lease_seconds)
+        except AdvisorAPIError as exc:
+            if exc.status in {404, 409}:
+                raise LeaseLost(
+                    f"the lease of recommendation {self._holding} is lost: {exc}"
+                ) from None
+            if since > self.lease_seconds * 0.8:
+                raise LeaseLost(
+                    f"could not renew the lease of recommendation {self._holding} before it "
+                    f"ran out: {exc}"
+                ) from None
+            logger.warning("lease renewal failed, trying again: %s", exc)
+            return
+        self._lease_renewed_at = self.clock()
+
+    # ------------------------------------------------------------------ acting
+
+    def _act(self, outcome: Outcome, result: CommandResult) -> None:
+        outcome.outcome = "executed"
+        self._record(outcome, result)
+
+    @staticmethod
+    def _record(outcome: Outcome, result: CommandResult) -> None:
+        outcome.commands.append(
+            {
+                "argv": list(result.argv),
+                "returncode": result.returncode,
+                "output": (result.stdout + result.stderr)[-2000:],
+            }
+        )

@@ -1,0 +1,346 @@
+"""A crash read from a job's output is a suspicion until the process is seen to end.
+
+Training programs print tracebacks they survive: data loaders and loggers that catch and log,
+"Exception ignored in ..." at teardown, retried I/O, callbacks that fail and are skipped. So a
+crash line from what a job printed (its output files, pushed log batches, a log store) is
+recorded as *suspected*, and nothing acts on it until one of these settles it:
+
+* **confirmed**: the process is seen to end. The attempt ended, a launcher reported a task's
+  exit (srun's task-exit lines, torchrun's child failure, slurmstepd's cancel notice), or
+  another crash of the same attempt was confirmed. The policy then decides as on any crash.
+* **survived**: training went on after it. The crash stays in the trail and on the timeline,
+  and no recommendation is made.
+* **stalled**: the process neither ended nor trained for the confirmation window,
+  ``max(crash_confirmation_seconds, crash_confirmation_step_factor x median step)``. A process
+  that printed an error and stopped without exiting is hung, not crashed: a hang is recorded
+  and decided as any hang.
+
+Evidence the user does not control (the scheduler's job and node states, a node's kernel log,
+GPU metrics) needs no confirmation, nor do the exit reports themselves. A job that reports no
+progress cannot be seen to survive or stall: its suspects wait for the process to end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Max
+from django.utils import timezone
+
+from recovery.audit.record import record_event
+from recovery.choices import AnomalyKind, AttemptExitState, AuditKind, Confirmation, WorkloadState
+from recovery.detection.findings import CRASH, HANG, Finding
+from recovery.detection.hang import ProgressObservation, format_duration, median_step_time
+from recovery.detection.scanner import ProgressPoint
+from recovery.models import Anomaly, Attempt, Policy, ProgressSample, Workload
+
+CONFIRMER = "detector"
+# Reads of something other than the job's own output: a node's kernel log is the node's word.
+TRUSTED_LOG_SCOPES = ("kernel:",)
+# Distinct new steps after a suspect line that show training went on. One is not enough: in a
+# data-parallel job the step in flight when a rank raised completes once on the others (and is
+# printed after the traceback); the next cannot complete without the rank that died.
+SURVIVAL_STEPS = 2
+# How far back progress samples inform the median step time.
+STEP_TIME_LOOK_BACK = timedelta(minutes=30)
+MAX_STEP_SAMPLES = 2000
+SETTLED_EVENTS = {
+    Confirmation.CONFIRMED: AuditKind.CONFIRMED,
+    Confirmation.SURVIVED: AuditKind.SURVIVED,
+    Confirmation.STALLED: AuditKind.STALLED,
+}
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """What one read of a job's output showed besides a finding.
+
+    ``samples_before`` and ``samples_after`` are the workload's last progress sample id before
+    and after the read's own samples were stored: later reads' progress is what comes after.
+    """
+
+    progress: list[ProgressPoint] = field(default_factory=list)
+    exits: list[Finding] = field(default_factory=list)
+    samples_before: int = 0
+    samples_after: int = 0
+
+
+@dataclass(frozen=True)
+class FirstLook:
+    """An anomaly's confirmation state when it is recorded, and what settled it."""
+
+    confirmation: str
+    reason: str = ""
+    suspect: dict[str, Any] | None = None
+
+    @property
+    def settled_from_suspicion(self) -> bool:
+        return self.suspect is not None and self.confirmation != Confirmation.SUSPECTED
+
+
+@dataclass(frozen=True)
+class Settlement:
+    confirmation: str
+    reason: str
+    stall: Finding | None = None
+
+
+def needs_confirmation(finding: Finding, scope: str) -> bool:
+    """A crash line the job printed itself, other than a launcher's report that it ended."""
+    return (
+        finding.kind == CRASH
+        and finding.source == "log"
+        and not scope.startswith(TRUSTED_LOG_SCOPES)
+        and not finding.detail.get("reports_exit")
+    )
+
+
+def last_sample_id(workload: Workload) -> int:
+    found = ProgressSample.objects.filter(workload=workload).aggregate(last=Max("id"))["last"]
+    return int(found or 0)
+
+
+def first_look(
+    finding: Finding,
+    scope: str,
+    attempt: Attempt | None,
+    read: ReadContext | None,
+    now: datetime,
+) -> FirstLook:
+    """The state to record ``finding`` in, settled at once when the same read settles it."""
+    if finding.kind != CRASH:
+        return FirstLook("")
+    if not needs_confirmation(finding, scope):
+        return FirstLook(Confirmation.CONFIRMED, _trusted_reason(finding, scope))
+    read = read or ReadContext()
+    line = int(finding.detail.get("last_line") or finding.first_line or 0)
+    step_before = _step_before(attempt, read, line)
+    suspect = {
+        "since": timezone.now().isoformat(),
+        "line": line,
+        "step_before": step_before,
+        "sample_mark": read.samples_after,
+    }
+    # Training that went on after the line outweighs an ending seen in the same read: the
+    # line did not end the process, something later did.
+    went_on = survival_step(step_before, [p.step for p in read.progress if p.line > line])
+    if went_on is not None:
+        return FirstLook(Confirmation.SURVIVED, _survival_reason(went_on), suspect)
+    if attempt is not None and _completed(attempt):
+        return FirstLook(Confirmation.SURVIVED, "the job completed", suspect)
+    if read.exits:
+        # The first exit is the task that died; the later ones are its peers being stopped.
+        first_exit = min(read.exits, key=lambda f: f.first_line or 0)
+        return FirstLook(Confirmation.CONFIRMED, _exit_reason(first_exit), suspect)
+    if attempt is not None and (ended := attempt_ending(attempt)):
+        return FirstLook(Confirmation.CONFIRMED, ended, suspect)
+    return FirstLook(Confirmation.SUSPECTED, "", suspect)
+
+
+def survival_step(step_before: int | None, steps_after: list[int]) -> int | None:
+    """The step that shows training went on after a suspect line, if the steps after show it."""
+    if step_before is None:
+        new = set(steps_after)
+    else:
+        new = {step for step in steps_after if not step_before - 1 <= step <= step_before}
+    return max(new) if len(new) >= SURVIVAL_STEPS else None
+
+
+def attempt_ending(attempt: Attempt) -> str:
+    """Why ``attempt`` is over, or "" while it runs."""
+    workload = attempt.workload
+    if attempt.exit_state != AttemptExitState.RUNNING:
+        return f"the attempt ended ({attempt.get_exit_state_display().lower()})"
+    if attempt.ended_at is not None or workload.current_attempt > attempt.number:
+        return "the attempt ended"
+    if workload.state not in (WorkloadState.RUNNING, WorkloadState.UNKNOWN):
+        return f"the job left running ({workload.get_state_display().lower()})"
+    return ""
+
+
+def _completed(attempt: Attempt) -> bool:
+    """The attempt ended successfully: whatever it printed did not end it."""
+    workload = attempt.workload
+    return attempt.exit_state == AttemptExitState.COMPLETED or (
+        workload.current_attempt == attempt.number and workload.state == WorkloadState.COMPLETED
+    )
+
+
+def settle(anomaly: Anomaly, policy: Policy, now: datetime) -> Settlement | None:
+    """What settles a suspected crash now, if anything does yet."""
+    attempt = anomaly.attempt
+    if attempt is None:
+        return Settlement(Confirmation.CONFIRMED, "no attempt to wait for")
+    suspect = anomaly.details.get("suspect") or {}
+    step_before = suspect.get("step_before")
+    later = ProgressSample.objects.filter(
+        workload=anomaly.workload, attempt=attempt.number, id__gt=int(suspect.get("sample_mark", 0))
+    ).order_by("id")
+    went_on = survival_step(step_before, list(later.values_list("step", flat=True)[:1000]))
+    if went_on is not None:
+        return Settlement(Confirmation.SURVIVED, _survival_reason(went_on))
+    if _completed(attempt):
+        return Settlement(Confirmation.SURVIVED, "the job completed")
+    ended = attempt_ending(attempt)
+    if ended:
+        return Settlement(Confirmation.CONFIRMED, ended)
+    failed = (
+        Anomaly.objects.filter(
+            workload=anomaly.workload, attempt=attempt, confirmation=Confirmation.CONFIRMED
+        )
+        .exclude(pk=anomaly.pk)
+        .order_by("detected_at", "id")
+        .first()
+    )
+    if failed is not None:
+        return Settlement(
+            Confirmation.CONFIRMED, f"the attempt failed: {failed.evidence_line[:200]}"
+        )
+    return _stall(anomaly, policy, suspect, now)
+
+
+def _stall(
+    anomaly: Anomaly, policy: Policy, suspect: dict[str, Any], now: datetime
+) -> Settlement | None:
+    """Settled as stalled once the job made no progress for the confirmation window."""
+    assert anomaly.attempt is not None
+    reports_progress = (
+        suspect.get("step_before") is not None
+        or ProgressSample.objects.filter(
+            workload=anomaly.workload, attempt=anomaly.attempt.number
+        ).exists()
+    )
+    if not reports_progress:
+        return None  # silence says nothing about a job that never reports progress
+    median = _median_step_seconds(anomaly.workload, now)
+    window = float(policy.crash_confirmation_seconds)
+    if median is not None:
+        window = max(window, policy.crash_confirmation_step_factor * median)
+    since = datetime.fromisoformat(suspect.get("since") or anomaly.detected_at.isoformat())
+    silent = (now - since).total_seconds()
+    if silent < window:
+        return None
+    reason = f"no exit and no progress for {format_duration(silent)} after it"
+    hang = Finding(
+        kind=HANG,
+        # A hang has no log category of its own: the error it followed is in its evidence.
+        category="",
+        attribution="unknown",
+        severity="error",
+        signature="no-progress-after-error",
+        evidence=f"no progress for {format_duration(silent)} after: {anomaly.evidence_line[:300]}",
+        source="progress",
+        nodes=list(anomaly.implicated_nodes),
+        ranks=list(anomaly.implicated_ranks),
+        at=since + timedelta(seconds=window),
+        detail={
+            "role": "cause",
+            "silent_seconds": silent,
+            "allowed_seconds": window,
+            "median_step_seconds": median,
+            "stalled_after": anomaly.pk,
+        },
+    )
+    return Settlement(Confirmation.STALLED, reason, hang)
+
+
+def apply(anomaly: Anomaly, settlement: Settlement, now: datetime) -> bool:
+    """Store the settlement of a suspect once, with its audit event; False if already settled."""
+    changed = Anomaly.objects.filter(pk=anomaly.pk, confirmation=Confirmation.SUSPECTED).update(
+        confirmation=settlement.confirmation,
+        confirmation_at=now,
+        confirmation_reason=settlement.reason[:255],
+    )
+    if not changed:
+        return False
+    anomaly.confirmation = settlement.confirmation
+    anomaly.confirmation_at = now
+    anomaly.confirmation_reason = settlement.reason[:255]
+    record_settled(anomaly)
+    return True
+
+
+def record_settled(anomaly: Anomaly) -> None:
+    """The audit event of a suspect that was confirmed, survived or stalled."""
+    assert anomaly.confirmation_at is not None
+    suspect = anomaly.details.get("suspect") or {}
+    since = suspect.get("since")
+    workload = anomaly.workload
+    record_event(
+        cluster=workload.cluster,
+        workload=workload,
+        attempt=anomaly.attempt.number if anomaly.attempt else None,
+        kind=SETTLED_EVENTS[Confirmation(anomaly.confirmation)],
+        actor=CONFIRMER,
+        payload={
+            "anomaly": anomaly.pk,
+            "reason": anomaly.confirmation_reason,
+            "evidence": anomaly.evidence_line[:300],
+            "evidence_to_settled_s": round(
+                (anomaly.confirmation_at - anomaly.evidence_at).total_seconds(), 3
+            ),
+            "suspected_for_s": round(
+                (anomaly.confirmation_at - datetime.fromisoformat(since)).total_seconds(), 3
+            )
+            if since
+            else None,
+        },
+        occurred_at=anomaly.confirmation_at,
+    )
+
+
+def suspects_of(cluster_id: int, since: datetime) -> list[Anomaly]:
+    return list(
+        Anomaly.objects.filter(
+            workload__cluster_id=cluster_id,
+            kind=AnomalyKind.CRASH,
+            confirmation=Confirmation.SUSPECTED,
+            detected_at__gte=since,
+        )
+        .select_related("workload__cluster", "attempt__workload")
+        .order_by("detected_at", "id")
+    )
+
+
+def _step_before(attempt: Attempt | None, read: ReadContext, line: int) -> int | None:
+    """The last step the attempt reached before the suspect line."""
+    steps = [point.step for point in read.progress if point.line < line]
+    if attempt is not None:
+        stored = ProgressSample.objects.filter(
+            workload_id=attempt.workload_id, attempt=attempt.number, id__lte=read.samples_before
+        ).aggregate(last=Max("step"))["last"]
+        if stored is not None:
+            steps.append(int(stored))
+    return max(steps) if steps else None
+
+
+def _median_step_seconds(workload: Workload, now: datetime) -> float | None:
+    samples = ProgressSample.objects.filter(
+        workload=workload, at__gte=now - STEP_TIME_LOOK_BACK
+    ).order_by("-at", "-id")[:MAX_STEP_SAMPLES]
+    return median_step_time(
+        [
+            ProgressObservation(at=s.at, step=s.step, rank=s.rank, node=s.node or None)
+            for s in samples
+        ]
+    )
+
+
+def _trusted_reason(finding: Finding, scope: str) -> str:
+    if finding.detail.get("reports_exit"):
+        return "a launcher reported the exit"
+    if scope.startswith(TRUSTED_LOG_SCOPES):
+        return "the node's kernel log"
+    return {"scheduler": "the scheduler's word", "metrics": "GPU metrics"}.get(
+        finding.source, finding.source
+    )
+
+
+def _exit_reason(exit_finding: Finding) -> str:
+    return f"exit reported: {exit_finding.evidence[:200]}"
+
+
+def _survival_reason(step: int) -> str:
+    return f"training went on: step {step} after it"

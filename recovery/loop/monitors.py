@@ -1,0 +1,231 @@
+"""Detectors that run on what a poll learnt besides new log lines.
+
+* The scheduler's word on how an attempt ended (NODE_FAIL, OUT_OF_MEMORY, TIMEOUT, a bare
+  FAILED) and on its nodes (DOWN, FAIL, not responding, drained with a reason).
+* The progress each rank and node reported: a hang (no step for longer than the job's own pace
+  allows) and a straggler (one node sustainedly slower than its peers).
+
+* The crashes read from logs that are still suspected: confirmed, survived or stalled
+  (``recovery.loop.confirmation``).
+
+Each becomes an anomaly through the same path as a log finding, so attribution, the policy and
+the audit trail treat every signal family alike. All of it is level-triggered: the fingerprint
+of each finding makes a repeated poll record nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from recovery.choices import Confirmation, NodeHealth, WorkloadState
+from recovery.detection.findings import Finding
+from recovery.detection.hang import HangPolicy, ProgressObservation, detect_hang
+from recovery.detection.signals import finding_from_scheduler_state, node_state_finding
+from recovery.detection.straggler import (
+    StragglerPolicy,
+    ThroughputObservation,
+    detect_stragglers,
+)
+from recovery.loop.anomalies import attempts_on_node, record_anomalies
+from recovery.loop.confirmation import apply, settle, suspects_of
+from recovery.loop.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
+from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
+from recovery.sources.schedulers.base import JobInfo
+
+# Job states that are news about the attempt on their own; a bare FAILED is recorded only
+# when the logs explained nothing.
+TELLING_END_STATES = frozenset(
+    {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "PREEMPTED"}
+)
+MAX_SAMPLES = 2000
+SAMPLE_LOOK_BACK_SECONDS = 1800.0
+
+
+def hang_policy(policy: Policy) -> HangPolicy:
+    floor = policy.hang_timeout_minutes * 60.0
+    return HangPolicy(
+        floor_seconds=floor,
+        step_time_factor=policy.hang_step_time_factor,
+        # Start-up (data loading, communicator set-up) and checkpoint saves may take longer
+        # than a step; a job stuck there is still caught, later.
+        startup_grace_seconds=max(2 * floor, 600.0),
+        checkpoint_grace_seconds=floor,
+    )
+
+
+def straggler_policy(policy: Policy) -> StragglerPolicy:
+    window = policy.straggler_window_minutes * 60.0
+    return StragglerPolicy(
+        threshold_percent=policy.straggler_threshold_percent,
+        window_seconds=window,
+        baseline_seconds=3 * window,
+    )
+
+
+def check_job_ending(
+    workload: Workload, attempt: Attempt, job: JobInfo, now: datetime
+) -> list[Anomaly]:
+    """Record what the scheduler says about an attempt that ended abnormally."""
+    # Implicate only the nodes the scheduler took out, not a whole allocation that ended.
+    out = {
+        node.name
+        for node in Node.objects.filter(cluster=workload.cluster, name__in=attempt.nodes)
+        if node.health == NodeHealth.UNHEALTHY or out_of_service(node.scheduler_state)
+    }
+    finding = finding_from_scheduler_state(
+        job.state,
+        exit_code=job.exit_code,
+        signal=job.exit_signal,
+        reason=job.reason,
+        nodes=sorted(out),
+        at=job.end_time or now,
+    )
+    if finding is None:
+        return []
+    if job.state not in TELLING_END_STATES:
+        said = Anomaly.objects.filter(workload=workload, attempt=attempt).exclude(
+            confirmation__in=UNCONFIRMED - {Confirmation.SUSPECTED}
+        )
+        if said.exists():
+            return []  # the logs already said more than "it failed" (unless it was survived)
+        finding.detail.setdefault("role", "wrapper")
+    finding.detail.setdefault("role", "cause")
+    finding.detail.update({"state": job.state, "exit_code": job.exit_code, "reason": job.reason})
+    return record_anomalies(workload, attempt, [finding], now, scope="scheduler")
+
+
+def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
+    """Tie a node the scheduler took out of service to the workloads that ran on it.
+
+    DOWN and FAIL (the node is gone) are evidence for the workloads running there and for
+    attempts that ended on it moments ago. A node that stops responding while a workload on it
+    is already failing is the likely cause of that failure. A drained node is evidence only for
+    attempts that ended on it, and only when the reason names a component: an operator draining
+    a node for maintenance does not make the jobs on it fail.
+    """
+    state = node.scheduler_state
+    tokens = {part.strip().lower().rstrip("*~#!%$@^-") for part in state.split("+")}
+    not_responding = "*" in state or "not_responding" in tokens
+    finding = node_state_finding(node.name, state, node.state_reason, at=now)
+    gone = bool(tokens & {"down", "fail", "failing"})
+    if finding is None and not_responding:
+        finding = node_state_finding(node.name, "DOWN", node.state_reason or "Not responding")
+    if finding is None:
+        return []
+    hardware = finding.attribution == "hardware" and (gone or not_responding)
+    if hardware and node.health != NodeHealth.UNHEALTHY:
+        node.health = NodeHealth.UNHEALTHY
+        node.save(update_fields=["health", "updated_at"])
+    created: list[Anomaly] = []
+    for workload, attempt, running in attempts_on_node(cluster, node.name, now):
+        if not gone:
+            undecided = Anomaly.objects.filter(
+                workload=workload, attempt=attempt, decided_at__isnull=True
+            ).exists()
+            if not_responding and not undecided:
+                continue
+            if not not_responding and (running or finding.attribution == "unknown"):
+                continue
+        node_finding = dataclasses.replace(
+            finding, nodes=[node.name], detail={**finding.detail, "role": "cause"}
+        )
+        created += record_anomalies(
+            workload, attempt, [node_finding], now, scope=f"node:{node.name}"
+        )
+    if created:
+        Node.objects.filter(pk=node.pk).update(
+            times_implicated=node.times_implicated + 1, last_implicated_at=now
+        )
+    return created
+
+
+def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
+    """Hang and straggler checks on a running workload's recent progress samples."""
+    if workload.state != WorkloadState.RUNNING or not workload.current_attempt:
+        return []
+    attempt = Attempt.objects.filter(workload=workload, number=workload.current_attempt).first()
+    if attempt is None or attempt.started_at is None:
+        return []
+    policy = policy_for(workload)
+    # The longest look back any check needs: the straggler window and its baseline, the hang
+    # allowance (its floor, or many median steps of a slow job).
+    window = straggler_policy(policy)
+    look_back = max(
+        window.window_seconds + window.baseline_seconds,
+        4 * hang_policy(policy).floor_seconds,
+        SAMPLE_LOOK_BACK_SECONDS,
+    )
+    samples = list(
+        ProgressSample.objects.filter(
+            workload=workload, at__gte=now - timedelta(seconds=look_back)
+        ).order_by("-at", "-id")[:MAX_SAMPLES]
+    )
+    samples.reverse()
+    created: list[Anomaly] = []
+    hang = detect_hang(
+        [
+            ProgressObservation(at=s.at, step=s.step, rank=s.rank, node=s.node or None)
+            for s in samples
+        ],
+        now=now,
+        started_at=attempt.started_at,
+        policy=hang_policy(policy),
+        checkpoint_finished_at=workload.last_checkpoint_at,
+    )
+    if hang is not None:
+        created += record_anomalies(workload, attempt, [_hang_evidence_time(hang)], now)
+    current = [s for s in samples if s.attempt == attempt.number and s.throughput]
+    if not current or current[0].at > now - timedelta(seconds=window.window_seconds):
+        return created  # a slowdown is judged only once the attempt has run a whole window
+    for finding in detect_stragglers(
+        [
+            ThroughputObservation(at=s.at, value=s.throughput, node=s.node or None, rank=s.rank)
+            for s in current
+            if s.throughput is not None
+        ],
+        now=now,
+        policy=straggler_policy(policy),
+    ):
+        member = ",".join(finding.nodes) or ",".join(map(str, finding.ranks))
+        created += record_anomalies(workload, attempt, [finding], now, scope=f"straggler:{member}")
+    return created
+
+
+def check_suspects(cluster: Cluster, now: datetime) -> list[Anomaly]:
+    """Settle the cluster's suspected crashes that can be settled now; returns new anomalies.
+
+    A confirmed crash is decided at once; a stalled one becomes the hang it is.
+    """
+    created: list[Anomaly] = []
+    for suspect in suspects_of(cluster.pk, now - DECISION_HORIZON):
+        with transaction.atomic():
+            settlement = settle(suspect, policy_for(suspect.workload), now)
+            if settlement is None or not apply(suspect, settlement, now):
+                continue
+            if settlement.stall is not None:
+                created += record_anomalies(
+                    suspect.workload, suspect.attempt, [settlement.stall], now, scope="stall"
+                )
+            decide_when_ready(suspect, now)
+    return created
+
+
+def _hang_evidence_time(finding: Finding) -> Finding:
+    """A hang's evidence is the moment the silence became longer than allowed."""
+    silent = float(finding.detail.get("silent_seconds") or 0)
+    allowed = float(finding.detail.get("allowed_seconds") or 0)
+    at = finding.at
+    if at is not None and silent > allowed:
+        at = at - timedelta(seconds=silent - allowed)
+    return dataclasses.replace(finding, at=at, detail={**finding.detail, "role": "cause"})
+
+
+def out_of_service(state: str) -> bool:
+    """Down, drained, failing or not responding, in any of Slurm's spellings."""
+    lowered = state.lower()
+    return "*" in lowered or any(
+        word in lowered for word in ("down", "drain", "fail", "not_responding")
+    )

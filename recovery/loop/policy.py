@@ -1,0 +1,366 @@
+"""The policy engine: what an anomaly leads to.
+
+``decide`` is a pure function of the anomaly, the workload's history and the policy. It is
+conservative about stopping: a missed stop is bounded by the retry budget, a wrong stop leaves
+a healthy run down until someone notices. ``recommend`` records its decision as a
+recommendation (one per failed attempt: a later anomaly of the same attempt updates or
+supersedes it), ready to act on in an acknowledged action-mode cluster, awaiting approval
+otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recovery.audit.record import record_event
+from recovery.choices import (
+    OPEN_RECOMMENDATION_STATUSES,
+    AnomalyKind,
+    AuditKind,
+    Confirmation,
+    RecommendationAction,
+    RecommendationStatus,
+    StragglerAction,
+    WorkloadState,
+)
+from recovery.loop.confirmation import attempt_ending
+from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendation, Workload
+
+logger = logging.getLogger(__name__)
+
+POLICY_ACTOR = "policy"
+# Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
+# failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
+AWAITING_CAUSE_ROLES = frozenset({"symptom", "wrapper"})
+# A policy engine failure is retried on later polls this many times, then left to the watchdog.
+MAX_POLICY_TRIES = 5
+POLICY_RETRY_SECONDS = 30
+# Anomalies older than this are never decided late: the state they describe is gone.
+DECISION_HORIZON = timedelta(hours=6)
+# Crashes nothing may act on: not yet seen to end the process, or seen not to.
+UNCONFIRMED = frozenset({Confirmation.SUSPECTED, Confirmation.SURVIVED, Confirmation.STALLED})
+# Categories that say the program itself is wrong: a restart repeats them.
+APPLICATION_FAULTS = frozenset({"app_exception", "cuda_error_app", "nan_divergence"})
+
+
+@dataclass(frozen=True)
+class History:
+    attempts: int
+    attempts_without_checkpoint: int
+    previously_excluded: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    excluded_nodes: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def policy_for(workload: Workload) -> Policy:
+    """The enabled policy matching the most of cluster, environment and partition."""
+    candidates = Policy.objects.filter(enabled=True).filter(
+        Q(cluster__isnull=True) | Q(cluster=workload.cluster_id),
+        Q(environment="") | Q(environment=workload.environment),
+        Q(partition="") | Q(partition=workload.partition),
+    )
+    best = max(candidates, key=lambda p: (p.specificity, bool(p.cluster_id), p.pk), default=None)
+    return best or Policy(name="built-in defaults")
+
+
+def history_of(workload: Workload, policy: Policy | None = None) -> History:
+    """Attempts so far, the run of them without a new checkpoint, and the nodes to keep out.
+
+    Nodes stay excluded when an earlier attempt excluded them, or when an anomaly of this
+    workload implicated them with evidence the policy excludes on, within its exclusion time.
+    """
+    attempts = list(Attempt.objects.filter(workload=workload).order_by("number"))
+    without = 0
+    for attempt in reversed(attempts):
+        if attempt.produced_checkpoint:
+            break
+        without += 1
+    excluded = {node for attempt in attempts for node in attempt.excluded_nodes}
+    if policy is not None:
+        since = timezone.now() - timedelta(hours=policy.exclusion_hours)
+        for anomaly in Anomaly.objects.filter(workload=workload, detected_at__gte=since):
+            if excludes_nodes(anomaly, policy):
+                excluded.update(anomaly.implicated_nodes)
+    return History(len(attempts), without, frozenset(excluded))
+
+
+def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
+    """Whether the policy keeps the nodes ``anomaly`` implicates out of later attempts."""
+    if anomaly.kind == AnomalyKind.STRAGGLER:
+        return False  # a straggler is excluded only by the straggler action, when it persists
+    if anomaly.confirmation in UNCONFIRMED:
+        return False  # a crash the process did not die of implicates no node
+    return anomaly.attribution in (policy.exclude_on_attributions or []) or (
+        anomaly.category in (policy.exclude_on_categories or [])
+    )
+
+
+def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
+    implicated = list(anomaly.implicated_nodes)
+    excludes = excludes_nodes(anomaly, policy)
+    if anomaly.kind == AnomalyKind.STRAGGLER:
+        if policy.straggler_action == StragglerAction.RECORD or not implicated:
+            return Decision(RecommendationAction.NONE, reason="straggler recorded")
+        nodes = sorted(history.previously_excluded | set(implicated))
+        return Decision(
+            RecommendationAction.RESTART_EXCLUDING, nodes, f"straggler on {', '.join(implicated)}"
+        )
+    what = f"{anomaly.get_kind_display().lower()} ({anomaly.category or 'no log category'})"
+    if (
+        policy.stop_on_application_fault
+        and anomaly.category in APPLICATION_FAULTS
+        and anomaly.attribution == "application"
+    ):
+        return Decision(RecommendationAction.STOP, reason=f"{what}: an application fault")
+    if history.attempts >= policy.max_attempts:
+        return Decision(
+            RecommendationAction.STOP, reason=f"{what} after {history.attempts} attempts"
+        )
+    if history.attempts_without_checkpoint >= policy.max_attempts_without_checkpoint:
+        return Decision(
+            RecommendationAction.STOP,
+            reason=(
+                f"{what}: {history.attempts_without_checkpoint} attempts in a row saved no "
+                "checkpoint; retries no longer pay off"
+            ),
+        )
+    if policy.crash_action in (RecommendationAction.NONE, RecommendationAction.STOP):
+        return Decision(
+            policy.crash_action, reason=f"{what}: the policy says {policy.crash_action}"
+        )
+    nodes = set(history.previously_excluded)
+    if excludes:
+        nodes |= set(implicated)
+    if nodes:
+        return Decision(
+            RecommendationAction.RESTART_EXCLUDING,
+            sorted(nodes),
+            f"{what}; excluding {', '.join(sorted(nodes))}",
+        )
+    return Decision(
+        RecommendationAction.RESTART, reason=f"{what}; restart from the last checkpoint"
+    )
+
+
+def recommend(anomaly: Anomaly) -> Recommendation | None:
+    """Record the policy's decision for ``anomaly``; one recommendation per failed attempt.
+
+    A later anomaly of the same attempt may sharpen an open recommendation (more nodes to
+    exclude, a stop); it never adds a second action for an attempt that was already acted on,
+    and evidence that only shows a consequence never changes a decision made on a cause.
+    """
+    workload = anomaly.workload
+    cluster = workload.cluster
+    attempt_number = anomaly.attempt.number if anomaly.attempt else workload.current_attempt
+    if anomaly.confirmation in UNCONFIRMED:
+        return None  # survived: training went on; stalled: decided as the hang it recorded
+    if attempt_number == workload.current_attempt and workload.state in (
+        WorkloadState.COMPLETED,
+        WorkloadState.CANCELLED,
+    ):
+        return None  # finished or cancelled by its owner: nothing to restart
+    key = f"policy:{cluster.pk}:{workload.pk}:{attempt_number}:"
+    earlier = (
+        Recommendation.objects.filter(idempotency_key__startswith=key)
+        .exclude(status=RecommendationStatus.SUPERSEDED)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if earlier is not None and (
+        earlier.status not in OPEN_RECOMMENDATION_STATUSES
+        or anomaly.details.get("role") in AWAITING_CAUSE_ROLES
+    ):
+        return earlier
+    policy = policy_for(workload)
+    decision = decide(anomaly, policy, history_of(workload, policy))
+    if decision.action == RecommendationAction.NONE:
+        return None
+    needs_person = not cluster.acts_automatically or _over_blast_radius(workload, decision, policy)
+    status = RecommendationStatus.AWAITING_APPROVAL if needs_person else RecommendationStatus.READY
+    now = timezone.now()
+    with transaction.atomic():
+        current = (
+            Recommendation.objects.select_for_update()
+            .filter(workload=workload, status__in=OPEN_RECOMMENDATION_STATUSES)
+            .filter(idempotency_key__startswith=key)
+            .first()
+        )
+        if current is not None:
+            if (
+                current.action == decision.action
+                and current.excluded_nodes == decision.excluded_nodes
+            ):
+                return current  # the same failure seen again: one action for it
+            if current.status == RecommendationStatus.CLAIMED:
+                return current  # a controller is acting on it; the next attempt will be judged
+        version = Recommendation.objects.filter(idempotency_key__startswith=key).count()
+        recommendation = Recommendation.objects.create(
+            workload=workload,
+            attempt=anomaly.attempt,
+            anomaly=anomaly,
+            action=decision.action,
+            excluded_nodes=decision.excluded_nodes,
+            reason=decision.reason,
+            status=status,
+            decided_by=POLICY_ACTOR,
+            idempotency_key=f"{key}{version + 1}",
+            expires_at=now + timedelta(minutes=policy.recommendation_ttl_minutes),
+        )
+        if current is not None:
+            current.transition(RecommendationStatus.SUPERSEDED, superseded_by=recommendation)
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=attempt_number,
+                kind=AuditKind.SUPERSEDED,
+                actor=POLICY_ACTOR,
+                payload={"recommendation": current.pk, "by": recommendation.pk},
+            )
+        record_event(
+            cluster=cluster,
+            workload=workload,
+            attempt=attempt_number,
+            kind=AuditKind.RECOMMENDED,
+            actor=POLICY_ACTOR,
+            payload={
+                "recommendation": recommendation.pk,
+                "anomaly": anomaly.pk,
+                "action": decision.action,
+                "excluded_nodes": decision.excluded_nodes,
+                "reason": decision.reason,
+                "policy": policy.name,
+                "mode": cluster.mode,
+                "would_have_done": needs_person,
+            },
+        )
+    return recommendation
+
+
+def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -> bool:
+    """More of the cluster excluded or restarted in the window than the policy allows."""
+    total = Node.objects.filter(cluster=workload.cluster).count()
+    if not total:
+        return False
+    since = timezone.now() - timedelta(minutes=policy.blast_radius_window_minutes)
+    recent = Recommendation.objects.filter(
+        workload__cluster=workload.cluster,
+        created_at__gte=since,
+        action__in=[RecommendationAction.RESTART, RecommendationAction.RESTART_EXCLUDING],
+    ).exclude(workload=workload)
+    nodes = set(decision.excluded_nodes)
+    for excluded in recent.values_list("excluded_nodes", flat=True):
+        nodes.update(excluded or [])
+    return len(nodes) * 100 > policy.blast_radius_percent * total
+
+
+def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
+    """Whether the policy may decide on ``anomaly`` now.
+
+    A suspected crash waits for its confirmation (``recovery.loop.confirmation``). A confirmed cause
+    is decided at once. Evidence that only shows a consequence waits for its cause, but no
+    longer than the attempt lasts or the policy's grace period: a rank that lost its peer
+    because a node died must lead to a restart without that node, and Slurm says the node is
+    down only some seconds after the surviving ranks said so.
+    """
+    if anomaly.kind != AnomalyKind.CRASH:
+        return True
+    if anomaly.confirmation == Confirmation.SUSPECTED:
+        return False
+    if anomaly.confirmation in UNCONFIRMED:
+        return True  # decided as nothing to do: see ``recommend``
+    if anomaly.details.get("role") not in AWAITING_CAUSE_ROLES:
+        return True
+    if _attempt_has_ended(anomaly):
+        return True
+    if Recommendation.objects.filter(workload=anomaly.workload, attempt=anomaly.attempt).exists():
+        return True  # the attempt was decided on a cause already
+    return now >= anomaly.detected_at + timedelta(seconds=policy.decision_grace_seconds)
+
+
+def _attempt_has_ended(anomaly: Anomaly) -> bool:
+    return anomaly.attempt is None or bool(attempt_ending(anomaly.attempt))
+
+
+def decide_when_ready(anomaly: Anomaly, now: datetime | None = None) -> Recommendation | None:
+    """Decide on ``anomaly`` if it is ready; a failing policy engine never loses the anomaly.
+
+    The decision and the anomaly's ``decided_at`` are written together. When the engine raises,
+    the failure is recorded once (``policy_failed``) and retried on later polls a few times;
+    meanwhile the watchdog keeps held jobs moving.
+    """
+    now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            if not ready_to_decide(anomaly, policy_for(anomaly.workload), now):
+                return None
+            recommendation = recommend(anomaly)
+            Anomaly.objects.filter(pk=anomaly.pk).update(decided_at=now)
+            anomaly.decided_at = now
+            return recommendation
+    except Exception as exc:  # the engine is broken: record it, never lose the anomaly
+        logger.exception("policy engine failed on anomaly %s", anomaly.pk)
+        _record_policy_failure(anomaly, exc, now)
+        return None
+
+
+def _record_policy_failure(anomaly: Anomaly, exc: Exception, now: datetime) -> None:
+    tries = int(anomaly.details.get("policy_tries", 0)) + 1
+    error = f"{type(exc).__name__}: {exc}"[:500]
+    details = {**anomaly.details, "policy_tries": tries, "policy_error": error}
+    details["policy_failed_at"] = now.isoformat()
+    changes: dict[str, object] = {"details": details}
+    if tries >= MAX_POLICY_TRIES:
+        changes["decided_at"] = now  # given up: the trail says so, the watchdog takes over
+    with transaction.atomic():
+        Anomaly.objects.filter(pk=anomaly.pk).update(**changes)
+        if tries == 1 or tries >= MAX_POLICY_TRIES:
+            workload = anomaly.workload
+            record_event(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=anomaly.attempt.number if anomaly.attempt else None,
+                kind=AuditKind.POLICY_FAILED,
+                actor=POLICY_ACTOR,
+                payload={
+                    "anomaly": anomaly.pk,
+                    "error": error,
+                    "tries": tries,
+                    "given_up": tries >= MAX_POLICY_TRIES,
+                },
+            )
+    anomaly.details = details
+
+
+def decide_pending(cluster: Cluster, now: datetime | None = None) -> int:
+    """Decide the cluster's anomalies that were waiting; returns how many were decided."""
+    now = now or timezone.now()
+    waiting = (
+        Anomaly.objects.filter(
+            workload__cluster=cluster,
+            decided_at__isnull=True,
+            detected_at__gte=now - DECISION_HORIZON,
+        )
+        .select_related("workload__cluster", "attempt")
+        .order_by("detected_at", "id")
+    )
+    decided = 0
+    for anomaly in waiting:
+        failed_at = anomaly.details.get("policy_failed_at")
+        if failed_at and datetime.fromisoformat(failed_at) > now - timedelta(
+            seconds=POLICY_RETRY_SECONDS
+        ):
+            continue
+        decide_when_ready(anomaly, now)
+        decided += anomaly.decided_at is not None
+    return decided

@@ -1,0 +1,537 @@
+"""Polling a scheduler: jobs become workloads and attempts, changes become audit events.
+
+Level-triggered: each poll compares the scheduler's state now with what is stored and
+records the difference, so a poll that is repeated, late or re-delivered changes nothing twice.
+Slurm forgets a job's nodes when it is requeued, so each attempt's nodes are kept while it
+runs. Slurm also resets a requeued job's submit time; a workload keeps the first one, and a
+job id seen again with no restarts and another submit time is a new job (ids wrap around).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings as django_settings
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recovery.audit.record import record_event
+from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.loop.anomalies import ingest_node_kernel_logs, ingest_workload_logs
+from recovery.loop.gpu_checks import check_gpu_metrics, metric_store_of
+from recovery.loop.monitors import (
+    check_job_ending,
+    check_node,
+    check_progress,
+    check_suspects,
+    out_of_service,
+)
+from recovery.loop.policy import decide_pending
+from recovery.models import Attempt, Cluster, Node, Workload
+from recovery.sources.logs import LogSource, LogSourceError, build_source, ingest_from_source
+from recovery.sources.schedulers.base import (
+    JobInfo,
+    NodeInfo,
+    SchedulerAdapter,
+    SchedulerError,
+    describe_unknown,
+)
+from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
+
+logger = logging.getLogger(__name__)
+
+POLLER = "poller"
+RECOVERY_KEYS = ('"nvidia-recovery"', '"recovery"')
+
+WORKLOAD_STATES = {
+    "PENDING": WorkloadState.PENDING,
+    "CONFIGURING": WorkloadState.RUNNING,
+    "RUNNING": WorkloadState.RUNNING,
+    "COMPLETING": WorkloadState.RUNNING,
+    "SUSPENDED": WorkloadState.RUNNING,
+    "COMPLETED": WorkloadState.COMPLETED,
+    "CANCELLED": WorkloadState.CANCELLED,
+    "FAILED": WorkloadState.FAILED,
+    "NODE_FAIL": WorkloadState.FAILED,
+    "TIMEOUT": WorkloadState.FAILED,
+    "OUT_OF_MEMORY": WorkloadState.FAILED,
+    "BOOT_FAIL": WorkloadState.FAILED,
+    "DEADLINE": WorkloadState.FAILED,
+    "PREEMPTED": WorkloadState.REQUEUED,
+    "REQUEUED": WorkloadState.REQUEUED,
+}
+ATTEMPT_ENDINGS = {
+    "COMPLETED": AttemptExitState.COMPLETED,
+    "FAILED": AttemptExitState.FAILED,
+    "NODE_FAIL": AttemptExitState.NODE_FAIL,
+    "TIMEOUT": AttemptExitState.TIMEOUT,
+    "DEADLINE": AttemptExitState.TIMEOUT,
+    "OUT_OF_MEMORY": AttemptExitState.OUT_OF_MEMORY,
+    "PREEMPTED": AttemptExitState.PREEMPTED,
+    "CANCELLED": AttemptExitState.CANCELLED,
+    "BOOT_FAIL": AttemptExitState.FAILED,
+}
+
+
+@dataclass
+class PollSummary:
+    jobs_seen: int = 0
+    workloads_created: int = 0
+    state_changes: int = 0
+    nodes_seen: int = 0
+    ignored: int = 0
+    log_bytes: int = 0
+    anomalies_new: int = 0
+    decisions: int = 0
+    log_store_error: str = ""
+    metric_store_error: str = ""
+    # Jobs left as they were because a fact the poller needs could not be read: "job: why".
+    unreadable: list[str] = field(default_factory=list)
+
+
+# What the poller needs to tell which workload and attempt a job is and what state it is in.
+# With one of them unknown the job's workload is neither created nor changed in that poll.
+FACTS_FOR_SYNC = ("state", "user", "submit_time", "restart_count", "held")
+
+
+def adapter_for(cluster: Cluster) -> SchedulerAdapter:
+    """The adapter and transport described by the cluster's connection settings."""
+    settings = cluster.connection_settings or {}
+    env = {"SLURM_CONF": str(settings["slurm_conf"])} if settings.get("slurm_conf") else {}
+    if cluster.connection == Connection.LOCAL:
+        return SlurmAdapter(LocalTransport(env=env))
+    if cluster.connection == Connection.SSH:
+        try:
+            transport = SSHTransport(
+                str(settings["host"]),
+                port=int(settings.get("port", 22)),
+                user=str(settings["user"]),
+                key_file=str(settings["key_file"]),
+                known_hosts=str(settings["known_hosts"]),
+                env=env,
+            )
+        except (KeyError, ValueError) as exc:
+            raise SchedulerError(
+                f"cluster {cluster.name}: SSH settings incomplete: {exc}"
+            ) from None
+        return SlurmAdapter(transport)
+    if cluster.connection == Connection.SIMULATED and "simulator" in settings:
+        from recovery.simulator.adapter import SimulatedAdapter
+        from recovery.simulator.store import SimulationStore, config_from_settings
+
+        config = config_from_settings(dict(settings["simulator"]))
+        return SimulatedAdapter(SimulationStore.from_url(django_settings.REDIS_URL, config))
+    raise SchedulerError(
+        f"cluster {cluster.name} is {cluster.connection}: not polled over a transport"
+    )
+
+
+def is_polled(cluster: Cluster) -> bool:
+    """Whether a scheduler stands behind the cluster: Slurm, or a running simulation.
+
+    The demo's recorded history clusters are simulated without a simulator: nothing to poll.
+    """
+    if cluster.connection != Connection.SIMULATED:
+        return True
+    simulator = (cluster.connection_settings or {}).get("simulator")
+    return isinstance(simulator, dict) and "name" in simulator
+
+
+def log_store_of(cluster: Cluster) -> LogSource | None:
+    """The Loki or VictoriaLogs store the cluster's jobs log to, if its settings name one
+    (``connection_settings["log_source"]``, as ``manage.py configure_signals`` saves it)."""
+    saved = (cluster.connection_settings or {}).get("log_source")
+    if not isinstance(saved, dict) or not saved.get("kind"):
+        return None
+    options = {k: v for k, v in saved.items() if k not in ("kind", "url", "mapping")}
+    try:
+        return build_source(saved["kind"], str(saved.get("url", "")), saved.get("mapping") or {},
+                            **options)  # fmt: skip
+    except (LogSourceError, ValueError, TypeError) as error:
+        logger.warning("log store settings of %s are unusable: %s", cluster.name, error)
+        return None
+
+
+def poll_cluster(
+    cluster: Cluster,
+    adapter: SchedulerAdapter | None = None,
+    *,
+    now: datetime | None = None,
+    ingest_logs: bool = True,
+) -> PollSummary:
+    """Sync the cluster once; a failed poll is recorded on the cluster, then raised as before.
+
+    The Console reads ``last_poll_error`` to say the scheduler cannot be reached; the caller
+    still decides what a failure means (the task logs a SchedulerError, anything else raises).
+    """
+    now = now or timezone.now()
+    try:
+        summary = _poll(cluster, adapter, now=now, ingest_logs=ingest_logs)
+    except Exception as exc:
+        _record_poll_failure(cluster, exc, now)
+        raise
+    _record_poll_success(cluster, now)
+    return summary
+
+
+POLL_ERROR_LENGTH = 500
+
+
+def poll_failure_reason(exc: BaseException) -> str:
+    """One line naming why the poll failed, short enough for ``Cluster.last_poll_error``."""
+    text = " ".join(str(exc).split())
+    # A SchedulerError's message already says what failed; anything else is a surprise, so
+    # its type is the most useful word.
+    if not isinstance(exc, SchedulerError) or not text:
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if len(text) > POLL_ERROR_LENGTH:
+        text = text[: POLL_ERROR_LENGTH - 1] + "…"
+    return text
+
+
+def _record_poll_failure(cluster: Cluster, exc: BaseException, now: datetime) -> None:
+    # Conditional: a poll that started earlier but failed late must not mark a cluster that a
+    # newer poll has already read successfully.
+    try:
+        Cluster.objects.filter(pk=cluster.pk).filter(
+            Q(last_polled_at__isnull=True) | Q(last_polled_at__lte=now)
+        ).update(last_poll_error=poll_failure_reason(exc), last_poll_error_at=now)
+    except DatabaseError:
+        # The poll's own exception matters more than the note about it: let that one raise.
+        logger.exception("could not record the failed poll of %s", cluster.name)
+
+
+def _record_poll_success(cluster: Cluster, now: datetime) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(last_polled_at=now)
+    # Only an error older than this poll is cleared: a failure seen since still stands.
+    Cluster.objects.filter(pk=cluster.pk).exclude(last_poll_error_at__gt=now).update(
+        last_poll_error="", last_poll_error_at=None
+    )
+
+
+def _poll(
+    cluster: Cluster, adapter: SchedulerAdapter | None, *, now: datetime, ingest_logs: bool
+) -> PollSummary:
+    adapter = adapter or adapter_for(cluster)
+    summary = PollSummary()
+    # Jobs first: their JSON tells the adapter the Slurm version, which says how to read nodes.
+    jobs = adapter.list_jobs()
+    nodes = adapter.list_nodes()
+    _sync_nodes(cluster, nodes)
+    summary.nodes_seen = len(nodes)
+    seen: list[int] = []
+    endings: list[tuple[int, int, JobInfo]] = []
+    for job in jobs:
+        if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
+            continue  # not ours: no opt-in key at all
+        summary.jobs_seen += 1
+        unknown = job.unknown(FACTS_FOR_SYNC)
+        if unknown:
+            said = describe_unknown(unknown)
+            summary.ignored += 1
+            summary.unreadable.append(f"job {job.job_id}: {said}")
+            logger.warning("job %s left as it was: unknown %s", job.job_id, said)
+            continue
+        try:
+            with transaction.atomic():
+                created, changed, ended = _sync_job(cluster, job, now)
+        except IntegrityError:
+            summary.ignored += 1  # another worker created it this instant; the next poll syncs
+            continue
+        summary.workloads_created += created
+        summary.state_changes += changed
+        if ended is not None and job.opt_in.opted_in:
+            endings.append((*ended, job))
+        if ingest_logs and job.opt_in.opted_in:
+            seen.append(job.job_id)
+    summary.state_changes += _forget_vanished(cluster, {job.job_id for job in jobs})
+    if ingest_logs:
+        transport = getattr(adapter, "transport", None)
+        if transport is not None:
+            # Nodes first: an Xid in a node's kernel log is the cause a job's CUDA error shows.
+            kernel = ingest_node_kernel_logs(cluster, transport, now=now)
+            summary.log_bytes += kernel.bytes_read
+            summary.anomalies_new += kernel.anomalies_new
+        workloads = Workload.objects.filter(cluster=cluster, job_id__in=seen).order_by(
+            "-submit_time"
+        )
+        log_store = log_store_of(cluster)
+        done: set[str] = set()
+        for workload in workloads.select_related("cluster"):
+            if workload.job_id in done:
+                continue
+            done.add(workload.job_id)
+            if transport is not None:
+                read = ingest_workload_logs(workload, transport, now=now)
+                summary.log_bytes += read.bytes_read
+                summary.anomalies_new += read.anomalies_new
+            if log_store is not None:
+                try:
+                    pulled = ingest_from_source(workload, log_store, now)
+                except LogSourceError as error:
+                    # The store is down for every job alike: say it once, read it next poll.
+                    summary.log_store_error = str(error)
+                    logger.warning("log store of %s: %s", cluster.name, error)
+                    log_store = None
+                    continue
+                summary.log_bytes += pulled.bytes_read
+                summary.anomalies_new += pulled.anomalies_new
+    if ingest_logs:
+        metric_store = metric_store_of(cluster)
+        if metric_store is not None:
+            gpus = check_gpu_metrics(cluster, *metric_store, now)
+            summary.anomalies_new += gpus.anomalies_new
+            if gpus.error:
+                summary.metric_store_error = gpus.error
+                logger.warning("metric store of %s: %s", cluster.name, gpus.error)
+    summary.anomalies_new += _run_monitors(cluster, endings, now)
+    summary.decisions = decide_pending(cluster, now)
+    return summary
+
+
+def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now: datetime) -> int:
+    """After the logs had their say: job endings, nodes out of service, suspected crashes,
+    hangs, stragglers."""
+    new = 0
+    for workload_id, attempt_id, job in endings:
+        with transaction.atomic():
+            workload = Workload.objects.select_related("cluster").get(pk=workload_id)
+            attempt = Attempt.objects.get(pk=attempt_id)
+            new += len(check_job_ending(workload, attempt, job, now))
+    for node in Node.objects.filter(cluster=cluster).exclude(scheduler_state=""):
+        if not out_of_service(node.scheduler_state):
+            continue
+        with transaction.atomic():
+            new += len(check_node(cluster, node, now))
+    new += len(check_suspects(cluster, now))
+    running = Workload.objects.filter(
+        cluster=cluster, opted_in=True, state=WorkloadState.RUNNING
+    ).select_related("cluster")
+    for workload in running:
+        with transaction.atomic():
+            new += len(check_progress(workload, now))
+    return new
+
+
+ACTIVE_STATES = (
+    WorkloadState.PENDING,
+    WorkloadState.RUNNING,
+    WorkloadState.REQUEUED,
+    WorkloadState.HELD,
+)
+
+
+def _forget_vanished(cluster: Cluster, listed: set[str]) -> int:
+    """Active workloads whose job the scheduler no longer lists become unknown, once.
+
+    Slurm forgets a finished job after MinJobAge; when its end was missed (polling was down),
+    or the scheduler's state was reset, the workload must not stay "running" forever, watched
+    for a hang that cannot be helped.
+    """
+    vanished = Workload.objects.filter(cluster=cluster, state__in=ACTIVE_STATES).exclude(
+        job_id__in=listed
+    )
+    changed = 0
+    for workload in vanished.select_related("cluster"):
+        with transaction.atomic():
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=workload.current_attempt or None,
+                kind=AuditKind.STATE_CHANGED,
+                actor=POLLER,
+                payload={
+                    "from": workload.state,
+                    "to": WorkloadState.UNKNOWN,
+                    "reason": "the scheduler no longer lists the job",
+                },
+            )
+            workload.state = WorkloadState.UNKNOWN
+            workload.state_reason = "no longer listed by the scheduler"
+            workload.save(update_fields=["state", "state_reason", "updated_at"])
+        changed += 1
+    return changed
+
+
+def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
+    """Store the nodes' scheduler states; only new nodes and changed states are written."""
+    stored = {
+        name: (state, reason)
+        for name, state, reason in Node.objects.filter(cluster=cluster).values_list(
+            "name", "scheduler_state", "state_reason"
+        )
+    }
+    new: list[Node] = []
+    changed: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        state = "+".join([node.state, *node.flags]) if node.flags else node.state
+        wanted = (state[:64], node.reason[:255])
+        if node.name not in stored:
+            new.append(
+                Node(cluster=cluster, name=node.name, scheduler_state=wanted[0],
+                     state_reason=wanted[1])
+            )  # fmt: skip
+        elif stored[node.name] != wanted:
+            changed.setdefault(wanted, []).append(node.name)
+    with transaction.atomic():
+        # Another worker may have added the same node a moment ago: it is the same row.
+        Node.objects.bulk_create(new, ignore_conflicts=True)
+        for (state, reason), names in changed.items():
+            Node.objects.filter(cluster=cluster, name__in=names).update(
+                scheduler_state=state, state_reason=reason, updated_at=timezone.now()
+            )
+
+
+def _sync_job(
+    cluster: Cluster, job: JobInfo, now: datetime
+) -> tuple[bool, bool, tuple[int, int] | None]:
+    """Upsert the job's workload and attempt; returns (created, state changed, ended attempt).
+
+    The ended attempt is (workload id, attempt id) when this poll saw the attempt end.
+    """
+    workload = (
+        Workload.objects.select_for_update()
+        .filter(cluster=cluster, job_id=job.job_id)
+        .order_by("-submit_time", "-id")
+        .first()
+    )
+    created = False
+    if workload is None or _is_another_job(workload, job):
+        assert job.submit_time is not None  # a job with unknown facts is never synced
+        workload = Workload.objects.create(
+            cluster=cluster, job_id=job.job_id, submit_time=job.submit_time, state=""
+        )
+        created = True
+    workload.name = job.name[:255]
+    workload.user = job.user[:64]
+    workload.partition = job.partition[:64]
+    workload.opted_in = job.opt_in.opted_in
+    workload.opt_in_error = job.opt_in.reason[:255]
+    workload.opt_in_settings = job.opt_in.settings
+    workload.environment = job.opt_in.environment or cluster.environment
+    workload.opt_in_mode = job.opt_in.mode
+    if job.stdout_path:
+        workload.stdout_path = job.stdout_path[:1024]
+    if job.stderr_path:
+        workload.stderr_path = job.stderr_path[:1024]
+
+    assert job.restart_count is not None
+    number = job.restart_count + 1
+    attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)
+    _close_earlier_attempts(workload, number, now)
+    was_running = attempt.exit_state == AttemptExitState.RUNNING
+    _update_attempt(attempt, job)
+    ended = None
+    if was_running and attempt.exit_state not in (
+        AttemptExitState.RUNNING,
+        AttemptExitState.COMPLETED,
+        AttemptExitState.CANCELLED,
+    ):
+        ended = (workload.pk, attempt.pk)
+
+    new_state = _workload_state(job)
+    changed = new_state != workload.state
+    if changed:
+        record_event(
+            cluster=cluster,
+            workload=workload,
+            attempt=number,
+            kind=AuditKind.STATE_CHANGED,
+            actor=POLLER,
+            payload={
+                "from": workload.state,
+                "to": new_state,
+                "scheduler_state": job.state,
+                "reason": job.reason,
+                "restart_count": job.restart_count,
+                "nodes": job.nodes,
+            },
+        )
+        if new_state == WorkloadState.RUNNING and number > 1:
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=number,
+                kind=AuditKind.RESTART_ALLOCATED,
+                actor=POLLER,
+                payload={"nodes": job.nodes, "excluded_nodes": job.excluded_nodes},
+            )
+        if new_state == WorkloadState.COMPLETED:
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=number,
+                kind=AuditKind.TRAINING_COMPLETED,
+                actor=POLLER,
+                payload={"exit_code": job.exit_code},
+            )
+    workload.state = new_state
+    workload.state_reason = job.reason[:255]
+    workload.current_attempt = number
+    workload.save()
+    return created, changed, ended
+
+
+def _is_another_job(workload: Workload, job: JobInfo) -> bool:
+    """A job id Slurm handed out again: no restarts, and a submit time of its own.
+
+    Only called with both facts read: an unknown restart count is not "no restarts".
+    """
+    if job.restart_count != 0 or job.submit_time is None:
+        return False
+    return abs(job.submit_time - workload.submit_time) > timedelta(seconds=1)
+
+
+def _workload_state(job: JobInfo) -> str:
+    state = WORKLOAD_STATES.get(job.state, WorkloadState.UNKNOWN)
+    if state == WorkloadState.PENDING and job.held:
+        return WorkloadState.HELD
+    if state == WorkloadState.PENDING and job.restart_count > 0:
+        return WorkloadState.REQUEUED
+    return state
+
+
+def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
+    # Right after a requeue the job is still COMPLETING its previous allocation, with the
+    # restart count already raised: until it starts again, its nodes and start time are the
+    # previous attempt's.
+    previous_start = (
+        Attempt.objects.filter(workload=attempt.workload_id, number=attempt.number - 1)
+        .values_list("started_at", flat=True)
+        .first()
+        if attempt.number > 1 and attempt.started_at is None
+        else None
+    )
+    started_anew = job.start_time is not None and (
+        previous_start is None or job.start_time > previous_start
+    )
+    if attempt.number > 1 and attempt.started_at is None and job.state == "COMPLETING":
+        # Slurm moves the start time at a requeue, before the old allocation has finished
+        # completing: these are still the previous attempt's nodes.
+        started_anew = False
+    if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"} and started_anew:
+        attempt.nodes = job.nodes  # Slurm forgets them on requeue: keep them now
+    if job.excluded_nodes is not None:
+        attempt.excluded_nodes = job.excluded_nodes
+    if started_anew and job.state != "PENDING":
+        attempt.started_at = attempt.started_at or job.start_time
+    ending = ATTEMPT_ENDINGS.get(job.state)
+    if ending is not None:
+        attempt.exit_state = ending
+        attempt.ended_at = job.end_time or attempt.ended_at
+        attempt.exit_code = job.exit_code if job.exit_code is not None else job.exit_signal
+    attempt.save()
+
+
+def _close_earlier_attempts(workload: Workload, number: int, now: datetime) -> None:
+    """Attempts before the current one ended when the job was requeued, whatever we saw."""
+    Attempt.objects.filter(workload=workload, number__lt=number, ended_at__isnull=True).update(
+        ended_at=now
+    )
+    Attempt.objects.filter(
+        workload=workload, number__lt=number, exit_state=AttemptExitState.RUNNING
+    ).update(exit_state=AttemptExitState.REQUEUED)

@@ -1,0 +1,376 @@
+"""Operator decisions and controller claims on recommendations.
+
+Each function changes the status with a conditional UPDATE and writes its audit event in the
+same transaction, so the trail and the status can never disagree, and a repeated call (a
+double click, a re-delivered task) acts once.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from django.db import OperationalError, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from recovery.audit.record import record_event
+from recovery.choices import AuditKind, RecommendationStatus
+from recovery.models import Cluster, Node, Recommendation, Workload
+from recovery.models.recommendation import InvalidTransition
+
+LEASE_EXPIRED_ACTOR = "lease-sweeper"
+# MySQL's lock wait timeout and deadlock: the server rolled the transaction back, and running it
+# again is the documented answer. The poller writing the same workload's rows causes them.
+LOCK_CONFLICT_CODES = frozenset({1205, 1213})
+LOCK_CONFLICT_TRIES = 4
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def retrying_lock_conflicts(function: Callable[P, R]) -> Callable[P, R]:
+    """Run ``function`` (one transaction) again when the database chose it as a deadlock victim.
+
+    Only at the outermost level: inside a caller's transaction the whole of it was rolled back,
+    and only the caller can run it again.
+    """
+
+    @functools.wraps(function)
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
+        for attempt in range(LOCK_CONFLICT_TRIES):
+            try:
+                return function(*args, **kwargs)
+            except OperationalError as exc:
+                code = exc.args[0] if exc.args else None
+                last = attempt == LOCK_CONFLICT_TRIES - 1
+                if last or code not in LOCK_CONFLICT_CODES or transaction.get_autocommit() is False:
+                    raise
+                time.sleep(0.02 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    return retrying
+
+
+@dataclass(frozen=True)
+class Decision:
+    recommendation: Recommendation
+    changed: bool
+    message: str
+
+
+def approve(recommendation_id: int, *, operator: str, note: str = "") -> Decision:
+    """Approve a recommendation awaiting approval; approving it again changes nothing."""
+    return _decide(
+        recommendation_id,
+        operator=operator,
+        note=note,
+        new_status=RecommendationStatus.READY,
+        event_kind=AuditKind.APPROVED,
+        already=RecommendationStatus.READY,
+    )
+
+
+def reject(recommendation_id: int, *, operator: str, note: str = "") -> Decision:
+    """Reject a recommendation awaiting approval; rejecting it again changes nothing."""
+    return _decide(
+        recommendation_id,
+        operator=operator,
+        note=note,
+        new_status=RecommendationStatus.REJECTED,
+        event_kind=AuditKind.REJECTED,
+        already=RecommendationStatus.REJECTED,
+    )
+
+
+def _decide(
+    recommendation_id: int,
+    *,
+    operator: str,
+    note: str,
+    new_status: str,
+    event_kind: str,
+    already: str,
+) -> Decision:
+    note = note.strip()[:2000]
+    with transaction.atomic():
+        recommendation = Recommendation.objects.select_related("workload__cluster").get(
+            pk=recommendation_id
+        )
+        if recommendation.status != RecommendationStatus.AWAITING_APPROVAL:
+            status = recommendation.get_status_display().lower()
+            message = (
+                f"Already {status}."
+                if recommendation.status == already
+                else f"Not awaiting approval: it is {status}."
+            )
+            return Decision(recommendation, changed=False, message=message)
+        now = timezone.now()
+        changes: dict[str, Any] = {"decided_by": operator, "decided_at": now}
+        if new_status == RecommendationStatus.READY and recommendation.expires_at is not None:
+            # The deadline to execute counts from the approval, as long as it was at creation.
+            changes["expires_at"] = now + (recommendation.expires_at - recommendation.created_at)
+        try:
+            recommendation.transition(new_status, decision_note=note, **changes)
+        except InvalidTransition:
+            return Decision(
+                recommendation,
+                changed=False,
+                message=f"Changed meanwhile: it is {recommendation.get_status_display().lower()}.",
+            )
+        workload = recommendation.workload
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=event_kind,
+            actor=operator,
+            payload={
+                "recommendation": recommendation.pk,
+                "action": recommendation.action,
+                "excluded_nodes": recommendation.excluded_nodes,
+                "note": note,
+            },
+        )
+    verb = "Approved" if new_status == RecommendationStatus.READY else "Rejected"
+    return Decision(recommendation, changed=True, message=f"{verb}.")
+
+
+def _claimable(now: datetime) -> Q:
+    """Ready, or claimed by a controller whose lease ran out; never past its deadline.
+
+    Acting after ``expires_at`` would act on a state that may be gone, whether or not the
+    watchdog has marked it expired yet.
+    """
+    return (
+        Q(status=RecommendationStatus.READY)
+        | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
+    ) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
+def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
+    """What a controller of ``cluster`` may claim now, oldest first.
+
+    Ready recommendations (approved in monitor mode, or made ready by the policy in an
+    acknowledged action-mode cluster) and claimed ones whose controller's lease ran out.
+    """
+    return (
+        Recommendation.objects.filter(workload__cluster=cluster)
+        .filter(_claimable(timezone.now()))
+        .select_related("workload", "attempt")
+        .order_by("created_at", "id")
+    )
+
+
+@retrying_lock_conflicts
+def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
+    """Give a recommendation to one controller for ``lease_seconds``.
+
+    Ready ones, and claimed ones whose lease expired, can be claimed until their deadline; the
+    conditional UPDATE lets exactly one of several racing controllers win. Raises
+    ``InvalidTransition`` otherwise.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        claimable = Recommendation.objects.filter(pk=recommendation_id).filter(_claimable(now))
+        previous_owner = claimable.values_list("lease_owner", flat=True).first()
+        updated = claimable.update(
+            status=RecommendationStatus.CLAIMED,
+            lease_owner=controller,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            updated_at=now,
+        )
+        recommendation = Recommendation.objects.select_related("workload__cluster").get(
+            pk=recommendation_id
+        )
+        if updated != 1:
+            deadline = recommendation.expires_at
+            if deadline is not None and deadline <= now:
+                raise InvalidTransition(
+                    f"recommendation {recommendation_id} is past its deadline "
+                    f"{deadline.isoformat()}"
+                )
+            raise InvalidTransition(
+                f"recommendation {recommendation_id} is {recommendation.status}, "
+                f"held by {recommendation.lease_owner or 'nobody'}"
+            )
+        workload = recommendation.workload
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=AuditKind.CLAIMED,
+            actor=controller,
+            payload={
+                "recommendation": recommendation.pk,
+                "lease_seconds": lease_seconds,
+                "previous_owner": previous_owner or "",
+            },
+        )
+    return recommendation
+
+
+@retrying_lock_conflicts
+def renew_lease(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
+    """Extend the lease of the controller that holds it, for a long action.
+
+    Only the holder can renew, and only while no other controller has claimed it since (a lease
+    that ran out but was not taken over is still its holder's). Raises ``InvalidTransition``
+    otherwise: the controller must stop acting, another one owns the recommendation now.
+    """
+    now = timezone.now()
+    renewed = Recommendation.objects.filter(
+        pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
+    ).update(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+    if renewed != 1:
+        raise InvalidTransition(_not_held_by(controller, recommendation_id))
+    return Recommendation.objects.get(pk=recommendation_id)
+
+
+def _not_held_by(controller: str, recommendation_id: int) -> str:
+    """Why ``controller`` may not change the recommendation, as the row stands now."""
+    status, owner = Recommendation.objects.values_list("status", "lease_owner").get(
+        pk=recommendation_id
+    )
+    return (
+        f"recommendation {recommendation_id} is {status}, held by {owner or 'nobody'}, "
+        f"not by {controller}"
+    )
+
+
+REPORT_OUTCOMES = {
+    RecommendationStatus.EXECUTED: AuditKind.SCHEDULER_ACTION,
+    RecommendationStatus.SKIPPED: AuditKind.ACTION_SKIPPED,
+    RecommendationStatus.FAILED: AuditKind.ACTION_FAILED,
+}
+# Not finished, to be taken up again from the scheduler's state: a read failed, a fact was
+# unknown, or the action is half done. The recommendation goes back to ready.
+RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class ActionReport:
+    """What a controller did with a claimed recommendation, as it observed it."""
+
+    outcome: str  # executed, skipped (already done), failed, or retry
+    state_before: dict[str, Any]
+    commands: list[dict[str, Any]]
+    converged: bool | None = None
+    detail: str = ""
+
+
+@retrying_lock_conflicts
+def report(recommendation_id: int, *, controller: str, result: ActionReport) -> Recommendation:
+    """Record the outcome a controller reports for the recommendation it holds.
+
+    Reporting the same final outcome again is a no-op (a controller retrying after a lost
+    reply). The status changes only where the row is still claimed by this controller (a
+    conditional UPDATE); a report from a controller that does not hold the lease is refused
+    with ``InvalidTransition``, and the refusal is itself audited with what the controller said
+    it did, so no executed command is lost from the trail.
+    """
+    if result.outcome not in REPORT_OUTCOMES and result.outcome != RETRY:
+        raise ValueError(f"outcome must be one of {sorted([*REPORT_OUTCOMES, RETRY])}")
+    now = timezone.now()
+    outcome_payload = {
+        "outcome": result.outcome,
+        "state_before": result.state_before,
+        "commands": result.commands,
+        "converged": result.converged,
+        "detail": result.detail[:2000],
+    }
+    refusal = ""
+    with transaction.atomic():
+        recommendation = Recommendation.objects.select_related("workload__cluster").get(
+            pk=recommendation_id
+        )
+        if recommendation.status == result.outcome and recommendation.lease_owner == controller:
+            return recommendation
+        workload = recommendation.workload
+        event = {
+            "recommendation": recommendation.pk,
+            "action": recommendation.action,
+            "excluded_nodes": recommendation.excluded_nodes,
+            **outcome_payload,
+        }
+        retry = result.outcome == RETRY
+        try:
+            recommendation.transition(
+                RecommendationStatus.READY if retry else result.outcome,
+                held_by=controller,
+                lease_expires_at=None,
+                **({"lease_owner": ""} if retry else {"result": outcome_payload}),
+            )
+        except InvalidTransition:
+            refusal = _not_held_by(controller, recommendation_id)
+            kind, payload = AuditKind.REPORT_REFUSED, {**event, "refused": refusal}
+        else:
+            if result.outcome == RecommendationStatus.EXECUTED and recommendation.excluded_nodes:
+                _mark_excluded(workload, recommendation.excluded_nodes, now)
+            kind, payload = REPORT_OUTCOMES.get(result.outcome, AuditKind.ACTION_RETRY), event
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=kind,
+            actor=controller,
+            payload=payload,
+        )
+    if refusal:
+        # Raised after the transaction so that the refusal's audit row is kept.
+        raise InvalidTransition(refusal)
+    return recommendation
+
+
+def _mark_excluded(workload: Workload, nodes: list[str], now: datetime) -> None:
+    """Record until when the nodes a restart left out stay excluded (shown in the Console)."""
+    from recovery.loop.policy import policy_for
+
+    until = now + timedelta(hours=policy_for(workload).exclusion_hours)
+    Node.objects.filter(cluster=workload.cluster, name__in=nodes).filter(
+        Q(excluded_until__isnull=True) | Q(excluded_until__lt=until)
+    ).update(excluded_until=until)
+
+
+def release_expired_leases() -> int:
+    """Return claimed recommendations whose controller went silent to ready. Returns the count.
+
+    The next controller reads the scheduler's state before acting, so a recommendation whose
+    action did happen before the lease ran out is recorded as skipped, not repeated.
+    """
+    now = timezone.now()
+    released = 0
+    expired_ids = list(
+        Recommendation.objects.filter(
+            status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now
+        ).values_list("pk", flat=True)
+    )
+    for recommendation_id in expired_ids:
+        with transaction.atomic():
+            recommendation = Recommendation.objects.select_related("workload__cluster").get(
+                pk=recommendation_id
+            )
+            previous_owner = recommendation.lease_owner
+            if recommendation.lease_expires_at is None or recommendation.lease_expires_at >= now:
+                continue
+            try:
+                recommendation.transition(
+                    RecommendationStatus.READY, lease_owner="", lease_expires_at=None
+                )
+            except InvalidTransition:
+                continue  # its controller finished or another sweeper got there first
+            workload = recommendation.workload
+            record_event(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=workload.current_attempt or None,
+                kind=AuditKind.LEASE_EXPIRED,
+                actor=LEASE_EXPIRED_ACTOR,
+                payload={"recommendation": recommendation.pk, "previous_owner": previous_owner},
+            )
+            released += 1
+    return released

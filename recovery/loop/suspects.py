@@ -1,0 +1,71 @@
+"""Suspect nodes: one node behind the failures of several workloads.
+
+A node implicated, by evidence its policy excludes on (hardware, interconnect), in failures of
+several different workloads within the policy's window is probably broken, whatever each job's
+own restart did. Recovery does not drain it: it flags the node for the health layer (the
+Console shows the flag, the trail records it once) and keeps excluding it from restarts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from recovery.audit.record import record_event
+from recovery.choices import AuditKind
+from recovery.loop.policy import excludes_nodes, policy_for
+from recovery.models import Anomaly, Node
+
+SUSPECT_ACTOR = "policy"
+
+
+def flag_suspect_nodes(anomaly: Anomaly, now: datetime) -> list[Node]:
+    """Flag the nodes ``anomaly`` implicates that are now implicated in enough workloads."""
+    if not anomaly.implicated_nodes:
+        return []
+    workload = anomaly.workload
+    cluster = workload.cluster
+    policy = policy_for(workload)
+    if not excludes_nodes(anomaly, policy):
+        return []
+    since = now - timedelta(hours=policy.suspect_window_hours)
+    recent = [
+        other
+        for other in Anomaly.objects.filter(workload__cluster=cluster, detected_at__gte=since).only(
+            "workload_id", "implicated_nodes", "attribution", "category", "kind"
+        )
+        if other.implicated_nodes and excludes_nodes(other, policy)
+    ]
+    flagged = []
+    for name in anomaly.implicated_nodes:
+        workloads = {other.workload_id for other in recent if name in other.implicated_nodes}
+        if len(workloads) < policy.suspect_node_workloads:
+            continue
+        with transaction.atomic():
+            node = Node.objects.select_for_update().filter(cluster=cluster, name=name).first()
+            if node is None or node.suspect_since is not None:
+                continue
+            node.suspect_since = now
+            node.suspect_reason = (
+                f"implicated in {len(workloads)} workloads within "
+                f"{policy.suspect_window_hours} h (latest: {anomaly.category or anomaly.kind}, "
+                f"{anomaly.attribution})"
+            )[:255]
+            node.save(update_fields=["suspect_since", "suspect_reason", "updated_at"])
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=anomaly.attempt.number if anomaly.attempt else None,
+                kind=AuditKind.NODE_SUSPECT,
+                actor=SUSPECT_ACTOR,
+                payload={
+                    "node": name,
+                    "workloads": sorted(workloads),
+                    "window_hours": policy.suspect_window_hours,
+                    "reason": node.suspect_reason,
+                    "recommendation": "drain and test the node; recovery does not drain it",
+                },
+            )
+        flagged.append(node)
+    return flagged

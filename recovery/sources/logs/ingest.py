@@ -1,0 +1,106 @@
+"""Feeding a job's lines from a log store into the same detectors as its output files.
+
+The read position is a ``LogCursor`` of the workload whose ``path`` names the store and query
+(``loki:{slurm_job_id="4242"}``) and whose ``offset`` is the last timestamp read, in
+nanoseconds. The fetch, its findings and the new offset are stored in one transaction, so a
+worker killed mid-way reads the same lines again next time and records nothing twice.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from recovery.detection.findings import Finding
+from recovery.loop.anomalies import IngestSummary, record_read, scan
+from recovery.models import LogCursor, Workload
+from recovery.sources.logs.base import LogRecord, LogSource, to_ns
+
+# Log shippers deliver late; lines younger than this are left for the next poll, so a line
+# that arrives after a later one was read is not skipped.
+SETTLE = timedelta(seconds=10)
+# The first read starts a little before submission: clocks differ between hosts.
+FIRST_READ_MARGIN = timedelta(minutes=5)
+MAX_LINES_PER_POLL = 20_000
+# Node names the scanner's ``host: `` prefix recognises (a digit, no capitals).
+SCANNER_NODE = re.compile(r"[a-z0-9][a-z0-9.-]*\d[a-z0-9.-]*")
+
+
+def ingest_from_source(
+    workload: Workload,
+    source: LogSource,
+    now: datetime | None = None,
+    *,
+    max_lines: int = MAX_LINES_PER_POLL,
+) -> IngestSummary:
+    """Read ``workload``'s new lines from ``source`` and record what the detectors find.
+
+    Raises ``LogSourceError`` when the store can't be read; the cursor is then left where it
+    was.
+    """
+    now = now or timezone.now()
+    summary = IngestSummary()
+    until = to_ns(now - SETTLE)
+    with transaction.atomic():
+        cursor, _ = LogCursor.objects.select_for_update().get_or_create(
+            workload=workload, path=source.cursor_key(workload.job_id)
+        )
+        since = (
+            cursor.offset + 1 if cursor.offset else to_ns(workload.submit_time - FIRST_READ_MARGIN)
+        )
+        if since >= until:
+            return summary
+        records = source.fetch(workload.job_id, since, until, limit=max_lines)
+        if not records:
+            return summary
+        data, line_records = render(records)
+        summary.bytes_read = len(data)
+        result = scan(data)
+        _attribute_lines(result.findings, line_records)
+        summary.anomalies_new, summary.checkpoints = record_read(workload, result, now)
+        cursor.offset = records[-1].timestamp_ns
+        cursor.save()
+    return summary
+
+
+def render(records: list[LogRecord]) -> tuple[bytes, list[LogRecord]]:
+    """The records as log text the scanner reads, and the record behind each text line.
+
+    Each line gets prefixes the scanner already peels: its time (so findings and progress carry
+    the store's timestamp), its node when the name has the shape the scanner recognises, and
+    its rank. A record holding several lines (a traceback shipped as one entry) is split, each
+    piece with the same prefixes.
+    """
+    lines: list[str] = []
+    owners: list[LogRecord] = []
+    for record in records:
+        prefix = record.at.isoformat().replace("+00:00", "Z") + " "
+        if record.node and SCANNER_NODE.fullmatch(record.node):
+            prefix += f"{record.node}: "
+        if record.rank is not None:
+            prefix += f"[rank{record.rank}]: "
+        for piece in record.line.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+            lines.append(prefix + piece)
+            owners.append(record)
+    return ("\n".join(lines) + "\n").encode("utf-8", errors="replace"), owners
+
+
+def _attribute_lines(findings: list[Finding], owners: list[LogRecord]) -> None:
+    """Name the node and rank of a finding's first and last line from the store's labels.
+
+    The prefixes cover names the scanner recognises; this covers the rest (``GPU-Host-A``).
+    """
+    for finding in findings:
+        for number in (finding.first_line, finding.detail.get("last_line")):
+            if not isinstance(number, int) or not 1 <= number <= len(owners):
+                continue
+            record = owners[number - 1]
+            if record.node and record.node not in finding.nodes:
+                finding.nodes.append(record.node)
+                finding.nodes.sort()
+            if record.rank is not None and record.rank not in finding.ranks:
+                finding.ranks.append(record.rank)
+                finding.ranks.sort()

@@ -1,0 +1,201 @@
+"""The scheduler interface: what the poller and the Advisor Controller need from any scheduler.
+
+A scheduler adapter lists jobs and nodes and carries out recovery actions. It talks to the
+scheduler through a ``Transport`` (local commands, SSH), always with argument lists, never a
+shell string, and validates job ids and node names before any command runs.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from recovery.sources.schedulers.optin import OptIn
+
+
+class SchedulerError(Exception):
+    """A scheduler command failed; the message names the command and what it printed."""
+
+    def __init__(self, message: str, result: CommandResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ExpeditedRequeueUnavailable(SchedulerError):
+    """No expedited requeue for this job here; nothing was run (use the ordinary requeue)."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def describe(self) -> str:
+        output = (self.stderr or self.stdout).strip().splitlines()
+        said = output[-1][:300] if output else "no output"
+        return f"`{' '.join(self.argv)}` exited {self.returncode}: {said}"
+
+
+class Transport(Protocol):
+    name: str
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> CommandResult:
+        """Run one command given as an argument list and return what it did."""
+        ...
+
+    def read_file(self, path: str, offset: int, limit: int) -> bytes:
+        """Up to ``limit`` bytes of ``path`` from ``offset`` (empty when nothing new)."""
+        ...
+
+    def file_size(self, path: str) -> int | None:
+        """The size of ``path``, or None when it does not exist."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as the scheduler reports it now.
+
+    A fact the scheduler's output did not give, or gave in a shape this reader does not know, is
+    ``None`` (unknown), never a default: ``unreadable`` maps each such field to the reason. The
+    fields the loop acts on are listed in ``ACTIONABLE_FIELDS``; nothing acts on a job while one
+    of them is unknown.
+    """
+
+    job_id: str
+    name: str
+    user: str  # "" when unknown (listed in ``unreadable``)
+    partition: str
+    state: str | None
+    reason: str
+    comment: str
+    opt_in: OptIn
+    # The rest of the scheduler's state besides ``state``: flags such as REQUEUED, and, when
+    # ``state`` is COMPLETING, the base state underneath (PENDING after a requeue, FAILED...).
+    state_flags: tuple[str, ...] = ()
+    # Slurm's job flags (23.02 and later), e.g. EXPEDITED_REQUEUE; empty where none were read.
+    job_flags: tuple[str, ...] = ()
+    nodes: list[str] = field(default_factory=list)
+    excluded_nodes: list[str] | None = None
+    restart_count: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    requeue_allowed: bool | None = None
+    held: bool | None = None
+    stdout_path: str = ""
+    stderr_path: str = ""
+    work_dir: str = ""
+    submit_time: datetime | None = None
+    eligible_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == "PENDING"
+
+    def unknown(self, fields: Sequence[str] = ()) -> dict[str, str]:
+        """The given fields (all that the loop acts on by default) that could not be read."""
+        wanted = fields or ACTIONABLE_FIELDS
+        missing = {}
+        for name in wanted:
+            value = getattr(self, name)
+            if value is None or (name == "user" and not value):
+                missing[name] = self.unreadable.get(name, "not reported by the scheduler")
+        return missing
+
+
+def describe_unknown(unknown: dict[str, str]) -> str:
+    """``JobInfo.unknown()`` in one line: ``restart_count: why; state: why``."""
+    return "; ".join(f"{name}: {why}" for name, why in sorted(unknown.items()))
+
+
+# What the Advisor Controller and the poller rely on to tell a job's identity and its progress
+# through a restart. With one of these unknown, nothing is done to the job or its workload.
+ACTIONABLE_FIELDS = (
+    "state",
+    "user",
+    "submit_time",
+    "restart_count",
+    "excluded_nodes",
+    "requeue_allowed",
+    "held",
+)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    state: str
+    flags: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def unavailable(self) -> bool:
+        """Down, drained or failing: no new work lands here."""
+        markers = {self.state.upper(), *(flag.upper() for flag in self.flags)}
+        return bool(markers & {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"})
+
+
+class SchedulerAdapter(abc.ABC):
+    """What every scheduler offers. Actions raise ``SchedulerError`` when refused."""
+
+    @abc.abstractmethod
+    def list_jobs(self) -> list[JobInfo]: ...
+
+    @abc.abstractmethod
+    def get_job(self, job_id: str) -> JobInfo | None: ...
+
+    @abc.abstractmethod
+    def list_nodes(self) -> list[NodeInfo]: ...
+
+    @abc.abstractmethod
+    def requeue(self, job_id: str, *, hold: bool = False) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def set_excluded_nodes(self, job_id: str, nodes: Sequence[str]) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def clear_start_delay(self, job_id: str) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def release(self, job_id: str) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def hold(self, job_id: str) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str) -> CommandResult: ...
+
+    @abc.abstractmethod
+    def disable_requeue(self, job_id: str) -> CommandResult: ...
+
+    def scheduler_version(self) -> str | None:
+        """The scheduler's version (``24.11.5``), or None when unknown."""
+        return None
+
+    def cluster_name(self) -> str | None:
+        """The name the scheduler gives its cluster (Slurm's ClusterName), or None."""
+        return None
+
+    def supports_expedited_requeue(self) -> bool:
+        """Whether the scheduler itself restarts a requeued job at once, at top priority."""
+        return False
+
+    def requeue_expedited(self, job_id: str) -> CommandResult:
+        """Requeue through the scheduler's expedited path; refused where there is none."""
+        raise ExpeditedRequeueUnavailable(f"this scheduler has no expedited requeue (job {job_id})")

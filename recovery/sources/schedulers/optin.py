@@ -1,0 +1,123 @@
+"""A Slurm job's opt-in, read from its comment.
+
+A job opts in with ``--comment='{"nvidia-recovery":{"environment":"prod","mode":"observe"}}'``
+(the key ``recovery`` works too). Users write these comments by hand, so a bad one is never an
+error: the job is simply not opted in, and the Console shows "not opted in: <reason>" so that
+its owner can fix the comment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from recovery.sources.schedulers.validation import name_problem, shown
+
+OBSERVE = "observe"
+ACT = "act"
+MODES = (OBSERVE, ACT)
+
+# The first key present wins, so a job carrying both is read by its specific key.
+COMMENT_KEYS = ("nvidia-recovery", "recovery")
+
+# A comment longer than this is not an opt-in someone typed; it is not parsed at all.
+MAX_COMMENT_LENGTH = 4096
+# Environment names are DNS-label sized so they fit in metric labels and host-style names.
+MAX_ENVIRONMENT_LENGTH = 63
+
+# What Slurm shows for a job without a comment.
+_NO_COMMENT = frozenset({"", "(null)"})
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """Whether a job opted in, and how; ``reason`` says why not."""
+
+    opted_in: bool
+    environment: str = ""
+    mode: str = OBSERVE
+    # The raw object under the key, unknown keys included; excluded from hashing as it is a dict.
+    settings: dict[str, Any] = field(default_factory=dict, hash=False)
+    reason: str = ""
+
+    @property
+    def summary(self) -> str:
+        """One line for the Console."""
+        if self.opted_in:
+            return f"opted in: {self.environment}, {self.mode}"
+        return f"not opted in: {self.reason}"
+
+
+def _not_opted_in(reason: str) -> OptIn:
+    return OptIn(opted_in=False, reason=reason)
+
+
+def _json_type(value: object) -> str:
+    """How a decoded JSON value is called in JSON's own words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _unwrap(comment: str) -> str:
+    """The comment without the whitespace and single quotes Slurm tools may leave around it."""
+    text = comment.strip()
+    # Written as --comment="'{...}'", or copied from a shell line, the quotes become part of it.
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        text = text[1:-1].strip()
+    return text
+
+
+def parse_job_comment(comment: str | None) -> OptIn:
+    """The opt-in settings in a job's comment. Never raises, whatever the comment holds."""
+    if isinstance(comment, bytes | bytearray):
+        comment = bytes(comment).decode("utf-8", errors="replace")
+    if comment is None:
+        return _not_opted_in("no comment")
+    if not isinstance(comment, str):
+        return _not_opted_in(f"comment is {type(comment).__name__}, not text")
+    # Checked before any other work so that a huge comment costs nothing.
+    if len(comment) > MAX_COMMENT_LENGTH:
+        return _not_opted_in(
+            f"comment is too long ({len(comment)} characters, at most {MAX_COMMENT_LENGTH})"
+        )
+    text = _unwrap(comment)
+    if text in _NO_COMMENT:
+        return _not_opted_in("no comment")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        return _not_opted_in(f"comment is not JSON: {error.msg}")
+    except RecursionError:
+        return _not_opted_in("comment is not JSON: nested too deeply")
+    except ValueError as error:
+        # Any other refusal from the decoder still leaves the job listed, with its words.
+        return _not_opted_in(f"comment is not JSON: {str(error)[:60]}")
+
+    keys = [key for key in COMMENT_KEYS if key in document] if isinstance(document, dict) else []
+    if not keys:
+        return _not_opted_in(f"no '{COMMENT_KEYS[0]}' key in the comment")
+    settings = document[keys[0]]
+    if not isinstance(settings, dict):
+        return _not_opted_in(f"'{keys[0]}' must be an object, got {_json_type(settings)}")
+
+    mode = settings.get("mode", OBSERVE)
+    if not isinstance(mode, str) or mode not in MODES:
+        return _not_opted_in(f"mode must be {OBSERVE} or {ACT}, got {shown(mode)}")
+    # Without an environment the job takes its cluster's (and that environment's policies).
+    environment = settings.get("environment", "")
+    if not isinstance(environment, str):
+        return _not_opted_in(f"environment must be a string, got {_json_type(environment)}")
+    problem = name_problem(environment, max_length=MAX_ENVIRONMENT_LENGTH) if environment else None
+    if problem is not None:
+        return _not_opted_in(f"environment {shown(environment)} {problem}")
+    return OptIn(opted_in=True, environment=environment, mode=mode, settings=dict(settings))
