@@ -1,12 +1,31 @@
 """Enumerations shared by the domain, the API and the Console.
 
-The failure taxonomy (``FailureCategory`` and ``Attribution``) is shared with the test corpus;
-its values must not change.
+The failure taxonomy (``AnomalyKind``, ``FailureCategory``, ``Attribution``, ``Severity``) is
+declared once, Django-free, in ``recovery.detection.taxonomy``; the choices here are built from
+it with the same names, values and labels, and checked against it when this module is imported.
+Its values are shared with the test corpus and must not change.
 """
 
 from __future__ import annotations
 
+from enum import Enum
+
 from django.db import models
+
+from recovery.detection import taxonomy
+
+
+def _choice(member: taxonomy.LabelledEnum) -> tuple[str, str]:
+    """A Django choice (value, label) for a taxonomy member."""
+    return member.value, member.label
+
+
+def _check_mirrors(choices: type[models.TextChoices], source: type[Enum]) -> None:
+    """Fail at import when a choices class and its taxonomy enum list different members."""
+    mine = [(member.name, member.value) for member in choices]
+    theirs = [(member.name, member.value) for member in source]
+    if mine != theirs:
+        raise TypeError(f"{choices.__name__} does not mirror {source.__module__}.{source.__name__}")
 
 
 class SchedulerKind(models.TextChoices):
@@ -62,9 +81,9 @@ class AttemptExitState(models.TextChoices):
 
 
 class AnomalyKind(models.TextChoices):
-    CRASH = "crash", "Crash"
-    HANG = "hang", "Hang"
-    STRAGGLER = "straggler", "Straggler"
+    CRASH = _choice(taxonomy.AnomalyKind.CRASH)
+    HANG = _choice(taxonomy.AnomalyKind.HANG)
+    STRAGGLER = _choice(taxonomy.AnomalyKind.STRAGGLER)
 
 
 class Confirmation(models.TextChoices):
@@ -81,33 +100,33 @@ class Confirmation(models.TextChoices):
 
 
 class FailureCategory(models.TextChoices):
-    NCCL_TIMEOUT = "nccl_timeout", "NCCL timeout"
-    NCCL_ERROR = "nccl_error", "NCCL error"
-    INTERCONNECT = "interconnect", "Interconnect"
-    GPU_HARDWARE = "gpu_hardware", "GPU hardware"
-    CUDA_ERROR_APP = "cuda_error_app", "CUDA error (application)"
-    GPU_OOM = "gpu_oom", "GPU out of memory"
-    HOST_OOM = "host_oom", "Host out of memory"
-    APP_EXCEPTION = "app_exception", "Application exception"
-    STORAGE_IO = "storage_io", "Storage I/O"
-    SCHEDULER_EVENT = "scheduler_event", "Scheduler event"
-    SEGFAULT = "segfault", "Segmentation fault"
-    NAN_DIVERGENCE = "nan_divergence", "NaN / divergence"
-    HEALTHY = "healthy", "Healthy"
+    NCCL_TIMEOUT = _choice(taxonomy.FailureCategory.NCCL_TIMEOUT)
+    NCCL_ERROR = _choice(taxonomy.FailureCategory.NCCL_ERROR)
+    INTERCONNECT = _choice(taxonomy.FailureCategory.INTERCONNECT)
+    GPU_HARDWARE = _choice(taxonomy.FailureCategory.GPU_HARDWARE)
+    CUDA_ERROR_APP = _choice(taxonomy.FailureCategory.CUDA_ERROR_APP)
+    GPU_OOM = _choice(taxonomy.FailureCategory.GPU_OOM)
+    HOST_OOM = _choice(taxonomy.FailureCategory.HOST_OOM)
+    APP_EXCEPTION = _choice(taxonomy.FailureCategory.APP_EXCEPTION)
+    STORAGE_IO = _choice(taxonomy.FailureCategory.STORAGE_IO)
+    SCHEDULER_EVENT = _choice(taxonomy.FailureCategory.SCHEDULER_EVENT)
+    SEGFAULT = _choice(taxonomy.FailureCategory.SEGFAULT)
+    NAN_DIVERGENCE = _choice(taxonomy.FailureCategory.NAN_DIVERGENCE)
+    HEALTHY = _choice(taxonomy.FailureCategory.HEALTHY)
 
 
 class Attribution(models.TextChoices):
-    HARDWARE = "hardware", "Hardware"
-    SYSTEM_SOFTWARE = "system_software", "System software"
-    APPLICATION = "application", "Application"
-    UNKNOWN = "unknown", "Unknown"
-    NONE = "none", "None"
+    HARDWARE = _choice(taxonomy.Attribution.HARDWARE)
+    SYSTEM_SOFTWARE = _choice(taxonomy.Attribution.SYSTEM_SOFTWARE)
+    APPLICATION = _choice(taxonomy.Attribution.APPLICATION)
+    UNKNOWN = _choice(taxonomy.Attribution.UNKNOWN)
+    NONE = _choice(taxonomy.Attribution.NONE)
 
 
 class Severity(models.TextChoices):
-    FATAL = "fatal", "Fatal"
-    ERROR = "error", "Error"
-    WARNING = "warning", "Warning"
+    FATAL = _choice(taxonomy.Severity.FATAL)
+    ERROR = _choice(taxonomy.Severity.ERROR)
+    WARNING = _choice(taxonomy.Severity.WARNING)
 
 
 class RecommendationAction(models.TextChoices):
@@ -212,3 +231,12 @@ class AuditKind(models.TextChoices):
     POLICY_FAILED = "policy_failed", "Policy engine failed"
     ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"
     SCHEDULER_HOOK = "scheduler_hook", "Scheduler hook received"
+
+
+for _choices, _source in (
+    (AnomalyKind, taxonomy.AnomalyKind),
+    (FailureCategory, taxonomy.FailureCategory),
+    (Attribution, taxonomy.Attribution),
+    (Severity, taxonomy.Severity),
+):
+    _check_mirrors(_choices, _source)

@@ -15,6 +15,7 @@ from typing import Any
 
 from recovery.detection.findings import CRASH, HEALTHY, Finding
 from recovery.detection.scanner import ScanResult, scan_text
+from recovery.detection.taxonomy import Attribution, Severity
 
 # Training that advanced this many progress lines past the last failure line recovered from it.
 RECOVERED_AFTER_PROGRESS_LINES = 3
@@ -56,7 +57,7 @@ class Classification:
 
 
 def classify_scan(result: ScanResult) -> Classification:
-    failures = [f for f in result.findings if f.severity != "warning"]
+    failures = [f for f in result.findings if f.severity != Severity.WARNING]
     if not failures:
         return _healthy(result.findings, recovered=False)
     if result.progress_after_last_failure >= RECOVERED_AFTER_PROGRESS_LINES:
@@ -85,7 +86,7 @@ def classify_text(text: str | bytes, **options: Any) -> Classification:
 def _healthy(findings: list[Finding], *, recovered: bool) -> Classification:
     return Classification(
         category=HEALTHY,
-        attribution="none",
+        attribution=Attribution.NONE,
         kind=None,
         evidence="",
         secondary=[_summary(f) for f in findings],

@@ -4,30 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-# Values mirror recovery.choices (this package must not import Django).
-CRASH = "crash"
-HANG = "hang"
-STRAGGLER = "straggler"
-
-CATEGORIES = (
-    "nccl_timeout",
-    "nccl_error",
-    "interconnect",
-    "gpu_hardware",
-    "cuda_error_app",
-    "gpu_oom",
-    "host_oom",
-    "app_exception",
-    "storage_io",
-    "scheduler_event",
-    "segfault",
-    "nan_divergence",
+from recovery.detection.taxonomy import (
+    FAILURE_CATEGORIES,
+    AnomalyKind,
+    Attribution,
+    FailureCategory,
+    Severity,
 )
-HEALTHY = "healthy"
-ATTRIBUTIONS = ("hardware", "system_software", "application", "unknown", "none")
-SEVERITIES = ("fatal", "error", "warning")
+
+# Short names for the values detectors use most; the enums are in ``taxonomy``.
+CRASH = AnomalyKind.CRASH
+HANG = AnomalyKind.HANG
+STRAGGLER = AnomalyKind.STRAGGLER
+CATEGORIES = FAILURE_CATEGORIES
+HEALTHY = FailureCategory.HEALTHY
+ATTRIBUTIONS = tuple(Attribution)
+SEVERITIES = tuple(Severity)
+
+
+class FindingSource(StrEnum):
+    """Which signal family a finding came from."""
+
+    LOG = "log"
+    SCHEDULER = "scheduler"
+    METRICS = "metrics"
+    # No training progress after an error: the loop's check of a crash that did not end.
+    PROGRESS = "progress"
 
 
 @dataclass
@@ -45,7 +50,7 @@ class Finding:
     severity: str
     signature: str
     evidence: str
-    source: str = "log"
+    source: str = FindingSource.LOG
     count: int = 1
     first_line: int | None = None
     nodes: list[str] = field(default_factory=list)

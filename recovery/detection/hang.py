@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from recovery.detection.findings import HANG, Finding
+from recovery.detection.taxonomy import NO_CATEGORY, Attribution, Severity
 
 # Enough step changes to smooth out evaluation pauses, few enough to follow a job whose pace
 # changed (a restart on fewer nodes, a new phase of the curriculum).
@@ -204,9 +205,9 @@ def detect_hang(
     return Finding(
         kind=HANG,
         # A hang has no log category of its own: what caused it is for attribution to find.
-        category="",
-        attribution="unknown",
-        severity="error",
+        category=NO_CATEGORY,
+        attribution=Attribution.UNKNOWN,
+        severity=Severity.ERROR,
         signature="no-progress",
         evidence=evidence,
         source="progress",

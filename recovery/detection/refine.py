@@ -7,11 +7,13 @@ own traceback or asynchronously in a watchdog, which Python exception ended the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from recovery.detection.linear_regex import compile_linear
+from recovery.detection.signals.xid import XID_MEANINGS, xid_meaning
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
+from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 
 _XID_CODE = compile_linear(r"NVRM: Xid \([^)]*\): (\d+)")
 _XID_CODE_ELSEWHERE = compile_linear(r"(?i)xid(?: error)?(?: code)?[ :=]+(\d+)")
@@ -28,7 +30,14 @@ _HANDLED = compile_linear(
     r"\brecovered\b|\bignor(?:ed|ing)\b|falling back|fallback to)"
 )
 _HANDLED_CATEGORIES = frozenset(
-    {"nccl_error", "nccl_timeout", "storage_io", "app_exception", "interconnect", "cuda_error_app"}
+    {
+        FailureCategory.NCCL_ERROR,
+        FailureCategory.NCCL_TIMEOUT,
+        FailureCategory.STORAGE_IO,
+        FailureCategory.APP_EXCEPTION,
+        FailureCategory.INTERCONNECT,
+        FailureCategory.CUDA_ERROR_APP,
+    }
 )
 _HEX = compile_linear(r"0x[0-9a-fA-F]+")
 
@@ -54,13 +63,13 @@ def refine(signature: Signature, message: str) -> Refined | None:
     if not signature.builtin:
         return base  # an admin's signature means exactly what its row says
     if signature.category in _HANDLED_CATEGORIES and _HANDLED.search(message) is not None:
-        return Refined(**{**base.__dict__, "severity": "warning", "detail": {"handled": True}})
+        return replace(base, severity=Severity.WARNING, detail={"handled": True})
     if signature.name == "nvidia-xid":
         return _refine_xid(base, message)
     if signature.name == "cuda-error-kernel":
         if _SYNC_CUDA_EXCEPTION.search(message) is not None:
             # Raised in the application's own call stack: a code bug is in view.
-            return Refined(**{**base.__dict__, "attribution": "application"})
+            return Refined(**{**base.__dict__, "attribution": Attribution.APPLICATION})
         return base
     if signature.name == GENERIC_EXCEPTION:
         found = _EXCEPTION_NAME.search(message)
@@ -71,8 +80,6 @@ def refine(signature: Signature, message: str) -> Refined | None:
 
 
 def _refine_xid(base: Refined, message: str) -> Refined:
-    from recovery.detection.signals import XID_MEANINGS, xid_meaning
-
     found = _XID_CODE.search(message) or _XID_CODE_ELSEWHERE.search(message)
     if found is None:
         return base

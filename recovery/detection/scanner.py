@@ -16,12 +16,13 @@ from typing import Any
 
 from recovery.detection import progress as progress_module
 from recovery.detection.engine import Locator, LocatorPattern
-from recovery.detection.findings import CRASH, Finding
+from recovery.detection.findings import CRASH, Finding, FindingSource
 from recovery.detection.linear_regex import compile_linear_bytes
 from recovery.detection.normalize import LineContext, parse_line, strip_ansi
 from recovery.detection.refine import Refined, refine
 from recovery.detection.signature_set import SignatureSet
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
+from recovery.detection.taxonomy import Severity
 
 CHECKPOINT_ID = 1_000_000
 LINE_CACHE_SIZE = 4096
@@ -105,7 +106,7 @@ class Occurrences:
             severity=self.severity,
             signature=self.signature.name,
             evidence=self.evidence,
-            source="log",
+            source=FindingSource.LOG,
             count=self.count,
             first_line=self.first_line,
             nodes=sorted(self.nodes),
@@ -323,7 +324,7 @@ class LogScanner:
             and line_number - self._ignored_exception_line <= IGNORED_EXCEPTION_REACH
         ):
             # The exception Python just said it ignored (typically at interpreter shutdown).
-            refined = replace(refined, severity="warning")
+            refined = replace(refined, severity=Severity.WARNING)
         key = (signature.name, refined.discriminator)
         occurrences = self._occurrences.get(key)
         if occurrences is None:
@@ -341,7 +342,7 @@ class LogScanner:
             )
             self._occurrences[key] = occurrences
         occurrences.add(line_number, context)
-        if refined.severity != "warning":
+        if refined.severity != Severity.WARNING:
             self._last_failure_line = line_number
             self._last_failure_offset = start
             self._progress_after_failure = 0

@@ -11,9 +11,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from recovery.detection.findings import STRAGGLER, Finding
 from recovery.detection.hang import format_duration
+from recovery.detection.taxonomy import NO_CATEGORY, Attribution, Severity
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def _group(
 ) -> list[_MemberSamples]:
     window_start = now - timedelta(seconds=policy.window_seconds)
     baseline_start = window_start - timedelta(seconds=policy.baseline_seconds)
-    grouped: dict[str, dict[str, list]] = {}
+    grouped: dict[str, dict[str, list[Any]]] = {}
     for observation in observations:
         key = _member_key(observation)
         # Samples that name no member cannot be compared with peers, and future samples (clock
@@ -165,9 +167,9 @@ def detect_stragglers(
         findings.append(
             Finding(
                 kind=STRAGGLER,
-                category="",
-                attribution="unknown",
-                severity="warning",
+                category=NO_CATEGORY,
+                attribution=Attribution.UNKNOWN,
+                severity=Severity.WARNING,
                 signature=f"{metric}-below-peers",
                 evidence=(
                     f"{member.name} at {ratio:.0%} of its peers' median {label} over the last "

@@ -1,0 +1,128 @@
+# Example lines are quoted verbatim from real logs.
+# ruff: noqa: E501
+"""Signatures of the training program itself: losses that turn NaN or diverge, loss-scale
+collapse, and Python exceptions and tracebacks.
+"""
+
+from __future__ import annotations
+
+from recovery.detection.signatures.base import GENERIC_EXCEPTION, WRAPPER, Signature, define
+from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
+
+SIGNATURES: tuple[Signature, ...] = (
+    define(
+        "loss-nan",
+        FailureCategory.NAN_DIVERGENCE,
+        Attribution.APPLICATION,
+        r"(?:[Ll]oss|[Nn]orm)['\"]?\s{0,3}[:=]\s{0,3}['\"]?[-+]?(?:nan|NaN|NAN|inf|Inf|INF)"
+        r"(?:[^A-Za-z0-9]|$)|"
+        r"[Ll]oss (?:is|became|has become) (?:nan|NaN|NAN|inf|Inf|not finite|infinite)|"
+        r"[Nn]a[Nn] loss|[Dd]etected (?:nan|NaN|inf|Inf)|"
+        r"(?:nan|NaN|inf|Inf) (?:or inf )?(?:detected|found) in|returned nan values|"
+        r"non-finite (?:loss|value)|number of nan iterations:\s{0,8}[1-9]",
+        [
+            "loss scale: 1.0 | grad norm: nan |",
+            " iteration      500/  250000 | lm loss: NaN | loss scale: 1.0 |",
+            "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.3}",
+            "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",
+            "number of skipped iterations:   0 | number of nan iterations:   3 |",
+            "step: 120 loss: inf",
+        ],
+        [
+            "number of skipped iterations: 0 | number of nan iterations: 0",
+            "lm loss: 2.504220E+00 | grad norm: 0.231",
+            "Infinity norm clipping enabled",
+            "loss: 2.3 inference time 0.4s",
+        ],
+    ),
+    define(
+        "loss-scale-collapse",
+        FailureCategory.NAN_DIVERGENCE,
+        Attribution.APPLICATION,
+        r"(?:Minimum loss scale reached|Current loss scale already at minimum|"
+        r"cannot decrease scale anymore|setting loss scale to: 0\.0|"
+        r"loss_scale[ =:]+0(?:\.0+)?(?:\s|\||,|$)|loss scale: 0\.0+(?:\s|\||$)|"
+        r"FloatingPointError: )",
+        [
+            "2020-03-23 11:41:18 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: 0.00048828125",
+            "FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.",
+            "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+            "epoch 002 | loss 9.803 | gnorm 55.005 | loss_scale 0 | train_wall 4512",
+        ],
+        [
+            "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+            "NOTE: overflow detected, setting loss scale to: 64.0",
+            "loss_scale 128 | train_wall 30",
+        ],
+    ),
+    define(
+        GENERIC_EXCEPTION,
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:[A-Z][A-Za-z0-9_]*Error|[A-Z][A-Za-z0-9_]*Exception|Exception)(?::\s|:$|$)",
+        [
+            "KeyError: 'input_ids'",
+            "[rank15]: AssertionError: num_layers should be divisible by pipeline_model_parallel_size",
+            "ValueError: Expected input batch_size (32) to match target batch_size (64).",
+            "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:",
+            "torch._dynamo.exc.InternalTorchDynamoError: 'NoneType' object is not callable",
+        ],
+        [
+            "ERROR:root:Evaluation skipped",
+            "Using sdpa attention since ErrorCorrection is disabled",
+            "TypeErrors are handled by the wrapper",
+        ],
+        severity=Severity.ERROR,
+        description="The last line of a Python traceback: the exception that ended the run.",
+    ),
+    define(
+        "torch-state-dict-mismatch",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:Error\(s\) in loading state_dict for|size mismatch for \S+: copying a param with "
+        r"shape|Missing key\(s\) in state_dict|Unexpected key\(s\) in state_dict)",
+        [
+            "Error(s) in loading state_dict for Linear:",
+            "\tsize mismatch for weight: copying a param with shape torch.Size([0, 17]) from checkpoint, the shape in current model is torch.Size([1, 17]).",
+            'Missing key(s) in state_dict: "model.embed_tokens.weight".',
+        ],
+        ["Loaded state_dict for Linear", "load_state_dict(strict=False)"],
+        priority=62,
+        description="A checkpoint that does not fit the model: a restart fails the same way.",
+    ),
+    define(
+        "python-traceback",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"Traceback \(most recent call last\):",
+        ["Traceback (most recent call last):", "[rank0]: Traceback (most recent call last):"],
+        ["Print the traceback of the last call", "traceback : Signal 11 (SIGSEGV)"],
+        role=WRAPPER,
+        severity=Severity.ERROR,
+        priority=8,
+        description="A Python traceback whose exception line was not captured.",
+    ),
+    define(
+        "loss-divergence-extra",
+        FailureCategory.NAN_DIVERGENCE,
+        Attribution.APPLICATION,
+        r"(?:NaN in local grad norm|found NaN in|[Gg]rad(?:ient)?[_ ]norm (?:is|became) (?:nan|NaN|inf)|"
+        r"[Ll]oss (?:spike|diverged|exploded)|training diverged)",
+        [
+            "Rerun state machine: found NaN in local grad norm in backward pass before data-parallel communication collective",
+            "Gradient norm is nan at step 1200, aborting",
+        ],
+        ["grad norm: 0.98", "no NaN found in batch"],
+    ),
+    define(
+        "python-exception-ignored",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:Exception ignored in|Error in atexit\._run_exitfuncs)",
+        ["Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>"],
+        ["Exception raised from checkTimeout"],
+        severity=Severity.WARNING,
+        priority=5,
+        description="Python reporting an exception it ignored, usually at shutdown: not a failure.",
+    ),
+)

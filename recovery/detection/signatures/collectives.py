@@ -1,0 +1,158 @@
+# Example lines are quoted verbatim from real logs.
+# ruff: noqa: E501
+"""Signatures of the collective layer: NCCL errors and warnings, collective and rendezvous
+timeouts, and c10d or gloo losing a peer.
+
+Most of these are symptoms: the rank that prints them waits on a peer that failed elsewhere.
+"""
+
+from __future__ import annotations
+
+from recovery.detection.signatures.base import SYMPTOM, Signature, define
+from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
+
+SIGNATURES: tuple[Signature, ...] = (
+    define(
+        "nccl-comm-aborted",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"(?:NCCL communicator was aborted|communicator encountered error|"
+        r"ProcessGroupNCCL is aborted|Process group watchdog thread terminated with exception|"
+        r"NCCL watchdog thread terminated|To avoid data inconsistency, we are taking the entire "
+        r"process down|ProcessGroupNCCL's watchdog detected)",
+        [
+            "RuntimeError: NCCL communicator was aborted on rank 3. Original reason for failure was: [Rank 3] Watchdog caught collective operation timeout",
+            "[Rank 1] To avoid data inconsistency, we are taking the entire process down.",
+        ],
+        ["NCCL INFO comm 0x7f abort COMPLETE"],
+        role=SYMPTOM,
+        priority=28,
+        description="A rank shutting down after a collective failed elsewhere.",
+    ),
+    define(
+        "nccl-error-raised",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"(?:NCCL error in: \S+|NCCL error: (?:unhandled|internal|invalid|remote)|"
+        r"ncclInternalError|ncclInvalidUsage|ncclInvalidArgument|ncclUnhandledCudaError|"
+        r"ncclSystemError|Failed to initialize NCCL|ProcessGroupNCCL.*ncclCommInitRank failed)",
+        [
+            "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, internal error, NCCL version 20.9.9",
+            "ncclInternalError: Internal check failed. This is either a bug in NCCL or due to memory corruption",
+            "what():  NCCL error: unhandled system error, NCCL version 2.14.3",
+        ],
+        ["NCCL version 2.18.1+cuda12.1", "NCCL INFO Using network IB"],
+    ),
+    define(
+        "nccl-warn-fatal",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"NCCL WARN (?:.*(?:failed|\b[Ee]rror\b|timeout|timed out|Broken pipe|"
+        r"Connection (?:closed|reset|refused)|Aborting|Cuda failure|unhandled|"
+        r"Failed to (?:execute|connect|send|recv|receive|register|allocate|create|init)))",
+        [
+            "a100-st-p4d24xlarge-22:183006:183220 [1] misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.200.84.247<58355> failed : Broken pipe",
+            "proxy.cc:1119 NCCL WARN [Proxy Service 9] Failed to execute operation Connect from rank 9, retcode 6",
+            "enqueue.cc:1008 NCCL WARN Cuda failure 'an illegal memory access was encountered'",
+        ],
+        [
+            "misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+            "NCCL WARN NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory",
+            "NCCL WARN Could not find real path of /sys/class/net/eth0/device",
+            "NCCL WARN NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No plugin found (libnccl-net.so), using internal implementation",
+        ],
+        severity=Severity.ERROR,
+        priority=45,
+    ),
+    define(
+        "nccl-shm-failure",
+        FailureCategory.NCCL_ERROR,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:Error while creating shared memory segment|"
+        r"unable to allocate shared memory|No space left on device.*(?:shm|nccl)|"
+        r"nccl-shm.*(?:failed|error)|/dev/shm.*(?:too small|No space))",
+        [
+            "include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-c43b846667d22574-1-1-0 (size 9637888)",
+        ],
+        ["NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"],
+        priority=58,
+    ),
+    define(
+        "nccl-watchdog-timeout",
+        FailureCategory.NCCL_TIMEOUT,
+        Attribution.UNKNOWN,
+        r"(?:Watchdog caught collective operation timeout|"
+        r"collective operation timeout: WorkNCCL|"
+        r"Some NCCL operations have failed or timed out|"
+        r"Heartbeat monitor timed out|watchdog got stuck for \d+ seconds|"
+        r"Timeout\(ms\)=\d+\) ran for|NCCL timeout|"
+        r"(?:Socket|Store) Timeout|torch\.distributed\.DistStoreError: .*[Tt]imeout|"
+        r"Timed out waiting \d+ms for (?:recv|send) operation|"
+        r"RuntimeError: Timed out initializing process group|"
+        r"wait timeout after \d+ms|DistNetworkError: .*timed out)",
+        [
+            "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25624887 milliseconds before timing out.",
+            "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1",
+            "[Rank 1] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+        ],
+        ["NCCL_TIMEOUT=1800", "init_process_group(backend='nccl', timeout=timedelta(minutes=30))"],
+        role=SYMPTOM,
+    ),
+    define(
+        "nccl-error-legacy",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"(?:NCCL Error \d+: |NCCL WARN Duplicate GPU detected|"
+        r"NCCL WARN Error : ring \d+ does not loop back|ncclCommInitRank failed)",
+        [
+            "RuntimeError: NCCL Error 2: unhandled system error",
+            "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000",
+        ],
+        ["NCCL INFO Connected all rings"],
+        priority=54,
+    ),
+    define(
+        "peer-connection-lost",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"(?:Connection closed by peer|Connection reset by peer.*(?:nccl|NCCL|gloo|c10d)|"
+        r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed|Read error|Timed out))",
+        [
+            "RuntimeError: [/opt/conda/conda-bld/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.3]:36472",
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:47398: Connection reset by peer",
+        ],
+        ["NCCL INFO Connected all rings", "gloo: connection to peer established"],
+        priority=53,
+        role=SYMPTOM,
+        description="The rank that prints this lost a peer: the cause is on the peer's side "
+        "(its process died, its node failed) or in the network between them.",
+    ),
+    define(
+        "distributed-setup-timeout",
+        FailureCategory.NCCL_TIMEOUT,
+        Attribution.UNKNOWN,
+        r"(?:Timed out after \d+ seconds waiting for clients|RendezvousTimeoutError|"
+        r"Timeout at NCCL work: \d+|Timed out waiting for barrier|"
+        r"monitoredBarrier.*(?:timed out|failed)|failed to reach monitoredBarrier)",
+        [
+            "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+            "[PG 0 Rank 2] Timeout at NCCL work: 52817, last enqueued NCCL work: 52818, last completed NCCL work: 52816.",
+        ],
+        ["barrier() completed in 0.2 s"],
+        role=SYMPTOM,
+    ),
+    define(
+        "dist-network-error",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"DistNetworkError",
+        [
+            "torch.distributed.DistNetworkError: Connection reset by peer",
+            "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.",
+        ],
+        ["DistributedSampler initialised"],
+        priority=29,
+        role=SYMPTOM,
+        description="The c10d store lost its peer: usually a consequence of another rank dying.",
+    ),
+)

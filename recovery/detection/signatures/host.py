@@ -1,0 +1,185 @@
+# Example lines are quoted verbatim from real logs.
+# ruff: noqa: E501
+"""Signatures of the host under the job: host memory exhausted (the kernel OOM killer, Slurm's
+cgroup, DataLoader workers), storage errors, and processes killed by a signal.
+"""
+
+from __future__ import annotations
+
+from recovery.detection.signatures.base import WRAPPER, Signature, define
+from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
+
+SIGNATURES: tuple[Signature, ...] = (
+    define(
+        "kernel-oom-killer",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        r"(?:Out of memory: Killed process|invoked oom-killer|oom-kill:|"
+        r"Memory cgroup out of memory|oom_reaper: reaped process|"
+        r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
+        r"detected \d+ oom[_-]kill events?|OOM Killed|OOMKilled|"
+        r"exceeded (?:job )?memory limit|killed by the OOM killer)",
+        [
+            "kernel: Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:98765kB",
+            "slurmstepd: error: Detected 1 oom_kill event in StepId=123.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+            "python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+        ],
+        ["oom_score_adj=0 set for training process"],
+        caseless=True,
+    ),
+    define(
+        "dataloader-worker-killed",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        r"(?:DataLoader worker \(pid \d+\) is killed by signal: Killed|"
+        r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly|"
+        r"Cannot allocate memory|std::bad_alloc|\bMemoryError\b|"
+        r"unable to mmap \d+ bytes|(?:^|\]:? )Killed\s*$|line \d+:\s+\d+ Killed)",
+        [
+            "RuntimeError: DataLoader worker (pid 2637) is killed by signal: Killed.",
+            "Killed",
+            "MemoryError: Unable to allocate 3.2 GiB for an array with shape (1024, 1024, 800)",
+            "OSError: [Errno 12] Cannot allocate memory",
+            "/var/spool/slurmd/job123/slurm_script: line 20: 12345 Killed                  python train.py",
+        ],
+        [
+            "Killed process group cleanly",
+            "killed by signal: Segmentation fault",
+            "torch.OutOfMemoryError: CUDA out of memory.",
+            "srun: error: node07: tasks 0-7: Killed",
+        ],
+        priority=83,
+    ),
+    define(
+        "sigkill-child",
+        FailureCategory.HOST_OOM,
+        Attribution.UNKNOWN,
+        r"(?:Signal 9 \(SIGKILL\) received|exitcode\s*:?\s*-9\b|failed \(exitcode: -9\)|"
+        r"died with <Signals\.SIGKILL: 9>|exited with code 137|exit code 137|"
+        r"terminated by signal 9|Killed by signal 9)",
+        [
+            "traceback : Signal 9 (SIGKILL) received by PID 14750",
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 1234) of binary: /usr/bin/python",
+        ],
+        ["exitcode  : -11 (pid: 6421)"],
+        role=WRAPPER,
+        severity=Severity.ERROR,
+        priority=14,
+        description="A child killed with SIGKILL: usually the OOM killer, sometimes the scheduler.",
+        reports_exit=True,
+    ),
+    define(
+        "storage-errno",
+        FailureCategory.STORAGE_IO,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:Input/output error|\[Errno 5\]|Stale file handle|\[Errno 116\]|"
+        r"No space left on device|\[Errno 28\]|Disk quota exceeded|\[Errno 122\]|"
+        r"Read-only file system|\[Errno 30\]|Transport endpoint is not connected|"
+        r"Remote I/O error|\[Errno 121\]|Structure needs cleaning|"
+        r"PytorchStreamWriter failed writing file|PytorchStreamReader failed reading|"
+        r"file write failed|unexpected pos \d+ vs \d+|"
+        r"Lustre(?:Error)?:.*(?:failed|error|evict)|LustreError|"
+        r"nfs: server \S+ not responding|NFS: .*(?:error|timed out)|"
+        r"blk_update_request: I/O error|Buffer I/O error|EXT4-fs error|XFS .*error|"
+        r"gpfs.*(?:error|failed)|mmfs.*(?:error|failed)|"
+        r"Errno 52|Connection to the filesystem lost|fsspec.*(?:Timeout|IOError))",
+        [
+            "RuntimeError: write(): fd 29 failed with Input/output error",
+            "OSError: [Errno 116] Stale file handle",
+            "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed writing file data/228: file write failed",
+            "OSError: [Errno 28] No space left on device: '/checkpoints/step_2000'",
+            "LustreError: 11-0: scratch-OST0007-osc-ffff8800: operation ost_write to node 10.0.0.7@o2ib failed: rc = -107",
+            "nfs: server fileserver01 not responding, still trying",
+        ],
+        ["Saved checkpoint to /checkpoints/step_2000", "nfs: server fileserver01 OK"],
+    ),
+    define(
+        "segmentation-fault",
+        FailureCategory.SEGFAULT,
+        Attribution.UNKNOWN,
+        r"(?:Segmentation fault|SIGSEGV|Signal 11 \(SIGSEGV\)|exitcode\s*:?\s*-11\b|"
+        r"failed \(exitcode: -11\)|Fatal Python error: Segmentation|"
+        r"segfault at [0-9a-f]+ ip|general protection fault|"
+        r"Illegal instruction \(core dumped\)|SIGILL|"
+        r"double free or corruption|free\(\): invalid pointer|malloc\(\): corrupted|"
+        r"stack smashing detected)",
+        [
+            "traceback : Signal 11 (SIGSEGV) received by PID 6421",
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11) local_rank: 0 (pid: 2012686) of binary: /gpfs/users/me/envs/ifseg/bin/python",
+            "Segmentation fault (core dumped)",
+            "python[1234]: segfault at 0 ip 00007f8b sp 00007ffd error 4 in libc.so.6",
+        ],
+        ["exitcode  : 1 (pid: 37881)", "Fault tolerance enabled", "segment 11 of 20 loaded"],
+    ),
+    define(
+        "process-aborted",
+        FailureCategory.SEGFAULT,
+        Attribution.UNKNOWN,
+        r"(?:SIGABRT|Signal 6 \(SIGABRT\)|exitcode\s*:?\s*-6\b|failed \(exitcode: -6\)|"
+        r"Fatal Python error: Aborted|Aborted \(core dumped\)|"
+        r"Bus error|SIGBUS|Signal 7 \(SIGBUS\)|exitcode\s*:?\s*-7\b|failed \(exitcode: -7\))",
+        [
+            "logging.cc:365: *** SIGABRT received at time=1735017785 on cpu 31 ***",
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 37386) of binary: /home/jovyan/.conda/envs/glm/bin/python",
+            "Aborted (core dumped)",
+        ],
+        ["exitcode  : 1 (pid: 37881)", "Training aborted by user request flag not set"],
+        priority=25,
+        description=(
+            "An abort or bus error: often the end of a process whose real error came first "
+            "(an NCCL watchdog exception aborts the process), so it ranks below collective "
+            "timeouts."
+        ),
+    ),
+    define(
+        "srun-out-of-memory",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        r"(?:task \d+: Out Of Memory|DefaultCPUAllocator: can't allocate memory|"
+        r"insufficient shared memory \(shm\)|Unexpected bus error encountered in worker)",
+        [
+            "srun: error: gpu-a100-003: task 5: Out Of Memory",
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:83] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 3221225472 bytes. Error code 12 (Cannot allocate memory)",
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+        ],
+        ["srun: error: gpu-a100-003: task 5: Exited with exit code 1"],
+        priority=85,
+        reports_exit=True,
+    ),
+    define(
+        "storage-remote",
+        FailureCategory.STORAGE_IO,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:unable to lock file|ReadTimeoutError: Read timeout on endpoint|"
+        r"EndpointConnectionError: Could not connect to the endpoint|"
+        r"failed finding central directory|Unable to open file \(file read failed|"
+        r"Bad file descriptor.*(?:checkpoint|ckpt)|OSError: \[Errno 5\])",
+        [
+            "BlockingIOError: [Errno 11] Unable to synchronously open file (unable to lock file, errno = 11, error message = 'Resource temporarily unavailable')",
+            "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+            'botocore.exceptions.ReadTimeoutError: Read timeout on endpoint URL: "https://s3.us-east-1.amazonaws.com/bucket/shard-0001.tar"',
+        ],
+        ["Opened zip archive with central directory at offset 12"],
+    ),
+    define(
+        "signal-exit-codes",
+        FailureCategory.SEGFAULT,
+        Attribution.UNKNOWN,
+        r"(?:exited on signal 11|exit code 139|exited with code 139|"
+        r"(?:with|by) signal 11\b|killed by signal: Segmentation fault)",
+        [
+            "mpirun noticed that process rank 3 with PID 0 on node gpu-1 exited on signal 11 (Segmentation fault).",
+            "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",
+            "Process finished with exit code 139",
+        ],
+        ["exit code 1", "exited on signal 15 (Terminated)"],
+    ),
+    define(
+        "too-many-open-files",
+        FailureCategory.STORAGE_IO,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:Too many open files|\[Errno 24\])",
+        ["OSError: [Errno 24] Too many open files"],
+        ["ulimit -n 65536 set"],
+    ),
+)

@@ -1,0 +1,155 @@
+# Example lines are quoted verbatim from real logs.
+# ruff: noqa: E501
+"""Signatures of a job's life as the scheduler and launchers report it: Slurm's time limit,
+preemption, node failure and cancel notices, submitit, torchrun's and srun's reports that a child
+process ended, and a job told to stop by a signal.
+"""
+
+from __future__ import annotations
+
+from recovery.detection.signatures.base import SYMPTOM, WRAPPER, Signature, define
+from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
+
+SIGNATURES: tuple[Signature, ...] = (
+    define(
+        "torch-signal-exception",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.UNKNOWN,
+        r"(?:SignalException: Process \d+ got signal: (?:15|1|2|10|12)|"
+        r"Received SIGTERM|got SIGTERM|Bypassing SIGTERM|KeyboardInterrupt)",
+        [
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15",
+            "[rank: 0] Received SIGTERM: 15",
+        ],
+        ["SIGTERM handler installed"],
+        role=WRAPPER,
+        severity=Severity.ERROR,
+        priority=12,
+        description="The job was told to stop: by the scheduler, an operator or a time limit.",
+    ),
+    define(
+        "slurm-time-limit",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.APPLICATION,
+        r"(?:CANCELLED AT \S+ DUE TO TIME LIMIT|DUE TO TIME LIMIT \*\*\*|"
+        r"Job \d+ exceeded (?:its )?time limit|TIMEOUT: job exceeded|"
+        r"time limit exceeded|slurmstepd: .*JOB \d+ .*TIME LIMIT)",
+        [
+            "slurmstepd: error: *** STEP 55595933.0 ON maestro-3017 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***",
+            "slurmstepd: error: *** JOB 4226796 ON eos0117 CANCELLED AT 2025-12-03T14:53:02 DUE TO TIME LIMIT ***",
+        ],
+        ["#SBATCH --time=04:00:00", "Job has not timed out. Ran 1 minutes out of requested 20"],
+        caseless=True,
+        reports_exit=True,
+    ),
+    define(
+        "slurm-preempted",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:DUE TO PREEMPTION|this job is preempted|job (?:was|has been) preempted|"
+        r"JOB REQUEUE|job requeued|Requeuing job|requeued due to|"
+        r"CANCELLED AT \S+ DUE TO JOB REQUEUE|"
+        r"Caught signal SIGUSR[12].*(?:preempt|requeue)|preemption signal|"
+        r"SLURM_JOB_REQUEUE|Received SIGUSR1.*requeue)",
+        [
+            "submitit WARNING (2022-07-12 04:18:45,881) - Caught signal SIGHUP on learnfair0293: this job is preempted.",
+            "slurmstepd: error: *** JOB 123456 ON gpu-001 CANCELLED AT 2025-01-10T15:27:25 DUE TO PREEMPTION ***",
+        ],
+        ["--requeue flag set", "preemption mode: off"],
+        caseless=True,
+    ),
+    define(
+        "slurm-node-failure",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.HARDWARE,
+        r"(?:DUE TO NODE FAILURE|JOB \d+ ON \S+ CANCELLED .*NODE FAIL|"
+        r"srun: error: Node failure on|Node \S+ not responding, setting DOWN|"
+        r"job .* NODE_FAIL|slurmstepd: error: .*Kill task failed|"
+        r"srun: error: .*: task \d+: Exited with exit code 1.*NODE_FAIL)",
+        [
+            "slurmstepd: error: *** JOB 48213 ON gpu-a100-007 CANCELLED AT 2026-11-28T03:14:15 DUE TO NODE FAILURE ***",
+            "srun: error: Node failure on gpu-a100-007",
+        ],
+        ["Node gpu-a100-007 now responding"],
+        priority=95,
+        reports_exit=True,
+    ),
+    define(
+        "slurm-cancelled",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.UNKNOWN,
+        r"(?:\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ \*\*\*|"
+        r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO SIGNAL)",
+        [
+            "slurmstepd: error: *** JOB 4211 ON node01 CANCELLED AT 2025-03-02T10:00:00 ***",
+            "slurmstepd: error: *** STEP 4211.0 ON node01 CANCELLED AT 2025-03-02T10:00:00 ***",
+        ],
+        ["scancel --signal=USR1 4211"],
+        severity=Severity.ERROR,
+        priority=35,
+        role=SYMPTOM,
+        description="Cancelled by someone or something: a person, an admin, or srun ending a "
+        "step after one of its tasks failed. The cause, if any, is elsewhere.",
+        reports_exit=True,
+    ),
+    define(
+        "slurm-killed-stuck",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:DUE TO JOB NOT ENDING WITH SIGNALS|srun: error: Unable to allocate resources|"
+        r"this job is timed[- ]out|job (?:has )?timed out after)",
+        [
+            "slurmstepd: error: *** JOB 4211 STEPD TERMINATED ON node01 AT 2025-03-02T10:00:00 DUE TO JOB NOT ENDING WITH SIGNALS ***",
+            "srun: error: Unable to allocate resources: Requested node configuration is not available",
+        ],
+        ["srun: job 4211 has been allocated resources"],
+    ),
+    define(
+        "submitit-timeout",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.APPLICATION,
+        r"(?:this job is timed[- ]out|Job has timed out|timed out, requeuing)",
+        [
+            "submitit WARNING (2023-01-01 00:00:00,000) - Caught signal SIGUSR2 on node12: this job is timed-out."
+        ],
+        ["Job has not timed out. Ran 1 minutes out of requested 20 minutes."],
+    ),
+    define(
+        "torchelastic-child-failed",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:ChildFailedError|torch\.distributed\.elastic\.multiprocessing\.api:failed \(exitcode: |"
+        r"Root Cause \(first observed failure\)|"
+        r"subprocess\.CalledProcessError: Command .* returned non-zero exit status|"
+        r"exits with return code = -?\d+|Process \d+ exited with code -?\d+|"
+        r"exitcode\s*:\s*-?\d+ \(pid)",
+        [
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 1) of binary: /usr/bin/python3",
+        ],
+        ["exit code: 0"],
+        role=WRAPPER,
+        severity=Severity.ERROR,
+        priority=10,
+        reports_exit=True,
+    ),
+    define(
+        "srun-task-exited",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:srun: error: \S+: tasks? [0-9,-]+: (?:Exited with exit code \d+|Killed|"
+        r"Terminated|Segmentation fault|Aborted)|srun: error: Timed out waiting for job step|"
+        r"srun: Job step aborted|srun: error: .*launch failed|"
+        r"srun: error: Unable to create step|srun: error: task \d+ launch failed)",
+        [
+            "srun: error: gpu-a100-003: task 12: Exited with exit code 1",
+            "srun: error: node07: tasks 0-7: Killed",
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+        ],
+        ["srun: job 1234 queued and waiting for resources", "srun: Step created for job 1234"],
+        role=WRAPPER,
+        severity=Severity.ERROR,
+        priority=9,
+        reports_exit=True,
+    ),
+)

@@ -1,0 +1,244 @@
+"""The state every part of the simulated cluster shares, and the changes all of them make.
+
+The cluster is built in layers: ``ClusterState`` (this module: the state, saving and
+restoring it, the job output, and ending or requeueing an attempt), ``TrainingJobs`` (running
+jobs and the faults that strike them) and ``SimulatedCluster`` (what Slurm does: commands,
+scheduling, the passing of time).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from recovery.simulator import logtext
+from recovery.simulator.cluster.config import STATE_VERSION, SimConfig
+from recovery.simulator.cluster.records import SimJob, SimNode
+from recovery.simulator.faults import STRAGGLER, FaultKind, FaultTable
+from recovery.sources.schedulers.base import CommandResult, SchedulerError
+
+
+class ClusterState:
+    """The cluster's state and the changes every layer makes to it."""
+
+    rng: random.Random
+    now: float
+    next_job_id: int
+    node_list: list[SimNode]
+    nodes_by_name: dict[str, SimNode]
+    jobs_by_id: dict[int, SimJob]
+    dying: list[list[Any]]
+
+    def __init__(
+        self, config: SimConfig, state: dict[str, Any] | None = None, *, now: datetime
+    ) -> None:
+        self.config = config
+        self.table = FaultTable(config.fault_weights)
+        self.log_root = Path(config.log_dir).absolute() / config.name
+        self._pending_lines: dict[int, list[str]] = {}
+        if state is not None:
+            self._restore(state)
+            return
+        self.rng = random.Random(config.seed)
+        self.now = epoch_seconds(now)
+        self.next_job_id = config.first_job_id
+        self.node_list = [
+            SimNode(f"{config.node_prefix}{i:04d}") for i in range(1, config.nodes + 1)
+        ]
+        self.jobs_by_id = {}
+        # [time Slurm notices, node name, job id] for nodes that died under a job.
+        self.dying = []
+        for node in self.node_list:
+            if self.rng.random() < config.bad_node_fraction:
+                kind = self.table.draw_node_level(self.rng)
+                if kind is not None:
+                    self._make_defective(node, kind)
+        self._index_nodes()
+
+    def to_state(self) -> dict[str, Any]:
+        # Output still buffered (an injected fault's text) is written before the state is
+        # saved: a saved state never has output that was lost.
+        self._flush()
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "version": STATE_VERSION,
+            "now": self.now,
+            "next_job_id": self.next_job_id,
+            "rng": [version, list(internal), gauss],
+            "nodes": [node.to_list() for node in self.node_list],
+            "jobs": [job.to_dict() for job in self.jobs_by_id.values()],
+            "dying": self.dying,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown simulator state version {state.get('version')!r}")
+        self.rng = random.Random()
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.now = float(state["now"])
+        self.next_job_id = int(state["next_job_id"])
+        prefix = self.config.node_prefix
+        self.node_list = [
+            SimNode.from_list(f"{prefix}{index:04d}", values)
+            for index, values in enumerate(state["nodes"], start=1)
+        ]
+        self.jobs_by_id = {}
+        for values in state["jobs"]:
+            job = SimJob.from_dict(values)
+            self.jobs_by_id[job.job_id] = job
+        self.dying = [list(entry) for entry in state["dying"]]
+        self._index_nodes()
+
+    def _index_nodes(self) -> None:
+        self.nodes_by_name = {node.name: node for node in self.node_list}
+
+    def _find(self, job_id: str | int) -> SimJob | None:
+        text = str(job_id).strip()
+        return self.jobs_by_id.get(int(text)) if text.isdigit() else None
+
+    def _known(self, job_id: str, argv: tuple[str, ...]) -> SimJob:
+        job = self._find(job_id)
+        if job is None:
+            self._refuse(argv, "Invalid job id specified")
+        assert job is not None
+        return job
+
+    @staticmethod
+    def _refuse(argv: tuple[str, ...], message: str) -> None:
+        result = CommandResult(argv, 1, "", f"{message}\n")
+        raise SchedulerError(result.describe(), result)
+
+    def _log(self, job_id: int, lines: list[str]) -> None:
+        if lines:
+            self._pending_lines.setdefault(job_id, []).extend(lines)
+
+    def _flush(self) -> None:
+        if not self._pending_lines:
+            return
+        self.log_root.mkdir(parents=True, exist_ok=True)
+        for job_id, lines in self._pending_lines.items():
+            with (self.log_root / f"{job_id}.out").open("a", encoding="utf-8") as handle:
+                handle.write("\n".join(lines) + "\n")
+        self._pending_lines = {}
+
+    def _checkpoint_dir(self, job: SimJob) -> str:
+        return f"/checkpoints/{job.name}/{job.job_id}"
+
+    def _context(
+        self,
+        job: SimJob,
+        node: int,
+        at: float,
+        *,
+        rng: random.Random | None = None,
+        xid: int | None = None,
+    ) -> logtext.FailureContext:
+        return logtext.FailureContext(
+            job_id=job.job_id,
+            hosts=list(job.nodes),
+            node=node,
+            step=job.step,
+            at=at,
+            rng=rng or self.rng,
+            checkpoint_dir=self._checkpoint_dir(job),
+            xid=xid,
+        )
+
+    def _pace(self, job: SimJob) -> float:
+        """Real seconds per step until the next logged step: the slowest node sets the pace."""
+        slowest = max((self.nodes_by_name[name].slow for name in job.nodes), default=1.0)
+        noise = min(max(self.rng.gauss(1.0, 0.03), 0.9), 1.15)
+        return job.step_seconds * slowest * noise / self.config.speedup
+
+    def _draw_next_fault(self, job: SimJob, after: float) -> None:
+        """The next fault of this attempt, from the job's own rate and its defective nodes'."""
+        rate = self.config.faults_per_job_hour + sum(
+            self.config.bad_node_faults_per_hour
+            for name in job.nodes
+            if self.nodes_by_name[name].hazardous
+        )
+        if rate <= 0:
+            job.fault_at = None
+            return
+        simulated = self.rng.expovariate(rate / 3600.0)
+        job.fault_at = after + simulated / self.config.speedup
+
+    def _make_defective(self, node: SimNode, kind: FaultKind) -> None:
+        node.defect = kind.name
+        if kind.effect == STRAGGLER:
+            node.slow = round(self.rng.uniform(*self.config.straggler_factor), 2)
+
+    def _out_of_service(self, node: SimNode, at: float) -> None:
+        if self.config.repair_after_seconds is not None:
+            node.repair_at = at + self.config.repair_after_seconds
+
+    def _release_nodes(self, job: SimJob) -> None:
+        for name in job.nodes:
+            node = self.nodes_by_name[name]
+            if node.job == job.job_id:
+                node.job = 0
+                if node.state == "ALLOCATED":
+                    node.state = "IDLE"
+
+    def _end(
+        self,
+        job: SimJob,
+        at: float,
+        state: str,
+        *,
+        reason: str,
+        code: int | None = None,
+        signal: int | None = None,
+    ) -> None:
+        self._release_nodes(job)
+        job.state, job.reason = state, reason
+        job.end_time = at
+        job.exit_code, job.exit_signal = (
+            code if code is not None else (None if signal else 0),
+            signal,
+        )
+        job.fault_at = None
+        job.hold = ""
+
+    def _requeue(self, job: SimJob, at: float, *, hold: bool) -> None:
+        """Slurm's requeue: COMPLETING for a moment, then PENDING with the requeue delay."""
+        was_running = job.state == "RUNNING"
+        self._release_nodes(job)
+        job.restart_count += 1
+        job.submit_time = at
+        job.eligible_time = at + self.config.requeue_delay_seconds
+        job.end_time = at
+        job.exit_code = job.exit_signal = None
+        job.fault_at = None
+        job.frozen, job.hang_tail, job.hung_node = False, False, ""
+        job.frozen_until, job.frozen_kind = None, ""
+        job.hold = "job_requeued_in_held_state" if hold else ""
+        job.reason = "BeginTime"
+        if was_running:
+            job.state = "COMPLETING"
+            job.completing_until = at + self.config.completing_seconds
+        else:
+            job.state = "PENDING"
+            job.nodes = []
+
+
+def ok_result(argv: tuple[str, ...]) -> CommandResult:
+    return CommandResult(argv, 0, "", "")
+
+
+def epoch_seconds(moment: datetime) -> float:
+    if moment.tzinfo is None:
+        raise ValueError("the simulator needs aware datetimes (UTC)")
+    return moment.timestamp()
+
+
+def to_datetime(epoch: float | None) -> datetime | None:
+    return None if not epoch else datetime.fromtimestamp(epoch, tz=UTC)
+
+
+def natural_key(name: str) -> tuple[str, int]:
+    digits = "".join(char for char in name if char.isdigit())
+    return name.rstrip("0123456789"), int(digits or 0)
