@@ -681,7 +681,7 @@ class Bench:
         Leaving them out would report the latency of the lucky ones only: each counts as never
         detected. A job fails at most once per attempt, so a file counts once.
         """
-        from recovery.loop.anomalies import scan
+        from recovery.loop.logs import scan
         from recovery.models import LogCursor
 
         offsets: dict[str, int] = {}
@@ -715,7 +715,7 @@ class Bench:
         """The detector alone on the step's logs: one scanner over all of it, and per file."""
         from recovery.detection.scanner import LogScanner
         from recovery.detection.signature_set import SignatureSet
-        from recovery.loop.anomalies import PROGRESS_SAMPLES, scan
+        from recovery.loop.logs import PROGRESS_SAMPLES, scan
 
         log_dir = Path(self.sim_config(step).log_dir) / step.name
         blobs = [path.read_bytes() for path in sorted(log_dir.glob("*.out"))]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AbstractUser, AnonymousUser
+
+from recovery.audit.actors import operator_actor
 
 VIEWER = "viewer"
 OPERATOR = "operator"
@@ -60,10 +62,10 @@ def sync_roles(group_model: Any, permission_model: Any) -> None:
         group.permissions.set(permissions)
 
 
-def can_decide(user: AbstractBaseUser | AnonymousUser) -> bool:
+def can_decide(user: AbstractUser | AnonymousUser) -> bool:
     """Whether the user may approve or reject recommendations."""
     return bool(user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
 
 
-def actor_name(user: AbstractBaseUser) -> str:
-    return user.get_username()
+def actor_name(user: AbstractBaseUser | AnonymousUser) -> str:
+    return operator_actor(user.get_username())

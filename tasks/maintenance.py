@@ -1,3 +1,5 @@
+"""Maintenance tasks: hand back lapsed claims, run the watchdog, snapshot goodput."""
+
 from __future__ import annotations
 
 from celery import shared_task

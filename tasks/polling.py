@@ -1,3 +1,5 @@
+"""Polling tasks: one cluster's poll, the beat's round over every cluster, a hook's poll."""
+
 from __future__ import annotations
 
 import contextlib
@@ -40,6 +42,18 @@ def poll_cluster(cluster_id: int) -> dict[str, int]:
         with contextlib.suppress(redis.exceptions.LockError):
             lock.release()
     return summary.__dict__
+
+
+def queue_poll(cluster_id: int) -> None:
+    """Queue one poll of the cluster now, for a scheduler hook (``recovery.loop.push``).
+
+    Like the beat's, it expires before the next round would poll the cluster anyway.
+    """
+    poll_cluster.apply_async(
+        (cluster_id,),
+        queue=settings.CELERY_TASK_DEFAULT_QUEUE,
+        expires=settings.POLL_SECONDS * 0.9,
+    )
 
 
 @shared_task(name="tasks.polling.poll_all_clusters")

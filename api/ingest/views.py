@@ -47,6 +47,7 @@ from api.ingest.serializers import (
 )
 from recovery.loop import push as pushed
 from recovery.models import Cluster, Workload
+from tasks.polling import queue_poll
 
 TAGS = ["ingest"]
 MAX_HEARTBEAT_BYTES = 1024 * 1024
@@ -510,6 +511,7 @@ def job_ended(request: Request) -> Response:
             restart_count=valid["restart_count"],
         ),
         actor=_actor(request),
+        queue_poll=queue_poll,
     )
     return _hook_response(outcome)
 
@@ -566,6 +568,7 @@ def node_down(request: Request) -> Response:
             cluster,
             pushed.NodeDown(node=name, state=valid["state"], reason=valid["reason"]),
             actor=_actor(request),
+            queue_poll=queue_poll,
         )
         results.append(
             {

@@ -1,33 +1,27 @@
-"""Reading each workload's output files from where the last read stopped, into the detectors.
+"""The loop's central step: what one read found becomes anomalies, attributed and decided on.
 
-Each read, its findings, its progress and the new offset are stored in one transaction, so a
-worker killed mid-way re-reads the same bytes next time and records nothing twice. Only
-complete lines are consumed; a partial last line waits for the next read. A file that became
-shorter than the offset was truncated by a restart that does not append: it is read again
-from the start as the new attempt's output.
+``record_read`` records one read of a job's output, whichever way it came (the output file,
+``recovery.loop.logs``; a log store, ``recovery.loop.log_stores``; lines a job pushed,
+``recovery.loop.push``): its progress and checkpoints first, then its findings.
+``record_findings`` picks the causes among the findings, and ``record_anomalies`` stores each
+once, attributes it (``recovery.loop.attribution``), flags suspect nodes
+(``recovery.loop.suspects``) and lets the policy decide (``recovery.loop.policy``). The monitors
+and GPU checks record what they find through ``record_anomalies`` too, so every signal family
+takes the same path.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
-from django.db import transaction
 from django.utils import timezone
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import (
-    AnomalyKind,
-    AttemptExitState,
-    AuditKind,
-    Confirmation,
-    NodeHealth,
-    WorkloadState,
-)
+from recovery.choices import AnomalyKind, AuditKind, Confirmation
 from recovery.detection.findings import Finding
-from recovery.detection.scanner import LogScanner, ScanResult
+from recovery.detection.scanner import ScanResult
 from recovery.loop.attribution import attribute
 from recovery.loop.confirmation import (
     FirstLook,
@@ -36,24 +30,11 @@ from recovery.loop.confirmation import (
     last_sample_id,
     record_settled,
 )
-from recovery.loop.patterns import active_signature_set
 from recovery.loop.policy import decide_when_ready
 from recovery.loop.suspects import flag_suspect_nodes
-from recovery.models import (
-    Anomaly,
-    Attempt,
-    AuditEvent,
-    Cluster,
-    LogCursor,
-    Node,
-    NodeLogCursor,
-    ProgressSample,
-    Workload,
-)
-from recovery.sources.schedulers.base import Transport
+from recovery.models import Anomaly, Attempt, AuditEvent, ProgressSample, Workload
 from recovery.sources.schedulers.validation import MAX_NODE_NAME_LENGTH, name_problem, shown
 
-DETECTOR = "detector"
 ANOMALY_KINDS = {
     "crash": AnomalyKind.CRASH,
     "hang": AnomalyKind.HANG,
@@ -78,48 +59,12 @@ KEPT_DETAIL = frozenset(
         "stalled_after",
     }
 )
-MAX_READ_BYTES = 4 * 1024 * 1024
 MAX_EXCERPT = 4000
-PROGRESS_SAMPLES = 256
-# How long after an attempt ended a node's failure still counts as evidence about it.
+# How long after an attempt ended a node's failure still counts as evidence about it, and how
+# long after a controller's restart Slurm's requeue notice is still its echo.
 RECENT_END = timedelta(minutes=10)
 # Progress samples older than this are dropped: the longest window a detector reads.
 SAMPLE_RETENTION = timedelta(hours=2)
-
-
-@dataclass
-class IngestSummary:
-    bytes_read: int = 0
-    anomalies_new: int = 0
-    checkpoints: int = 0
-    truncations: int = 0
-
-
-def ingest_workload_logs(
-    workload: Workload, transport: Transport, *, now: datetime | None = None
-) -> IngestSummary:
-    summary = IngestSummary()
-    for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p):
-        _ingest_file(workload, transport, path, now or timezone.now(), summary)
-    return summary
-
-
-def _ingest_file(
-    workload: Workload, transport: Transport, path: str, now: datetime, summary: IngestSummary
-) -> None:
-    size = transport.file_size(path)
-    if size is None:
-        return
-    with transaction.atomic():
-        cursor, _ = LogCursor.objects.select_for_update().get_or_create(
-            workload=workload, path=path
-        )
-        consumed = read_new_lines(transport, path, size, cursor, summary)
-        if consumed:
-            new, saved = record_read(workload, scan(consumed), now)
-            summary.anomalies_new += new
-            summary.checkpoints += saved
-        cursor.save()
 
 
 def record_read(workload: Workload, result: ScanResult, now: datetime) -> tuple[int, int]:
@@ -153,111 +98,6 @@ def attempt_writing(workload: Workload) -> Attempt | None:
     if current.started_at is None and len(attempts) > 1:
         return attempts[1]
     return current
-
-
-class _Cursor(Protocol):
-    offset: int
-    truncations: int
-
-
-def read_new_lines(
-    transport: Transport, path: str, size: int, cursor: _Cursor, summary: IngestSummary
-) -> bytes:
-    """The complete lines written since ``cursor``, which is moved past them (not saved)."""
-    if size < cursor.offset:
-        cursor.offset = 0
-        cursor.truncations += 1
-        summary.truncations += 1
-    if size == cursor.offset:
-        return b""
-    data = transport.read_file(path, cursor.offset, MAX_READ_BYTES)
-    cut = data.rfind(b"\n") + 1
-    if cut == 0 and len(data) < MAX_READ_BYTES:
-        return b""  # only a partial line so far
-    consumed = data[: cut or len(data)]
-    cursor.offset += len(consumed)
-    summary.bytes_read += len(consumed)
-    return consumed
-
-
-def scan(data: bytes) -> ScanResult:
-    # A poll reads a few seconds of output: keep every rank's progress lines for the hang and
-    # straggler detectors, not only the last few of each block.
-    scanner = LogScanner(active_signature_set(), progress_samples_per_block=PROGRESS_SAMPLES)
-    scanner.feed(data)
-    return scanner.finish()
-
-
-def ingest_node_kernel_logs(
-    cluster: Cluster, transport: Transport, *, now: datetime | None = None
-) -> IngestSummary:
-    """Read each node's kernel log, when the cluster names one, and tie what it shows to the node.
-
-    ``connection_settings["node_kernel_log"]`` is a path with ``{node}`` in it. A failure seen
-    there (an Xid, an ECC error) becomes an anomaly of every workload running on that node, and
-    hardware evidence marks the node unhealthy.
-    """
-    now = now or timezone.now()
-    summary = IngestSummary()
-    template = (cluster.connection_settings or {}).get("node_kernel_log")
-    if not template:
-        return summary
-    for node in Node.objects.filter(cluster=cluster):
-        path = str(template).replace("{node}", node.name)
-        size = transport.file_size(path)
-        if size is None:
-            continue
-        with transaction.atomic():
-            cursor, _ = NodeLogCursor.objects.select_for_update().get_or_create(
-                node=node, path=path
-            )
-            consumed = read_new_lines(transport, path, size, cursor, summary)
-            if consumed:
-                result = scan(consumed)
-                for finding in result.findings:
-                    if node.name not in finding.nodes:
-                        finding.nodes.append(node.name)
-                for workload, attempt, _ in attempts_on_node(cluster, node.name, now):
-                    summary.anomalies_new += record_findings(
-                        workload, attempt, result, now, scope=f"kernel:{node.name}"
-                    )
-                _mark_node(node, result, now)
-            cursor.save()
-    return summary
-
-
-def attempts_on_node(
-    cluster: Cluster, node: str, now: datetime
-) -> list[tuple[Workload, Attempt, bool]]:
-    """Current attempts on ``node``, running or ended within ``RECENT_END``."""
-    found = []
-    workloads = Workload.objects.filter(cluster=cluster, opted_in=True).exclude(
-        state__in=[WorkloadState.COMPLETED, WorkloadState.CANCELLED]
-    )
-    for workload in workloads.select_related("cluster"):
-        attempts = Attempt.objects.filter(workload=workload).order_by("-number")[:2]
-        for attempt in attempts:
-            if node not in attempt.nodes:
-                continue
-            ended = attempt.exit_state != AttemptExitState.RUNNING or attempt.ended_at is not None
-            running = not ended and workload.current_attempt == attempt.number
-            recent = ended and (attempt.ended_at or now) >= now - RECENT_END
-            if (running and workload.state == WorkloadState.RUNNING) or recent:
-                found.append((workload, attempt, running))
-                break
-    return found
-
-
-def _mark_node(node: Node, result: ScanResult, now: datetime) -> None:
-    hardware = [
-        f for f in result.findings if f.severity != "warning" and f.attribution == "hardware"
-    ]
-    if not hardware:
-        return
-    node.health = NodeHealth.UNHEALTHY
-    node.times_implicated += 1
-    node.last_implicated_at = now
-    node.save(update_fields=["health", "times_implicated", "last_implicated_at", "updated_at"])
 
 
 def _fingerprint(finding: Finding, scope: str) -> str:
@@ -444,7 +284,7 @@ def _record_detected(
         workload=workload,
         attempt=anomaly.attempt.number if anomaly.attempt else None,
         kind=AuditKind.DETECTED,
-        actor=DETECTOR,
+        actor=Actor.DETECTOR,
         payload={
             "anomaly": anomaly.pk,
             "kind": anomaly.kind,
@@ -531,7 +371,7 @@ def record_progress(
                 workload=workload,
                 attempt=number,
                 kind=AuditKind.PROGRESS_RESUMED,
-                actor=DETECTOR,
+                actor=Actor.DETECTOR,
                 payload={"step": first.step},
                 occurred_at=first.at or now,
             )
@@ -553,7 +393,7 @@ def record_progress(
             workload=workload,
             attempt=number,
             kind=AuditKind.CHECKPOINT_SAVED,
-            actor=DETECTOR,
+            actor=Actor.DETECTOR,
             payload={"step": step, "path": checkpoint.path},
             occurred_at=checkpoint.at or now,
         )

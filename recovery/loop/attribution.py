@@ -15,15 +15,9 @@ deadline and no provider problem ever raises out of it.
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
-import math
-import re
-import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,31 +27,25 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from recovery.audit.actors import Actor, attribution_actor
 from recovery.audit.record import record_event
 from recovery.choices import Attribution, AuditKind
-from recovery.models import Anomaly, Node, Verdict
+from recovery.models import Anomaly, Verdict
 from recovery.read import health
+from recovery.sources.attribution_provider import (
+    ProviderError,
+    ProviderVerdict,
+    parse_reply,
+    post_with_deadline,
+    provider_request,
+)
 
 logger = logging.getLogger(__name__)
 
-ATTRIBUTOR = "attribution:builtin"
+ATTRIBUTOR = attribution_actor(Verdict.BUILTIN_PROVIDER)
 EXTERNAL_PROVIDER = "external"
 
-MAX_REPLY_BYTES = 64 * 1024
-MAX_REPLY_NODES = 256
-MAX_EXPLANATION_CHARS = 2000
-MAX_EVIDENCE_LINE_CHARS = 2000
-MAX_EXCERPT_CHARS = 8 * 1024
-MAX_NODES_SENT = 4096
 MAX_REASON_CHARS = 200
-PROVIDER_ATTRIBUTIONS = (
-    Attribution.HARDWARE,
-    Attribution.SYSTEM_SOFTWARE,
-    Attribution.APPLICATION,
-    Attribution.UNKNOWN,
-)
-# Slurm node names: what the Node model can store, and nothing a shell or a log would trip on.
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 # Set while a failing provider has been announced in the audit trail, so a provider that stays
 # down yields one ATTRIBUTION_DEGRADED event, not one per anomaly. ``cache.add`` makes the
@@ -99,18 +87,6 @@ def hardware_behind(anomaly: Anomaly) -> tuple[list[str], str] | None:
         if nodes:
             return nodes, f"{other.signature or other.category} ({other.evidence_line[:120]})"
     return None
-
-
-class ProviderError(Exception):
-    """The provider gave no usable verdict; the message is the degraded reason."""
-
-
-@dataclass(frozen=True)
-class ProviderVerdict:
-    attribution: str
-    confidence: float
-    implicated_nodes: list[str]
-    explanation: str
 
 
 @dataclass(frozen=True)
@@ -235,7 +211,7 @@ def _record_attributed(
         workload=workload,
         attempt=anomaly.attempt.number if anomaly.attempt else None,
         kind=AuditKind.ATTRIBUTED,
-        actor=f"attribution:{decided.provider}",
+        actor=attribution_actor(decided.provider),
         payload=payload,
     )
 
@@ -253,7 +229,7 @@ def _track_provider_health(anomaly: Anomaly, outcome: ProviderOutcome) -> None:
         record_event(
             cluster=anomaly.workload.cluster,
             kind=AuditKind.ATTRIBUTION_DEGRADED,
-            actor="attribution",
+            actor=Actor.ATTRIBUTION,
             payload={
                 "provider_host": outcome.host,
                 "reason": outcome.reason,
@@ -298,174 +274,3 @@ def _known_nodes(anomaly: Anomaly) -> set[str]:
     if anomaly.attempt is not None:
         nodes.update(anomaly.attempt.nodes)
     return nodes
-
-
-def provider_request(anomaly: Anomaly, builtin: Verdict) -> dict[str, Any]:
-    """The JSON document sent to the provider (docs/attribution-provider.md)."""
-    workload = anomaly.workload
-    attempt = anomaly.attempt
-    attempt_nodes = list(attempt.nodes) if attempt is not None else []
-    names = list(dict.fromkeys([*attempt_nodes, *anomaly.implicated_nodes]))[:MAX_NODES_SENT]
-    nodes = Node.objects.filter(cluster_id=workload.cluster_id, name__in=names).only(
-        "name", "scheduler_state", "state_reason", "health"
-    )
-    return {
-        "anomaly": {
-            "id": anomaly.pk,
-            "kind": anomaly.kind,
-            "category": anomaly.category,
-            "attribution": anomaly.attribution,
-            "signature": anomaly.signature,
-            "evidence_line": anomaly.evidence_line[:MAX_EVIDENCE_LINE_CHARS],
-            "evidence_excerpt": anomaly.evidence_excerpt[-MAX_EXCERPT_CHARS:],
-            "implicated_nodes": anomaly.implicated_nodes,
-            "implicated_ranks": anomaly.implicated_ranks,
-            "occurrences": anomaly.occurrences,
-            "evidence_at": anomaly.evidence_at.isoformat(),
-        },
-        "workload": {
-            "cluster": workload.cluster.name,
-            "job_id": workload.job_id,
-            "name": workload.name,
-            "user": workload.user,
-            "partition": workload.partition,
-            "attempt": attempt.number if attempt is not None else None,
-            "nodes": attempt_nodes[:MAX_NODES_SENT],
-        },
-        "builtin_verdict": {
-            "attribution": builtin.attribution,
-            "confidence": builtin.confidence,
-            "implicated_nodes": builtin.implicated_nodes,
-        },
-        "node_states": {
-            node.name: {
-                "scheduler_state": node.scheduler_state,
-                "state_reason": node.state_reason,
-                "health": node.health,
-            }
-            for node in nodes
-        },
-    }
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    # A redirect would turn the POST into a GET somewhere else: report it as the answer.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
-def post_with_deadline(url: str, body: bytes, *, token: str, timeout: float) -> bytes:
-    """POST ``body`` and return the reply's body, within ``timeout`` seconds in all.
-
-    A socket timeout bounds each wait, not the whole exchange (a provider could trickle its
-    reply byte by byte), so the exchange runs in a daemon thread that is abandoned at the
-    deadline; its own socket timeout ends it soon after.
-    """
-    result: list[bytes | ProviderError] = []
-
-    def run() -> None:
-        try:
-            result.append(_exchange(url, body, token=token, timeout=timeout))
-        except ProviderError as exc:
-            result.append(exc)
-        except Exception as exc:
-            result.append(ProviderError(f"provider call failed: {type(exc).__name__}: {exc}"))
-
-    worker = threading.Thread(target=run, name="attribution-provider", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not result:
-        raise ProviderError(_timed_out(timeout))
-    outcome = result[0]
-    if isinstance(outcome, ProviderError):
-        raise outcome
-    return outcome
-
-
-def _timed_out(timeout: float) -> str:
-    return f"provider timed out after {round(timeout, 3)} s"
-
-
-def _exchange(url: str, body: bytes, *, token: str, timeout: float) -> bytes:
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            status = response.status
-            data = response.read(MAX_REPLY_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise ProviderError(f"provider answered {exc.code}") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError):
-            raise ProviderError(_timed_out(timeout)) from None
-        raise ProviderError(f"provider unreachable: {exc.reason}") from None
-    except TimeoutError:
-        raise ProviderError(_timed_out(timeout)) from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise ProviderError(f"provider unreachable: {type(exc).__name__}: {exc}") from None
-    if status != 200:
-        raise ProviderError(f"provider answered {status}")
-    if len(data) > MAX_REPLY_BYTES:
-        raise ProviderError(f"invalid reply: body larger than {MAX_REPLY_BYTES} bytes")
-    return data
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def parse_reply(data: bytes, *, allowed_nodes: set[str]) -> ProviderVerdict:
-    """Validate the provider's reply strictly; anything off raises ``ProviderError``.
-
-    ``allowed_nodes`` are the attempt's and the anomaly's nodes: a provider may narrow the blame
-    to some of them, never point at a node outside the job. An empty set allows any sane name.
-    """
-    try:
-        document = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ProviderError(f"invalid reply: not JSON ({str(exc)[:80]})") from None
-    if not isinstance(document, dict):
-        raise ProviderError("invalid reply: expected a JSON object")
-
-    attribution = document.get("attribution")
-    if attribution not in PROVIDER_ATTRIBUTIONS:
-        allowed = ", ".join(PROVIDER_ATTRIBUTIONS)
-        raise ProviderError(f"invalid reply: attribution must be one of {allowed}")
-
-    confidence = document.get("confidence")
-    if (
-        isinstance(confidence, bool)
-        or not isinstance(confidence, int | float)
-        or not math.isfinite(confidence)
-        or not 0.0 <= confidence <= 1.0
-    ):
-        raise ProviderError("invalid reply: confidence must be a number from 0 to 1")
-
-    nodes = document.get("implicated_nodes", [])
-    if not isinstance(nodes, list) or len(nodes) > MAX_REPLY_NODES:
-        raise ProviderError(
-            f"invalid reply: implicated_nodes must be a list of at most {MAX_REPLY_NODES} names"
-        )
-    for node in nodes:
-        if not isinstance(node, str) or not NODE_NAME.fullmatch(node):
-            raise ProviderError("invalid reply: implicated_nodes holds a malformed node name")
-        if allowed_nodes and node not in allowed_nodes:
-            raise ProviderError(f"invalid reply: node {node!r} is not one of the job's nodes")
-
-    explanation = document.get("explanation", "")
-    if not isinstance(explanation, str) or len(explanation) > MAX_EXPLANATION_CHARS:
-        raise ProviderError(
-            f"invalid reply: explanation must be text of at most {MAX_EXPLANATION_CHARS} chars"
-        )
-    return ProviderVerdict(
-        attribution=str(attribution),
-        confidence=float(confidence),
-        implicated_nodes=list(dict.fromkeys(nodes)),
-        explanation=explanation,
-    )

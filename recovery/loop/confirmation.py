@@ -29,6 +29,7 @@ from typing import Any
 from django.db.models import Max
 from django.utils import timezone
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AnomalyKind, AttemptExitState, AuditKind, Confirmation, WorkloadState
 from recovery.detection.findings import CRASH, HANG, Finding
@@ -36,7 +37,6 @@ from recovery.detection.hang import ProgressObservation, format_duration, median
 from recovery.detection.scanner import ProgressPoint
 from recovery.models import Anomaly, Attempt, Policy, ProgressSample, Workload
 
-CONFIRMER = "detector"
 # Reads of something other than the job's own output: a node's kernel log is the node's word.
 TRUSTED_LOG_SCOPES = ("kernel:",)
 # Distinct new steps after a suspect line that show training went on. One is not enough: in a
@@ -273,7 +273,7 @@ def record_settled(anomaly: Anomaly) -> None:
         workload=workload,
         attempt=anomaly.attempt.number if anomaly.attempt else None,
         kind=SETTLED_EVENTS[Confirmation(anomaly.confirmation)],
-        actor=CONFIRMER,
+        actor=Actor.DETECTOR,
         payload={
             "anomaly": anomaly.pk,
             "reason": anomaly.confirmation_reason,

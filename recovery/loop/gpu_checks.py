@@ -18,9 +18,10 @@ from recovery.loop.anomalies import record_anomalies
 from recovery.models import Attempt, Cluster
 from recovery.sources.metrics import (
     DcgmLabels,
+    MetricSource,
     MetricsSourceError,
-    PrometheusSource,
     gpu_health,
+    source_from_settings,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,22 +39,17 @@ class GpuCheck:
     error: str = ""
 
 
-def metric_store_of(cluster: Cluster) -> tuple[PrometheusSource, DcgmLabels] | None:
-    """The Prometheus and label mapping the cluster's settings name, or None."""
-    saved = (cluster.connection_settings or {}).get("metric_source")
-    if not isinstance(saved, dict) or saved.get("kind") != "prometheus":
-        return None
+def metric_store_of(cluster: Cluster) -> tuple[MetricSource, DcgmLabels] | None:
+    """The metric store and label mapping the cluster's settings name, or None."""
     try:
-        source = PrometheusSource(str(saved.get("url", "")), timeout=10.0)
-        labels = DcgmLabels(node=str(saved.get("node_label") or "Hostname"))
+        return source_from_settings((cluster.connection_settings or {}).get("metric_source"))
     except (MetricsSourceError, ValueError) as error:
         logger.warning("metric store settings of %s are unusable: %s", cluster.name, error)
         return None
-    return source, labels
 
 
 def check_gpu_metrics(
-    cluster: Cluster, source: PrometheusSource, labels: DcgmLabels, now: datetime
+    cluster: Cluster, source: MetricSource, labels: DcgmLabels, now: datetime
 ) -> GpuCheck:
     """Record the DCGM findings on the nodes of the cluster's running, opted-in attempts."""
     check = GpuCheck()

@@ -29,8 +29,9 @@ from recovery.detection.straggler import (
     ThroughputObservation,
     detect_stragglers,
 )
-from recovery.loop.anomalies import attempts_on_node, record_anomalies
+from recovery.loop.anomalies import record_anomalies
 from recovery.loop.confirmation import apply, settle, suspects_of
+from recovery.loop.logs import attempts_on_node
 from recovery.loop.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
 from recovery.sources.schedulers.base import JobInfo

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import (
     OPEN_RECOMMENDATION_STATUSES,
@@ -34,7 +35,6 @@ from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendat
 
 logger = logging.getLogger(__name__)
 
-POLICY_ACTOR = "policy"
 # Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
 # failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
 AWAITING_CAUSE_ROLES = frozenset({"symptom", "wrapper"})
@@ -213,7 +213,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
             excluded_nodes=decision.excluded_nodes,
             reason=decision.reason,
             status=status,
-            decided_by=POLICY_ACTOR,
+            decided_by=Actor.POLICY,
             idempotency_key=f"{key}{version + 1}",
             expires_at=now + timedelta(minutes=policy.recommendation_ttl_minutes),
         )
@@ -224,7 +224,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
                 workload=workload,
                 attempt=attempt_number,
                 kind=AuditKind.SUPERSEDED,
-                actor=POLICY_ACTOR,
+                actor=Actor.POLICY,
                 payload={"recommendation": current.pk, "by": recommendation.pk},
             )
         record_event(
@@ -232,7 +232,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
             workload=workload,
             attempt=attempt_number,
             kind=AuditKind.RECOMMENDED,
-            actor=POLICY_ACTOR,
+            actor=Actor.POLICY,
             payload={
                 "recommendation": recommendation.pk,
                 "anomaly": anomaly.pk,
@@ -331,7 +331,7 @@ def _record_policy_failure(anomaly: Anomaly, exc: Exception, now: datetime) -> N
                 workload=workload,
                 attempt=anomaly.attempt.number if anomaly.attempt else None,
                 kind=AuditKind.POLICY_FAILED,
-                actor=POLICY_ACTOR,
+                actor=Actor.POLICY,
                 payload={
                     "anomaly": anomaly.pk,
                     "error": error,

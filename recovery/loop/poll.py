@@ -13,15 +13,16 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings as django_settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
-from recovery.loop.anomalies import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.loop.gpu_checks import check_gpu_metrics, metric_store_of
+from recovery.loop.log_stores import ingest_from_source
+from recovery.loop.logs import ingest_node_kernel_logs, ingest_workload_logs
 from recovery.loop.monitors import (
     check_job_ending,
     check_node,
@@ -31,20 +32,23 @@ from recovery.loop.monitors import (
 )
 from recovery.loop.policy import decide_pending
 from recovery.models import Attempt, Cluster, Node, Workload
-from recovery.sources.logs import LogSource, LogSourceError, build_source, ingest_from_source
+from recovery.sources.logs import (
+    LogSource,
+    LogSourceError,
+    source_from_settings,
+)
 from recovery.sources.schedulers.base import (
     JobInfo,
     NodeInfo,
     SchedulerAdapter,
     SchedulerError,
+    Transport,
     describe_unknown,
 )
-from recovery.sources.schedulers.slurm import SlurmAdapter
-from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
+from recovery.sources.schedulers.registry import build_adapter
 
 logger = logging.getLogger(__name__)
 
-POLLER = "poller"
 RECOVERY_KEYS = ('"nvidia-recovery"', '"recovery"')
 
 WORKLOAD_STATES = {
@@ -99,34 +103,9 @@ FACTS_FOR_SYNC = ("state", "user", "submit_time", "restart_count", "held")
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
-    """The adapter and transport described by the cluster's connection settings."""
-    settings = cluster.connection_settings or {}
-    env = {"SLURM_CONF": str(settings["slurm_conf"])} if settings.get("slurm_conf") else {}
-    if cluster.connection == Connection.LOCAL:
-        return SlurmAdapter(LocalTransport(env=env))
-    if cluster.connection == Connection.SSH:
-        try:
-            transport = SSHTransport(
-                str(settings["host"]),
-                port=int(settings.get("port", 22)),
-                user=str(settings["user"]),
-                key_file=str(settings["key_file"]),
-                known_hosts=str(settings["known_hosts"]),
-                env=env,
-            )
-        except (KeyError, ValueError) as exc:
-            raise SchedulerError(
-                f"cluster {cluster.name}: SSH settings incomplete: {exc}"
-            ) from None
-        return SlurmAdapter(transport)
-    if cluster.connection == Connection.SIMULATED and "simulator" in settings:
-        from recovery.simulator.adapter import SimulatedAdapter
-        from recovery.simulator.store import SimulationStore, config_from_settings
-
-        config = config_from_settings(dict(settings["simulator"]))
-        return SimulatedAdapter(SimulationStore.from_url(django_settings.REDIS_URL, config))
-    raise SchedulerError(
-        f"cluster {cluster.name} is {cluster.connection}: not polled over a transport"
+    """The adapter the cluster's connection kind and settings describe (see the registry)."""
+    return build_adapter(
+        str(cluster.connection), cluster.connection_settings or {}, name=cluster.name
     )
 
 
@@ -144,13 +123,8 @@ def is_polled(cluster: Cluster) -> bool:
 def log_store_of(cluster: Cluster) -> LogSource | None:
     """The Loki or VictoriaLogs store the cluster's jobs log to, if its settings name one
     (``connection_settings["log_source"]``, as ``manage.py configure_signals`` saves it)."""
-    saved = (cluster.connection_settings or {}).get("log_source")
-    if not isinstance(saved, dict) or not saved.get("kind"):
-        return None
-    options = {k: v for k, v in saved.items() if k not in ("kind", "url", "mapping")}
     try:
-        return build_source(saved["kind"], str(saved.get("url", "")), saved.get("mapping") or {},
-                            **options)  # fmt: skip
+        return source_from_settings((cluster.connection_settings or {}).get("log_source"))
     except (LogSourceError, ValueError, TypeError) as error:
         logger.warning("log store settings of %s are unusable: %s", cluster.name, error)
         return None
@@ -216,15 +190,51 @@ def _record_poll_success(cluster: Cluster, now: datetime) -> None:
 def _poll(
     cluster: Cluster, adapter: SchedulerAdapter | None, *, now: datetime, ingest_logs: bool
 ) -> PollSummary:
+    """One poll: the scheduler's snapshot, each signal source in turn, then the decisions.
+
+    The order is the loop's (see ``recovery.loop``): the scheduler's snapshot first, a node's
+    kernel log before the output of the jobs on it, and every source before the monitors, which
+    judge what the sources did not say (how an attempt ended, a silence, a slow node).
+    """
     adapter = adapter or adapter_for(cluster)
     summary = PollSummary()
+    jobs = _read_snapshot(cluster, adapter, summary)
+    synced = _sync_jobs(cluster, jobs, now, summary)
+    if ingest_logs:
+        transport = adapter.transport
+        _read_kernel_logs(cluster, transport, now, summary)
+        _read_job_logs(cluster, synced.opted_in, transport, now, summary)
+        _read_gpu_metrics(cluster, now, summary)
+    summary.anomalies_new += _run_monitors(cluster, synced.endings, now)
+    summary.decisions = decide_pending(cluster, now)
+    return summary
+
+
+@dataclass
+class _SyncedJobs:
+    # Job ids of the opted-in jobs this poll listed: their logs are read.
+    opted_in: list[str] = field(default_factory=list)
+    # (workload id, attempt id, job) of the attempts this poll saw end, for the monitors.
+    endings: list[tuple[int, int, JobInfo]] = field(default_factory=list)
+
+
+def _read_snapshot(
+    cluster: Cluster, adapter: SchedulerAdapter, summary: PollSummary
+) -> list[JobInfo]:
+    """The scheduler's jobs now; its nodes are stored on the way."""
     # Jobs first: their JSON tells the adapter the Slurm version, which says how to read nodes.
     jobs = adapter.list_jobs()
     nodes = adapter.list_nodes()
     _sync_nodes(cluster, nodes)
     summary.nodes_seen = len(nodes)
-    seen: list[int] = []
-    endings: list[tuple[int, int, JobInfo]] = []
+    return jobs
+
+
+def _sync_jobs(
+    cluster: Cluster, jobs: list[JobInfo], now: datetime, summary: PollSummary
+) -> _SyncedJobs:
+    """Each job of ours becomes its workload and attempt; workloads no longer listed, unknown."""
+    synced = _SyncedJobs()
     for job in jobs:
         if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
             continue  # not ours: no opt-in key at all
@@ -245,52 +255,71 @@ def _poll(
         summary.workloads_created += created
         summary.state_changes += changed
         if ended is not None and job.opt_in.opted_in:
-            endings.append((*ended, job))
-        if ingest_logs and job.opt_in.opted_in:
-            seen.append(job.job_id)
+            synced.endings.append((*ended, job))
+        if job.opt_in.opted_in:
+            synced.opted_in.append(job.job_id)
     summary.state_changes += _forget_vanished(cluster, {job.job_id for job in jobs})
-    if ingest_logs:
-        transport = getattr(adapter, "transport", None)
+    return synced
+
+
+def _read_kernel_logs(
+    cluster: Cluster, transport: Transport | None, now: datetime, summary: PollSummary
+) -> None:
+    """Nodes' kernel logs, before any job's output.
+
+    Nodes first: an Xid in a node's kernel log is the cause a job's CUDA error shows.
+    """
+    if transport is None:
+        return
+    kernel = ingest_node_kernel_logs(cluster, transport, now=now)
+    summary.log_bytes += kernel.bytes_read
+    summary.anomalies_new += kernel.anomalies_new
+
+
+def _read_job_logs(
+    cluster: Cluster,
+    job_ids: list[str],
+    transport: Transport | None,
+    now: datetime,
+    summary: PollSummary,
+) -> None:
+    """Each listed job's new output: its output files, then the cluster's log store."""
+    workloads = Workload.objects.filter(cluster=cluster, job_id__in=job_ids).order_by(
+        "-submit_time"
+    )
+    log_store = log_store_of(cluster)
+    done: set[str] = set()
+    for workload in workloads.select_related("cluster"):
+        if workload.job_id in done:
+            continue
+        done.add(workload.job_id)
         if transport is not None:
-            # Nodes first: an Xid in a node's kernel log is the cause a job's CUDA error shows.
-            kernel = ingest_node_kernel_logs(cluster, transport, now=now)
-            summary.log_bytes += kernel.bytes_read
-            summary.anomalies_new += kernel.anomalies_new
-        workloads = Workload.objects.filter(cluster=cluster, job_id__in=seen).order_by(
-            "-submit_time"
-        )
-        log_store = log_store_of(cluster)
-        done: set[str] = set()
-        for workload in workloads.select_related("cluster"):
-            if workload.job_id in done:
+            read = ingest_workload_logs(workload, transport, now=now)
+            summary.log_bytes += read.bytes_read
+            summary.anomalies_new += read.anomalies_new
+        if log_store is not None:
+            try:
+                pulled = ingest_from_source(workload, log_store, now)
+            except LogSourceError as error:
+                # The store is down for every job alike: say it once, read it next poll.
+                summary.log_store_error = str(error)
+                logger.warning("log store of %s: %s", cluster.name, error)
+                log_store = None
                 continue
-            done.add(workload.job_id)
-            if transport is not None:
-                read = ingest_workload_logs(workload, transport, now=now)
-                summary.log_bytes += read.bytes_read
-                summary.anomalies_new += read.anomalies_new
-            if log_store is not None:
-                try:
-                    pulled = ingest_from_source(workload, log_store, now)
-                except LogSourceError as error:
-                    # The store is down for every job alike: say it once, read it next poll.
-                    summary.log_store_error = str(error)
-                    logger.warning("log store of %s: %s", cluster.name, error)
-                    log_store = None
-                    continue
-                summary.log_bytes += pulled.bytes_read
-                summary.anomalies_new += pulled.anomalies_new
-    if ingest_logs:
-        metric_store = metric_store_of(cluster)
-        if metric_store is not None:
-            gpus = check_gpu_metrics(cluster, *metric_store, now)
-            summary.anomalies_new += gpus.anomalies_new
-            if gpus.error:
-                summary.metric_store_error = gpus.error
-                logger.warning("metric store of %s: %s", cluster.name, gpus.error)
-    summary.anomalies_new += _run_monitors(cluster, endings, now)
-    summary.decisions = decide_pending(cluster, now)
-    return summary
+            summary.log_bytes += pulled.bytes_read
+            summary.anomalies_new += pulled.anomalies_new
+
+
+def _read_gpu_metrics(cluster: Cluster, now: datetime, summary: PollSummary) -> None:
+    """The GPUs' DCGM metrics, when the cluster names a metric store."""
+    metric_store = metric_store_of(cluster)
+    if metric_store is None:
+        return
+    gpus = check_gpu_metrics(cluster, *metric_store, now)
+    summary.anomalies_new += gpus.anomalies_new
+    if gpus.error:
+        summary.metric_store_error = gpus.error
+        logger.warning("metric store of %s: %s", cluster.name, gpus.error)
 
 
 def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now: datetime) -> int:
@@ -343,7 +372,7 @@ def _forget_vanished(cluster: Cluster, listed: set[str]) -> int:
                 workload=workload,
                 attempt=workload.current_attempt or None,
                 kind=AuditKind.STATE_CHANGED,
-                actor=POLLER,
+                actor=Actor.POLLER,
                 payload={
                     "from": workload.state,
                     "to": WorkloadState.UNKNOWN,
@@ -441,7 +470,7 @@ def _sync_job(
             workload=workload,
             attempt=number,
             kind=AuditKind.STATE_CHANGED,
-            actor=POLLER,
+            actor=Actor.POLLER,
             payload={
                 "from": workload.state,
                 "to": new_state,
@@ -457,7 +486,7 @@ def _sync_job(
                 workload=workload,
                 attempt=number,
                 kind=AuditKind.RESTART_ALLOCATED,
-                actor=POLLER,
+                actor=Actor.POLLER,
                 payload={"nodes": job.nodes, "excluded_nodes": job.excluded_nodes},
             )
         if new_state == WorkloadState.COMPLETED:
@@ -466,7 +495,7 @@ def _sync_job(
                 workload=workload,
                 attempt=number,
                 kind=AuditKind.TRAINING_COMPLETED,
-                actor=POLLER,
+                actor=Actor.POLLER,
                 payload={"exit_code": job.exit_code},
             )
     workload.state = new_state

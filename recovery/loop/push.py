@@ -1,21 +1,22 @@
 """What jobs and scheduler hooks push through the ingestion API, fed into the polling paths.
 
 A job may push progress and checkpoint heartbeats and batches of its log lines; they go through
-the same code as lines read from its output file (``recovery.loop.anomalies``): the same
-detectors, the same anomalies, progress samples and ``checkpoint_saved`` / ``progress_resumed``
-events.
+the same code as lines read from its output file (``recovery.loop.logs``, then
+``recovery.loop.anomalies``): the same detectors, the same anomalies, progress samples and
+``checkpoint_saved`` / ``progress_resumed`` events.
 
 A scheduler hook (Slurm's EpilogSlurmctld, a strigger program) may say that a job ended or a node
 went down. That is not evidence by itself: it is recorded, and it asks for an immediate poll of
 the cluster, which reads the scheduler's own state. The scheduler stays the source of truth, so a
-late, repeated or wrong hook changes nothing a poll would not.
+late, repeated or wrong hook changes nothing a poll would not. The caller passes in how a poll
+is queued (``tasks.polling.queue_poll``): the domain knows no task.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,7 +28,8 @@ from django.utils import timezone
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind
 from recovery.detection.scanner import CheckpointPoint, ProgressPoint, ScanResult
-from recovery.loop.anomalies import attempt_writing, record_progress, record_read, scan
+from recovery.loop.anomalies import attempt_writing, record_progress, record_read
+from recovery.loop.logs import scan
 from recovery.loop.poll import is_polled
 from recovery.models import AuditEvent, Cluster, LogCursor, Node, Workload
 
@@ -48,8 +50,10 @@ HOOK_SOURCE = "scheduler_hook"
 NODE_DOWN_REPEAT_WINDOW = timedelta(minutes=10)
 # Polls asked for by hooks are spread out: a thousand jobs ending together ask for one poll.
 POLL_DEBOUNCE_MS = 1000
-POLL_TASK = "tasks.polling.poll_cluster"
 PUSHED_STREAM_PREFIX = "push:"
+
+# Queues one poll of the cluster with this primary key; raises when it cannot.
+QueuePoll = Callable[[int], object]
 
 
 def find_workload(cluster: Cluster, job_id: str) -> Workload | None:
@@ -258,11 +262,13 @@ class HookOutcome:
     event: AuditEvent | None = None
 
 
-def record_job_ended(cluster: Cluster, ended: JobEnded, *, actor: str) -> HookOutcome:
+def record_job_ended(
+    cluster: Cluster, ended: JobEnded, *, actor: str, queue_poll: QueuePoll
+) -> HookOutcome:
     workload = find_workload(cluster, ended.job_id)
     if workload is None:
         # Perhaps a job too short for any poll to have seen: the poll will find it if it is ours.
-        poll = request_poll(cluster)
+        poll = request_poll(cluster, queue_poll)
         return HookOutcome(
             "ignored", f"job {ended.job_id} is not known on cluster {cluster.name}", poll
         )
@@ -288,7 +294,10 @@ def record_job_ended(cluster: Cluster, ended: JobEnded, *, actor: str) -> HookOu
         seen = AuditEvent.objects.filter(workload=workload, kind=HOOK_EVENT_KIND, payload__key=key)
         if seen.exists():
             return HookOutcome(
-                "duplicate", "this job end was recorded before", request_poll(cluster), workload
+                "duplicate",
+                "this job end was recorded before",
+                request_poll(cluster, queue_poll),
+                workload,
             )
         event = record_event(
             cluster=cluster,
@@ -298,17 +307,19 @@ def record_job_ended(cluster: Cluster, ended: JobEnded, *, actor: str) -> HookOu
             actor=actor,
             payload=payload,
         )
-        poll = request_poll(cluster)
+        poll = request_poll(cluster, queue_poll)
     return HookOutcome("recorded", "job end recorded", poll, workload, event)
 
 
-def record_node_down(cluster: Cluster, down: NodeDown, *, actor: str) -> HookOutcome:
+def record_node_down(
+    cluster: Cluster, down: NodeDown, *, actor: str, queue_poll: QueuePoll
+) -> HookOutcome:
     node = Node.objects.filter(cluster=cluster, name=down.node).first()
     if node is None:
         return HookOutcome(
             "ignored",
             f"node {down.node} is not known on cluster {cluster.name}",
-            request_poll(cluster),
+            request_poll(cluster, queue_poll),
         )
     key = f"node_down:{down.node}:{down.state}:{down.reason}"[:512]
     with transaction.atomic():
@@ -321,7 +332,9 @@ def record_node_down(cluster: Cluster, down: NodeDown, *, actor: str) -> HookOut
         )
         if recent.exists():
             return HookOutcome(
-                "duplicate", "this node state was recorded lately", request_poll(cluster)
+                "duplicate",
+                "this node state was recorded lately",
+                request_poll(cluster, queue_poll),
             )
         event = record_event(
             cluster=cluster,
@@ -338,11 +351,11 @@ def record_node_down(cluster: Cluster, down: NodeDown, *, actor: str) -> HookOut
                 "scheduler",
             },
         )
-        poll = request_poll(cluster)
+        poll = request_poll(cluster, queue_poll)
     return HookOutcome("recorded", "node state recorded", poll, event=event)
 
 
-def request_poll(cluster: Cluster) -> bool:
+def request_poll(cluster: Cluster, queue_poll: QueuePoll) -> bool:
     """Ask for a poll of the cluster once the current transaction commits.
 
     Returns whether one was asked for: only clusters with a scheduler behind them are polled.
@@ -350,19 +363,16 @@ def request_poll(cluster: Cluster) -> bool:
     if not is_polled(cluster):
         return False
     cluster_id = cluster.pk
-    transaction.on_commit(lambda: enqueue_poll(cluster_id))
+    transaction.on_commit(lambda: enqueue_poll(cluster_id, queue_poll))
     return True
 
 
-def enqueue_poll(cluster_id: int) -> bool:
-    """Queue ``tasks.polling.poll_cluster`` unless a hook queued one within POLL_DEBOUNCE_MS.
+def enqueue_poll(cluster_id: int, queue_poll: QueuePoll) -> bool:
+    """Queue a poll with ``queue_poll`` unless a hook queued one within POLL_DEBOUNCE_MS.
 
     Never raises: a hook must not fail because the broker is away; the beat polls anyway.
     """
     import redis
-
-    # The Celery app only (no task code): the web process sends by task name.
-    from tasks.celery import app
 
     try:
         first = redis.Redis.from_url(settings.REDIS_URL).set(
@@ -370,12 +380,7 @@ def enqueue_poll(cluster_id: int) -> bool:
         )
         if not first:
             return False
-        app.send_task(
-            POLL_TASK,
-            args=(cluster_id,),
-            queue=settings.CELERY_TASK_DEFAULT_QUEUE,
-            expires=settings.POLL_SECONDS * 0.9,
-        )
+        queue_poll(cluster_id)
     except Exception:
         logger.warning("could not queue a poll of cluster %s for a hook", cluster_id, exc_info=True)
         return False

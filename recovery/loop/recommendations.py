@@ -18,12 +18,12 @@ from django.db import OperationalError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, RecommendationStatus
 from recovery.models import Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
-LEASE_EXPIRED_ACTOR = "lease-sweeper"
 # MySQL's lock wait timeout and deadlock: the server rolled the transaction back, and running it
 # again is the documented answer. The poller writing the same workload's rows causes them.
 LOCK_CONFLICT_CODES = frozenset({1205, 1213})
@@ -369,7 +369,7 @@ def release_expired_leases() -> int:
                 workload=workload,
                 attempt=workload.current_attempt or None,
                 kind=AuditKind.LEASE_EXPIRED,
-                actor=LEASE_EXPIRED_ACTOR,
+                actor=Actor.LEASE_SWEEPER,
                 payload={"recommendation": recommendation.pk, "previous_owner": previous_owner},
             )
             released += 1

@@ -12,12 +12,11 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind
 from recovery.loop.policy import excludes_nodes, policy_for
 from recovery.models import Anomaly, Node
-
-SUSPECT_ACTOR = "policy"
 
 
 def flag_suspect_nodes(anomaly: Anomaly, now: datetime) -> list[Node]:
@@ -58,7 +57,7 @@ def flag_suspect_nodes(anomaly: Anomaly, now: datetime) -> list[Node]:
                 workload=workload,
                 attempt=anomaly.attempt.number if anomaly.attempt else None,
                 kind=AuditKind.NODE_SUSPECT,
-                actor=SUSPECT_ACTOR,
+                actor=Actor.POLICY,
                 payload={
                     "node": name,
                     "workloads": sorted(workloads),

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, RecommendationAction, RecommendationStatus, WorkloadState
 from recovery.loop.poll import adapter_for, is_polled
@@ -35,7 +36,6 @@ from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
 
 logger = logging.getLogger(__name__)
 
-WATCHDOG_ACTOR = "watchdog"
 # States a workload leaves for a hold that are not an attempt ending: a job waiting to start.
 NOT_AN_ENDING = frozenset({"", WorkloadState.PENDING, WorkloadState.HELD})
 
@@ -103,7 +103,7 @@ def expire_stale_recommendations(now: datetime) -> int:
                 workload=workload,
                 attempt=recommendation.attempt.number if recommendation.attempt else None,
                 kind=AuditKind.EXPIRED,
-                actor=WATCHDOG_ACTOR,
+                actor=Actor.WATCHDOG,
                 payload={
                     "recommendation": recommendation.pk,
                     "action": recommendation.action,
@@ -184,7 +184,7 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
         workload=workload,
         attempt=workload.current_attempt or None,
         kind=AuditKind.WATCHDOG_RELEASED,
-        actor=WATCHDOG_ACTOR,
+        actor=Actor.WATCHDOG,
         payload={
             "held_since": since.isoformat(),
             "held_seconds": round((now - since).total_seconds(), 1),

@@ -6,6 +6,7 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
+from recovery.audit.actors import controller_actor
 from recovery.models.cluster import Cluster
 
 TOKEN_PREFIX = "wrc_"
@@ -40,7 +41,7 @@ class ControllerToken(models.Model):
 
     @property
     def actor(self) -> str:
-        return f"controller:{self.name}"
+        return controller_actor(self.name)
 
     @property
     def is_active(self) -> bool:

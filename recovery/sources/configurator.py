@@ -17,29 +17,30 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from recovery.loop.anomalies import scan
+from recovery.loop.logs import scan
 from recovery.models import Cluster
+from recovery.sources.http import ErrorKind
 from recovery.sources.logs import (
     SOURCES,
     LabelMapping,
     LogSourceError,
     build_source,
 )
-from recovery.sources.logs.http import ErrorKind as LogErrorKind
-from recovery.sources.logs.ingest import render
+from recovery.sources.logs.base import render
 from recovery.sources.metrics import (
     DETECTOR_METRICS,
     ESSENTIAL_METRICS,
     MetricsSourceError,
     PrometheusSource,
 )
+from recovery.sources.metrics import build_source as build_metric_source
 
 SAMPLE_WINDOW = timedelta(hours=24)
 SAMPLE_LINES = 2000
 # Labels a DCGM exporter's series name their node by, most specific first.
 NODE_LABEL_CANDIDATES = ("Hostname", "hostname", "node", "host", "instance")
 # A store answering these with "not found" or nonsense is not of that kind: try the next one.
-_WRONG_KIND = {LogErrorKind.NOT_FOUND, LogErrorKind.MALFORMED}
+_WRONG_KIND = {ErrorKind.NOT_FOUND, ErrorKind.MALFORMED}
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def inspect_metrics(url: str, *, timeout: float = 10.0) -> MetricsInspection:
     """Connect to Prometheus at ``url`` and see which DCGM metrics and node labels it holds."""
     report = MetricsInspection(url=url)
     try:
-        source = PrometheusSource(url, timeout=timeout)
+        source = build_metric_source(PrometheusSource.kind, url, timeout=timeout)
         names = set(source.label_values("__name__"))
     except MetricsSourceError as error:
         report.diagnosis = str(error)

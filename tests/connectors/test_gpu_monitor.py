@@ -15,7 +15,7 @@ from tests.connectors.conftest import FakeDcgmExporter, PrometheusProcess
 from tests.connectors.recorded_servers import closed_port_url
 from tests.connectors.test_prometheus import XID, wait_until_scraped
 from tests.factories import ClusterFactory
-from tests.recovery.test_polling import Scripted, job
+from tests.fakes import Scripted, job
 
 pytestmark = pytest.mark.django_db
 

@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from recovery.choices import AuditKind
+from recovery.loop.log_stores import ingest_from_source
 from recovery.models import Anomaly, AuditEvent, LogCursor
 from recovery.sources.logs import (
     ErrorKind,
@@ -20,7 +21,6 @@ from recovery.sources.logs import (
     LokiSource,
     MappingError,
     build_source,
-    ingest_from_source,
 )
 from recovery.sources.logs.base import MAX_LINE_CHARS, TRUNCATION_MARK, to_ns
 from tests.connectors.recorded_servers import (

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from recovery.loop.log_stores import ingest_from_source
 from recovery.models import Anomaly, LogCursor
 from recovery.sources.logs import (
     ErrorKind,
@@ -19,7 +20,6 @@ from recovery.sources.logs import (
     MappingError,
     VictoriaLogsSource,
     build_source,
-    ingest_from_source,
 )
 from recovery.sources.logs.base import to_ns
 from recovery.sources.logs.victorialogs import format_ns, parse_rfc3339_ns, parse_stream

@@ -23,8 +23,8 @@ from django.urls import reverse
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery.choices import AuditKind, NodeHealth
-from recovery.loop.anomalies import ingest_workload_logs
 from recovery.loop.attribution import EXTERNAL_PROVIDER, attribute
+from recovery.loop.logs import ingest_workload_logs
 from recovery.models import Anomaly, AuditEvent, Node, Verdict
 from recovery.read.health import attribution_status
 from recovery.sources.schedulers.transport import LocalTransport

@@ -20,8 +20,8 @@ from recovery.choices import (
     Confirmation,
     RecommendationAction,
 )
-from recovery.loop.anomalies import ingest_workload_logs
 from recovery.loop.confirmation import survival_step
+from recovery.loop.logs import ingest_workload_logs
 from recovery.loop.monitors import check_suspects
 from recovery.loop.policy import decide_pending
 from recovery.loop.poll import poll_cluster
@@ -29,7 +29,7 @@ from recovery.loop.push import LogBatch, ingest_log_batch
 from recovery.models import Anomaly, AuditEvent, Cluster, Policy, Recommendation, Workload
 from recovery.sources.schedulers.transport import LocalTransport
 from tests.factories import ClusterFactory
-from tests.recovery.test_polling import Scripted, job
+from tests.fakes import Scripted, job
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ from recovery.sources.schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
 )
-from tests.recovery.test_polling import job
+from tests.fakes import job
 
 SUBMITTED = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 STARTED = SUBMITTED + timedelta(seconds=5)

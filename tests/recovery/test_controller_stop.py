@@ -10,7 +10,7 @@ from dataclasses import replace
 from recovery.controller.client import ReadyRecommendation
 from recovery.controller.controller import AdvisorController
 from recovery.sources.schedulers.base import CommandResult, SchedulerError
-from tests.recovery.test_polling import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job
 
 
 class Ending(Scripted):

@@ -125,7 +125,8 @@ def test_approvals_page_has_work() -> None:
     assert superseded.superseded_by is not None
     keys = list(Recommendation.objects.values_list("idempotency_key", flat=True))
     assert len(keys) == len(set(keys))
-    assert all(key.startswith("demo:") for key in keys)
+    # Made by the policy itself, one per failed attempt and version.
+    assert all(key.startswith("policy:") for key in keys)
 
 
 @pytest.mark.django_db
@@ -148,6 +149,7 @@ def test_attempts_match_current_attempt() -> None:
         if workload.last_checkpoint_step is not None:
             assert workload.last_progress_step is not None
             assert workload.last_checkpoint_step <= workload.last_progress_step
+            assert workload.last_checkpoint_at is not None
             assert workload.last_checkpoint_at <= NOW
         if workload.last_progress_at is not None:
             assert workload.submit_time < workload.last_progress_at <= NOW
@@ -190,13 +192,17 @@ def test_audit_trail_is_coherent() -> None:
         AuditKind.RECOMMENDED,
         AuditKind.APPROVED,
         AuditKind.REJECTED,
-        AuditKind.DISPATCHED,
+        AuditKind.CONFIRMED,
+        AuditKind.SUPERSEDED,
+        AuditKind.CLAIMED,
         AuditKind.SCHEDULER_ACTION,
+        AuditKind.ACTION_SKIPPED,
+        AuditKind.WATCHDOG_RELEASED,
+        AuditKind.EXPIRED,
         AuditKind.RESTART_ALLOCATED,
         AuditKind.PROGRESS_RESUMED,
         AuditKind.CHECKPOINT_SAVED,
         AuditKind.TRAINING_COMPLETED,
-        AuditKind.STOPPED,
     } <= kinds
     assert not AuditEvent.objects.filter(occurred_at__gt=NOW).exists()
     for recommendation in Recommendation.objects.select_related("workload"):

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from recovery.choices import AuditKind
-from recovery.loop.anomalies import ingest_workload_logs
+from recovery.loop.logs import ingest_workload_logs
 from recovery.models import Anomaly, Attempt, AuditEvent, LogCursor, Workload
 from recovery.sources.schedulers.transport import LocalTransport
 from tests.factories import WorkloadFactory
@@ -102,7 +102,7 @@ def test_a_node_kernel_log_ties_an_xid_to_the_workloads_on_that_node(tmp_path: P
     THEN only the workload running on node002 gets the anomaly, and node002 is unhealthy
     """
     from recovery.choices import Connection, NodeHealth, WorkloadState
-    from recovery.loop.anomalies import ingest_node_kernel_logs
+    from recovery.loop.logs import ingest_node_kernel_logs
     from recovery.models import Node
     from tests.factories import ClusterFactory
 

@@ -38,7 +38,7 @@ from recovery.models import (
 )
 from recovery.sources.schedulers.base import NodeInfo
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
-from tests.recovery.test_polling import Scripted, job
+from tests.fakes import Scripted, job
 
 pytestmark = pytest.mark.django_db
 
@@ -403,7 +403,8 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
     acting_cluster,  # type: ignore[no-untyped-def]
 ) -> None:
     from recovery.audit.record import record_event
-    from recovery.loop.anomalies import record_findings, scan
+    from recovery.loop.anomalies import record_findings
+    from recovery.loop.logs import scan
 
     _, workload, attempt = running_workload(acting_cluster)
     line = (

@@ -19,7 +19,7 @@ from tests.connectors.recorded_servers import (
     serving,
 )
 from tests.factories import ClusterFactory
-from tests.recovery.test_polling import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from recovery.sources.schedulers.base import NodeInfo
 from recovery.sources.schedulers.check import check_scheduler
 from tests.factories import ClusterFactory
-from tests.recovery.test_polling import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job
 
 pytestmark = pytest.mark.django_db
 

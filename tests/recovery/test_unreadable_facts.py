@@ -20,7 +20,7 @@ from recovery.loop.anomalies import record_anomalies
 from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly, Attempt, AuditEvent, Recommendation, Workload
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
-from tests.recovery.test_polling import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job
 
 pytestmark = pytest.mark.django_db
 

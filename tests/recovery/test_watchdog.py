@@ -18,7 +18,7 @@ from recovery.loop.watchdog import run_watchdog
 from recovery.models import AuditEvent, Policy, Recommendation
 from recovery.sources.schedulers.base import CommandResult
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
-from tests.recovery.test_polling import Scripted, job
+from tests.fakes import Scripted, job
 
 pytestmark = pytest.mark.django_db
 

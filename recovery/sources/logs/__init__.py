@@ -1,8 +1,10 @@
 """Log stores a site already runs, read by job labels: Grafana Loki and VictoriaLogs.
 
-``build_source`` makes a connector from saved settings; ``LogSource.fetch`` returns a job's
-lines in time order; ``LogSource.discover_labels`` lists label names and sample values for the
-configurator; ``ingest_from_source`` feeds new lines into the detectors, each line once.
+``SOURCES`` registers the connectors by kind; ``build_source`` makes one, and
+``source_from_settings`` makes the one a cluster's settings name. ``LogSource.fetch`` returns a
+job's lines in time order; ``LogSource.discover_labels`` lists label names and sample values for
+the configurator; ``render`` turns records into the text the scanner reads. Feeding new lines
+into the detectors, each line once, is the loop's (``recovery.loop.log_stores``).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from recovery.sources.http import ErrorKind
 from recovery.sources.logs.base import Discovery, LogRecord, LogSource
-from recovery.sources.logs.http import ErrorKind, HttpSettings, LogSourceError
-from recovery.sources.logs.ingest import ingest_from_source
+from recovery.sources.logs.http import HttpSettings, LogSourceError
 from recovery.sources.logs.loki import LokiSource
 from recovery.sources.logs.mapping import LabelMapping, MappingError, suggest_mapping
 from recovery.sources.logs.victorialogs import VictoriaLogsSource
@@ -60,6 +62,20 @@ def build_source(
     return SOURCES[kind](http, mapping, page_size=page_size)
 
 
+def source_from_settings(saved: object) -> LogSource | None:
+    """The connector a cluster's ``log_source`` settings name (as ``configure_signals`` saves
+    them: kind, url, mapping and ``build_source``'s options), or None when they name none.
+
+    Raises ``LogSourceError``, ``ValueError`` or ``TypeError`` when the settings are unusable.
+    """
+    if not isinstance(saved, dict) or not saved.get("kind"):
+        return None
+    options = {k: v for k, v in saved.items() if k not in ("kind", "url", "mapping")}
+    return build_source(
+        saved["kind"], str(saved.get("url", "")), saved.get("mapping") or {}, **options
+    )
+
+
 __all__ = [
     "SOURCES",
     "Discovery",
@@ -73,6 +89,6 @@ __all__ = [
     "MappingError",
     "VictoriaLogsSource",
     "build_source",
-    "ingest_from_source",
+    "source_from_settings",
     "suggest_mapping",
 ]

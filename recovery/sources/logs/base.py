@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import re
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -208,3 +209,29 @@ def _whole_timestamps(entries: list[RawEntry]) -> list[RawEntry]:
 def merge_sorted(entries: list[RawEntry]) -> list[RawEntry]:
     """Entries of several streams in time order; ties keep a stable, repeatable order."""
     return sorted(entries, key=lambda e: (e.timestamp_ns, e.stream))
+
+
+# Node names the scanner's ``host: `` prefix recognises (a digit, no capitals).
+SCANNER_NODE = re.compile(r"[a-z0-9][a-z0-9.-]*\d[a-z0-9.-]*")
+
+
+def render(records: list[LogRecord]) -> tuple[bytes, list[LogRecord]]:
+    """The records as log text the scanner reads, and the record behind each text line.
+
+    Each line gets prefixes the scanner already peels: its time (so findings and progress carry
+    the store's timestamp), its node when the name has the shape the scanner recognises, and
+    its rank. A record holding several lines (a traceback shipped as one entry) is split, each
+    piece with the same prefixes.
+    """
+    lines: list[str] = []
+    owners: list[LogRecord] = []
+    for record in records:
+        prefix = record.at.isoformat().replace("+00:00", "Z") + " "
+        if record.node and SCANNER_NODE.fullmatch(record.node):
+            prefix += f"{record.node}: "
+        if record.rank is not None:
+            prefix += f"[rank{record.rank}]: "
+        for piece in record.line.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+            lines.append(prefix + piece)
+            owners.append(record)
+    return ("\n".join(lines) + "\n").encode("utf-8", errors="replace"), owners

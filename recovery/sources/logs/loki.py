@@ -45,7 +45,7 @@ class LokiSource(LogSource):
         return "{" + inner + "}"
 
     def _page(self, query: str, start_ns: int, end_ns: int, limit: int) -> list[RawEntry]:
-        params = {
+        params: dict[str, str | int] = {
             "query": query,
             "start": str(start_ns),
             "end": str(end_ns),

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
+from recovery.sources.http import ErrorKind
 from recovery.sources.logs.base import (
     MAX_DISCOVERED_NAMES,
     MAX_DISCOVERED_VALUES,
@@ -25,7 +26,7 @@ from recovery.sources.logs.base import (
     merge_sorted,
     to_ns,
 )
-from recovery.sources.logs.http import ErrorKind, LogSourceError, get, get_json, malformed
+from recovery.sources.logs.http import LogSourceError, get, get_json, malformed
 from recovery.sources.logs.mapping import logsql_string, suggest_mapping
 
 QUERY = "/select/logsql/query"
@@ -96,7 +97,7 @@ class VictoriaLogsSource(LogSource):
         names = [n for n in names if n not in INTERNAL_FIELDS][:MAX_DISCOVERED_NAMES]
         labels: dict[str, list[str]] = {}
         for name in names:
-            params = {**window, "field": name, "limit": MAX_DISCOVERED_VALUES}
+            params: dict[str, str | int] = {**window, "field": name, "limit": MAX_DISCOVERED_VALUES}
             body = get_json(self.http, FIELD_VALUES, params, self.service)
             labels[name] = self._values(body, FIELD_VALUES)[:MAX_DISCOVERED_VALUES]
         return Discovery(labels=labels, suggested=suggest_mapping(labels))

@@ -27,11 +27,8 @@ from recovery.detection.signals import (
     MetricSample,
     findings_from_gpu_metrics,
 )
-from recovery.sources.metrics.prometheus import (
-    LABEL_NAME,
-    PrometheusSource,
-    promql_string,
-)
+from recovery.sources.metrics.base import MetricSource
+from recovery.sources.metrics.prometheus import LABEL_NAME, promql_string
 
 GPU_TEMP_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 POWER_USAGE_METRIC = "DCGM_FI_DEV_POWER_USAGE"
@@ -143,7 +140,7 @@ class GpuHealth:
 
 
 def gpu_health(
-    source: PrometheusSource,
+    source: MetricSource,
     nodes: Iterable[str],
     since: datetime,
     until: datetime,
@@ -248,9 +245,9 @@ def gpu_health(
                 health.readings.setdefault(key, {})[metric] = value
 
     for finding in findings:
-        key = (finding.nodes[0], str(finding.detail.get("gpu", ""))) if finding.nodes else None
-        if key and key in reader.uuids:
-            finding.detail.setdefault("uuid", reader.uuids[key])
+        gpu = (finding.nodes[0], str(finding.detail.get("gpu", ""))) if finding.nodes else None
+        if gpu and gpu in reader.uuids:
+            finding.detail.setdefault("uuid", reader.uuids[gpu])
     health.findings = sorted(
         findings,
         key=lambda f: (f.nodes[:1], str(f.detail.get("gpu", "")), f.signature),
@@ -267,7 +264,7 @@ class _Reader:
 
     def __init__(
         self,
-        source: PrometheusSource,
+        source: MetricSource,
         labels: DcgmLabels,
         wanted: Sequence[str],
         selector: str,

@@ -1,4 +1,4 @@
-"""The Prometheus HTTP API (``/api/v1``) read with the standard library: bounded, timed, explained.
+"""The Prometheus HTTP API (``/api/v1``) over the shared HTTP client: bounded, timed, explained.
 
 Anything that speaks this API works: Prometheus itself, Thanos Query, Mimir/Cortex (with their
 path prefix in the URL), VictoriaMetrics. Queries go as POST forms, so a long node selector
@@ -10,120 +10,57 @@ operator can act on (the configurator shows it as is); ``kind`` tells the cases 
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import re
-import socket
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.client import HTTPException, RemoteDisconnected
-from typing import Any, NamedTuple
+from typing import Any
+
+from recovery.sources.http import (
+    MAX_SERVER_MESSAGE,
+    ErrorKind,
+    Reply,
+    Wording,
+    authorization,
+    exchange,
+    parse_json,
+    server_message,
+    with_query,
+)
+from recovery.sources.metrics.base import (
+    MetricSource,
+    MetricsSourceError,
+    Point,
+    Sample,
+    Series,
+    StepArg,
+    TimeArg,
+)
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-READ_CHUNK = 64 * 1024
-MAX_SERVER_MESSAGE = 300
 USER_AGENT = "workload-recovery-metrics-connector/1"
 # Prometheus refuses range queries of more points than this per series.
 MAX_POINTS_PER_SERIES = 11_000
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
-TimeArg = datetime | float
-StepArg = timedelta | float
+WORDING = Wording(
+    refused=" (is Prometheus running, on this port?)",
+    not_http_kind=ErrorKind.NOT_PROMETHEUS,
+    not_http="is this the Prometheus port?",
+    oversized="narrow the query (fewer series, a shorter range or a larger step)",
+)
 
 
-class ErrorKind:
-    """What went wrong, for code; the values match the log connectors' ``ErrorKind``."""
-
-    INVALID_URL = "invalid_url"
-    UNREACHABLE = "unreachable"
-    TIMEOUT = "timeout"
-    AUTH = "auth"
-    BAD_QUERY = "bad_query"
-    NOT_PROMETHEUS = "not_prometheus"
-    SERVER = "server"
-    MALFORMED = "malformed"
-    OVERSIZED = "oversized"
-    HTTP = "http"
-
-
-class MetricsSourceError(Exception):
-    """A metrics source could not answer; ``str()`` is a one-line diagnosis.
-
-    ``error_type`` and ``server_message`` carry Prometheus' own ``errorType`` and ``error``
-    when it gave them (a refused query, a server-side timeout).
-    """
-
-    def __init__(
-        self,
-        kind: str,
-        diagnosis: str,
-        *,
-        status: int | None = None,
-        error_type: str = "",
-        server_message: str = "",
-    ) -> None:
-        diagnosis = " ".join(diagnosis.split())
-        super().__init__(diagnosis)
-        self.kind = kind
-        self.diagnosis = diagnosis
-        self.status = status
-        self.error_type = error_type
-        self.server_message = server_message
-
-
-class Point(NamedTuple):
-    at: datetime
-    value: float
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One element of an instant vector (or a scalar, with no labels)."""
-
-    labels: Mapping[str, str]
-    at: datetime
-    value: float
-
-    @property
-    def name(self) -> str:
-        return self.labels.get("__name__", "")
-
-
-@dataclass(frozen=True)
-class Series:
-    """One element of a range result (a matrix): a label set and its points, oldest first."""
-
-    labels: Mapping[str, str]
-    points: Sequence[Point] = field(default_factory=tuple)
-
-    @property
-    def name(self) -> str:
-        return self.labels.get("__name__", "")
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect would resend the credentials wherever it points (often a login page); report
-    # it instead, with where it points.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-class PrometheusSource:
+class PrometheusSource(MetricSource):
     """A Prometheus-compatible server at ``url`` (scheme, host, port and any path prefix).
 
     ``basic_auth`` is a (user, password) pair; give it or ``bearer_token``, not both.
     """
 
+    kind = "prometheus"
     service = "Prometheus"
 
     def __init__(
@@ -160,12 +97,10 @@ class PrometheusSource:
         )
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
-        self._authorization = ""
-        if bearer_token:
-            self._authorization = f"Bearer {bearer_token}"
-        elif basic_auth:
-            pair = f"{basic_auth[0]}:{basic_auth[1]}".encode()
-            self._authorization = "Basic " + base64.b64encode(pair).decode()
+        user, password = basic_auth or ("", "")
+        self._authorization = authorization(
+            bearer_token=bearer_token or "", username=user, password=password
+        )
         self._post_allowed = True
 
     def __repr__(self) -> str:
@@ -299,87 +234,40 @@ class PrometheusSource:
     def _call(self, path: str, params: list[tuple[str, str]], *, post: bool = True) -> Any:
         """The ``data`` of a successful answer to ``path``, or a ``MetricsSourceError``."""
         if post and self._post_allowed:
-            status, body, headers = self._exchange(path, params, post=True)
-            if status == 405:
+            reply = self._exchange(path, params, post=True)
+            if reply.status == 405:
                 # Some proxies in front of Prometheus allow GET only; remember it.
                 self._post_allowed = False
-                status, body, headers = self._exchange(path, params, post=False)
+                reply = self._exchange(path, params, post=False)
         else:
-            status, body, headers = self._exchange(path, params, post=False)
-        return self._interpret(path, status, body, headers)
+            reply = self._exchange(path, params, post=False)
+        return self._interpret(path, reply)
 
-    def _exchange(
-        self, path: str, params: list[tuple[str, str]], *, post: bool
-    ) -> tuple[int, bytes, Any]:
-        url = self.url + path
-        encoded = urllib.parse.urlencode(params)
+    def _exchange(self, path: str, params: list[tuple[str, str]], *, post: bool) -> Reply:
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        if post:
-            request = urllib.request.Request(
-                url,
-                data=encoded.encode(),
-                method="POST",
-                headers={**headers, "Content-Type": "application/x-www-form-urlencoded"},
-            )
-        else:
-            request = urllib.request.Request(
-                url + ("?" + encoded if encoded else ""), method="GET", headers=headers
-            )
         if self._authorization:
-            request.add_unredirected_header("Authorization", self._authorization)
-        deadline = time.monotonic() + self.timeout
+            headers["Authorization"] = self._authorization
+        url, content = self.url + path, None
+        if post:
+            content = urllib.parse.urlencode(params).encode()
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        else:
+            url = with_query(url, params)
+        return exchange(
+            "POST" if post else "GET",
+            url,
+            timeout=self.timeout,
+            max_response_bytes=self.max_response_bytes,
+            where=self._where(path),
+            headers=headers,
+            content=content,
+            wording=WORDING,
+            error=MetricsSourceError,
+        )
+
+    def _interpret(self, path: str, reply: Reply) -> Any:
         where = self._where(path)
-        try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
-                return response.status, self._read(response, deadline, where), response.headers
-        except urllib.error.HTTPError as error:
-            return error.code, self._error_body(error), error.headers
-        except urllib.error.URLError as error:
-            raise self._network_error(error.reason, where) from None
-        except RemoteDisconnected:
-            raise MetricsSourceError(
-                ErrorKind.UNREACHABLE,
-                f"{where} closed the connection without answering: is this an HTTP server?",
-            ) from None
-        except HTTPException as error:
-            raise MetricsSourceError(
-                ErrorKind.NOT_PROMETHEUS,
-                f"{where} did not answer in HTTP ({type(error).__name__}): is this the "
-                "Prometheus port?",
-            ) from None
-        except TimeoutError:
-            raise self._network_error(TimeoutError(), where) from None
-        except OSError as error:
-            raise self._network_error(error, where) from None
-
-    def _read(self, response: Any, deadline: float, where: str) -> bytes:
-        limit = self.max_response_bytes
-        declared = response.headers.get("Content-Length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise self._oversized(where, int(declared))
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            # A server that trickles bytes forever counts as timing out.
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            chunk = response.read(READ_CHUNK)
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit:
-                raise self._oversized(where, size)
-            chunks.append(chunk)
-
-    @staticmethod
-    def _error_body(error: urllib.error.HTTPError) -> bytes:
-        try:
-            return error.read(64 * 1024) or b""
-        except Exception:  # the body of an error is a courtesy; its absence is not a new error
-            return b""
-
-    def _interpret(self, path: str, status: int, body: bytes, headers: Any) -> Any:
-        where = self._where(path)
+        status, body, headers = reply.status, reply.body, reply.headers
         payload = _json_object(body)
         if status in (401, 403):
             said = _server_message(body)
@@ -396,7 +284,7 @@ class PrometheusSource:
                 status=status,
             )
         if 300 <= status < 400:
-            target = headers.get("Location", "") if headers is not None else ""
+            target = headers.get("Location", "")
             raise MetricsSourceError(
                 ErrorKind.HTTP,
                 f"{where} redirects (HTTP {status}) to {target[:200] or 'elsewhere'}: a login "
@@ -413,9 +301,11 @@ class PrometheusSource:
             raise self._malformed(path, "a success without data")
         return payload["data"]
 
-    def _not_prometheus(self, path: str, status: int, body: bytes, headers: Any) -> Exception:
+    def _not_prometheus(
+        self, path: str, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> Exception:
         where = self._where(path)
-        content_type = (headers.get("Content-Type", "") if headers is not None else "").lower()
+        content_type = headers.get("Content-Type", "").lower()
         text = body.lstrip()[:200].lower()
         if "html" in content_type or text.startswith((b"<!doctype", b"<html", b"<")):
             return MetricsSourceError(
@@ -473,31 +363,6 @@ class PrometheusSource:
             text = f"failed on its side ({error_type or f'HTTP {status}'}): {said}"
         return MetricsSourceError(
             kind, f"{where}: {text}", status=status, error_type=error_type, server_message=said
-        )
-
-    def _network_error(self, reason: Any, where: str) -> MetricsSourceError:
-        if isinstance(reason, TimeoutError | socket.timeout):
-            return MetricsSourceError(
-                ErrorKind.TIMEOUT, f"{where} did not answer within {self.timeout:g}s"
-            )
-        if isinstance(reason, ConnectionRefusedError):
-            return MetricsSourceError(
-                ErrorKind.UNREACHABLE,
-                f"{where} refused the connection: nothing listens there (is Prometheus running, "
-                "on this port?)",
-            )
-        if isinstance(reason, socket.gaierror):
-            return MetricsSourceError(
-                ErrorKind.UNREACHABLE, f"{where}: the host name does not resolve"
-            )
-        text = str(getattr(reason, "strerror", None) or reason)[:200]
-        return MetricsSourceError(ErrorKind.UNREACHABLE, f"{where} is unreachable: {text}")
-
-    def _oversized(self, where: str, size: int) -> MetricsSourceError:
-        return MetricsSourceError(
-            ErrorKind.OVERSIZED,
-            f"{where} sent more than {self.max_response_bytes:,} bytes (at least {size:,}): "
-            "narrow the query (fewer series, a shorter range or a larger step)",
         )
 
     def _malformed(self, path: str, what: str) -> MetricsSourceError:
@@ -582,8 +447,8 @@ _NOT_JSON = object()
 
 def _json_value(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, ValueError):
+        return parse_json(body)
+    except ValueError:
         return _NOT_JSON
 
 
@@ -593,17 +458,7 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 
 
 def _server_message(body: bytes) -> str:
-    """The server's own explanation, from a JSON error object or plain text, on one line."""
-    payload = _json_object(body)
-    text = body.decode("utf-8", errors="replace").strip()
-    if payload is not None:
-        for key in ("error", "message", "msg"):
-            if isinstance(payload.get(key), str):
-                text = payload[key]
-                break
-    elif text.lstrip().startswith("<"):
-        return ""
-    return " ".join(text.split())[:MAX_SERVER_MESSAGE]
+    return server_message(body, skip_html=True)
 
 
 def _as_epoch(value: TimeArg) -> float:

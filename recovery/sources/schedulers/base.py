@@ -152,7 +152,13 @@ class NodeInfo:
 
 
 class SchedulerAdapter(abc.ABC):
-    """What every scheduler offers. Actions raise ``SchedulerError`` when refused."""
+    """What every scheduler offers. Actions raise ``SchedulerError`` when refused.
+
+    ``transport`` reaches the hosts the jobs run on: the poller reads the jobs' output files and
+    the nodes' kernel logs through it. None where there is no such host to reach.
+    """
+
+    transport: Transport | None = None
 
     @abc.abstractmethod
     def list_jobs(self) -> list[JobInfo]: ...

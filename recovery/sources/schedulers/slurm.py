@@ -63,7 +63,7 @@ _UNSUPPORTED_OPTION = ("unrecognized option", "invalid option", "unknown option"
 
 class SlurmAdapter(SchedulerAdapter):
     def __init__(self, transport: Transport, *, command_timeout: float = 30.0) -> None:
-        self.transport = transport
+        self.transport: Transport = transport
         self.command_timeout = command_timeout
         self._version: SlurmVersion | None = None  # from `scontrol version` or a JSON meta
         self._meta_cluster: str | None = None

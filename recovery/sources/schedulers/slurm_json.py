@@ -481,7 +481,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
     if not user and "user" not in unreadable:
         unreadable["user"] = "user_name: empty (the user id has no name)"
     reason = _none(_text(raw, "state_reason"))
-    comment = raw.get("comment") if isinstance(raw.get("comment"), str) else ""
+    comment = raw["comment"] if isinstance(raw.get("comment"), str) else ""
     excluded = read("excluded_nodes", ("excluded_nodes", "exc_nodes"), _nodes)
     restart_count = read("restart_count", ("restart_cnt",), _number)
     requeue_allowed = read("requeue_allowed", ("requeue",), _bool)

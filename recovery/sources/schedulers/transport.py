@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from recovery.sources.schedulers.base import CommandResult, SchedulerError
 
@@ -136,7 +136,7 @@ class SSHTransport:
         transport_class = type(self)
 
         class RefuseUnknownHost(paramiko.RejectPolicy):
-            def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            def missing_host_key(self, client: Any, hostname: str, key: Any) -> NoReturn:
                 raise transport_class._UnknownHost(f"{key.get_name()} {key.fingerprint}")
 
         pkey = self._load_key()
@@ -327,7 +327,8 @@ class SSHTransport:
         return b"" if data is None else data
 
     def file_size(self, path: str) -> int | None:
-        return self._with_sftp(path, lambda sftp: int(sftp.stat(path).st_size or 0))
+        size: int | None = self._with_sftp(path, lambda sftp: int(sftp.stat(path).st_size or 0))
+        return size
 
     def _with_sftp(self, path: str, action: Any) -> Any:
         """``action(sftp)``, or None when ``path`` does not exist. Reading changes nothing,

@@ -8,16 +8,16 @@ worker killed mid-way reads the same lines again next time and records nothing t
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from recovery.detection.findings import Finding
-from recovery.loop.anomalies import IngestSummary, record_read, scan
+from recovery.loop.anomalies import record_read
+from recovery.loop.logs import IngestSummary, scan
 from recovery.models import LogCursor, Workload
-from recovery.sources.logs.base import LogRecord, LogSource, to_ns
+from recovery.sources.logs.base import LogRecord, LogSource, render, to_ns
 
 # Log shippers deliver late; lines younger than this are left for the next poll, so a line
 # that arrives after a later one was read is not skipped.
@@ -25,8 +25,6 @@ SETTLE = timedelta(seconds=10)
 # The first read starts a little before submission: clocks differ between hosts.
 FIRST_READ_MARGIN = timedelta(minutes=5)
 MAX_LINES_PER_POLL = 20_000
-# Node names the scanner's ``host: `` prefix recognises (a digit, no capitals).
-SCANNER_NODE = re.compile(r"[a-z0-9][a-z0-9.-]*\d[a-z0-9.-]*")
 
 
 def ingest_from_source(
@@ -64,28 +62,6 @@ def ingest_from_source(
         cursor.offset = records[-1].timestamp_ns
         cursor.save()
     return summary
-
-
-def render(records: list[LogRecord]) -> tuple[bytes, list[LogRecord]]:
-    """The records as log text the scanner reads, and the record behind each text line.
-
-    Each line gets prefixes the scanner already peels: its time (so findings and progress carry
-    the store's timestamp), its node when the name has the shape the scanner recognises, and
-    its rank. A record holding several lines (a traceback shipped as one entry) is split, each
-    piece with the same prefixes.
-    """
-    lines: list[str] = []
-    owners: list[LogRecord] = []
-    for record in records:
-        prefix = record.at.isoformat().replace("+00:00", "Z") + " "
-        if record.node and SCANNER_NODE.fullmatch(record.node):
-            prefix += f"{record.node}: "
-        if record.rank is not None:
-            prefix += f"[rank{record.rank}]: "
-        for piece in record.line.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-            lines.append(prefix + piece)
-            owners.append(record)
-    return ("\n".join(lines) + "\n").encode("utf-8", errors="replace"), owners
 
 
 def _attribute_lines(findings: list[Finding], owners: list[LogRecord]) -> None:

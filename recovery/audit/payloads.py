@@ -1,0 +1,353 @@
+"""The payload each kind of audit event carries, as the loop records it.
+
+One ``TypedDict`` per ``AuditKind``, read off the ``record_event`` calls that write that kind
+(``recovery.loop``: anomalies, confirmation, attribution, policy, recommendations, watchdog,
+poll, push, suspects). ``payload_problems`` checks a payload against its kind's declaration:
+anything that writes events on the loop's behalf (the demo history, tests) can prove it writes
+what the loop writes, and a change to one of the loop's payloads shows up as a failing check.
+
+Optional keys are declared in a ``total=False`` subclass of the required ones rather than with
+``NotRequired``: under ``from __future__ import annotations`` Python 3.11 cannot tell a string
+``NotRequired[...]`` annotation from a required one, and ``__required_keys__`` would be wrong.
+
+Django-free: kinds are compared by their string values.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+# --- findings ------------------------------------------------------------------------------
+
+
+class DetectedPayload(TypedDict):
+    """A finding stored as an anomaly (``recovery.loop.anomalies``)."""
+
+    anomaly: int
+    kind: str
+    category: str
+    attribution: str
+    signature: str
+    evidence: str
+    count: int
+    nodes: list[str]
+    ranks: list[int]
+    evidence_at: str
+    confirmation: str
+
+
+class DetectedAgainPayload(DetectedPayload, total=False):
+    # ``again``: a crash survived before was printed again; ``ignored_nodes``: names in the
+    # evidence that no node could have.
+    again: bool
+    ignored_nodes: list[dict[str, str]]
+
+
+class SettledPayload(TypedDict):
+    """A suspected crash confirmed, survived or stalled (``recovery.loop.confirmation``)."""
+
+    anomaly: int
+    reason: str
+    evidence: str
+    evidence_to_settled_s: float
+    suspected_for_s: float | None
+
+
+class _AttributedRequired(TypedDict):
+    anomaly: int
+    attribution: str
+    confidence: float
+    nodes: list[str]
+    provider: str
+    degraded: bool
+
+
+class AttributedPayload(_AttributedRequired, total=False):
+    """The verdict that decides an anomaly (``recovery.loop.attribution``).
+
+    ``degraded_reason`` without a usable provider verdict; ``provider_host`` when a provider is
+    configured; ``builtin`` and ``external`` when the provider gave a valid verdict.
+    """
+
+    degraded_reason: str
+    provider_host: str
+    builtin: dict[str, Any]
+    external: dict[str, Any]
+
+
+class AttributionDegradedPayload(TypedDict):
+    """The attribution provider started failing (``recovery.loop.attribution``)."""
+
+    provider_host: str
+    reason: str
+    anomaly: int
+    workload: int
+
+
+class NodeSuspectPayload(TypedDict):
+    """A node implicated in several workloads' failures (``recovery.loop.suspects``)."""
+
+    node: str
+    workloads: list[int]
+    window_hours: int
+    reason: str
+    recommendation: str
+
+
+# --- decisions -----------------------------------------------------------------------------
+
+
+class RecommendedPayload(TypedDict):
+    """The policy's decision on an anomaly (``recovery.loop.policy.recommend``)."""
+
+    recommendation: int
+    anomaly: int
+    action: str
+    excluded_nodes: list[str]
+    reason: str
+    policy: str
+    mode: str
+    would_have_done: bool
+
+
+class SupersededPayload(TypedDict):
+    """An open recommendation replaced by a sharper one for the same attempt."""
+
+    recommendation: int
+    by: int
+
+
+class PolicyFailedPayload(TypedDict):
+    """The policy engine raised on an anomaly (``recovery.loop.policy``)."""
+
+    anomaly: int
+    error: str
+    tries: int
+    given_up: bool
+
+
+class DecisionPayload(TypedDict):
+    """An operator approved or rejected a recommendation (``recovery.loop.recommendations``)."""
+
+    recommendation: int
+    action: str
+    excluded_nodes: list[str]
+    note: str
+
+
+class ClaimedPayload(TypedDict):
+    """A controller took a recommendation for the length of its lease."""
+
+    recommendation: int
+    lease_seconds: int
+    previous_owner: str
+
+
+class LeaseExpiredPayload(TypedDict):
+    """A claim handed back because its controller's lease ran out."""
+
+    recommendation: int
+    previous_owner: str
+
+
+class ReportPayload(TypedDict):
+    """What a controller reports it did (executed, skipped, failed, to be retried)."""
+
+    recommendation: int
+    action: str
+    excluded_nodes: list[str]
+    outcome: str
+    state_before: dict[str, Any]
+    commands: list[dict[str, Any]]
+    converged: bool | None
+    detail: str
+
+
+class ReportRefusedPayload(ReportPayload):
+    """A report from a controller that does not hold the lease, kept with why it was refused."""
+
+    refused: str
+
+
+class ExpiredPayload(TypedDict):
+    """A ready recommendation nobody executed before its deadline (``recovery.loop.watchdog``)."""
+
+    recommendation: int
+    action: str
+    expires_at: str | None
+    reason: str
+
+
+class WatchdogReleasedPayload(TypedDict):
+    """A job held for a decision past its timeout, released (``recovery.loop.watchdog``)."""
+
+    held_since: str
+    held_seconds: float
+    decision_timeout_seconds: int
+    hold_reason: str
+    excluded_nodes: list[str]
+    command: dict[str, Any]
+    commands: list[dict[str, Any]]
+
+
+# --- the scheduler and the job's own progress ----------------------------------------------
+
+
+# Keyed "from" in the trail, which no class attribute can be called.
+_StateChangedRequired = TypedDict("_StateChangedRequired", {"from": str, "to": str, "reason": str})
+
+
+class StateChangedPayload(_StateChangedRequired, total=False):
+    """The scheduler's state of a job changed (``recovery.loop.poll``).
+
+    A job the scheduler no longer lists has only ``from``, ``to`` and ``reason``.
+    """
+
+    scheduler_state: str | None
+    restart_count: int
+    nodes: list[str]
+
+
+class RestartAllocatedPayload(TypedDict):
+    """A restarted job runs again, on these nodes (``recovery.loop.poll``)."""
+
+    nodes: list[str]
+    excluded_nodes: list[str] | None
+
+
+class TrainingCompletedPayload(TypedDict):
+    """A job ended successfully (``recovery.loop.poll``)."""
+
+    exit_code: int | None
+
+
+class ProgressResumedPayload(TypedDict):
+    """The first step an attempt after the first reported (``recovery.loop.anomalies``)."""
+
+    step: int
+
+
+class CheckpointSavedPayload(TypedDict):
+    """A checkpoint the job finished writing (``recovery.loop.anomalies``)."""
+
+    step: int | None
+    path: str
+
+
+class _SchedulerHookRequired(TypedDict):
+    source: str
+    event: str
+    key: str
+    state: str
+    note: str
+
+
+class SchedulerHookPayload(_SchedulerHookRequired, total=False):
+    """A site's scheduler hook said a job ended or a node went down (``recovery.loop.push``).
+
+    ``job_ended`` carries the job's keys, ``node_down`` the node's.
+    """
+
+    job_id: str
+    exit_code: int | None
+    exit_code_text: str
+    nodes: list[str]
+    restart_count: int | None
+    node: str
+    reason: str
+
+
+class NoPayload(TypedDict):
+    """Kinds nothing in the loop records (``dispatched``, ``stopped``, ``input_ignored``)."""
+
+
+PAYLOADS: dict[str, type] = {
+    "detected": DetectedAgainPayload,
+    "confirmed": SettledPayload,
+    "survived": SettledPayload,
+    "stalled": SettledPayload,
+    "attributed": AttributedPayload,
+    "recommended": RecommendedPayload,
+    "approved": DecisionPayload,
+    "rejected": DecisionPayload,
+    "superseded": SupersededPayload,
+    "expired": ExpiredPayload,
+    "claimed": ClaimedPayload,
+    "lease_expired": LeaseExpiredPayload,
+    "dispatched": NoPayload,
+    "scheduler_action": ReportPayload,
+    "action_skipped": ReportPayload,
+    "action_failed": ReportPayload,
+    "action_retry": ReportPayload,
+    "report_refused": ReportRefusedPayload,
+    "watchdog_released": WatchdogReleasedPayload,
+    "state_changed": StateChangedPayload,
+    "restart_allocated": RestartAllocatedPayload,
+    "progress_resumed": ProgressResumedPayload,
+    "checkpoint_saved": CheckpointSavedPayload,
+    "training_completed": TrainingCompletedPayload,
+    "stopped": NoPayload,
+    "input_ignored": NoPayload,
+    "node_suspect": NodeSuspectPayload,
+    "policy_failed": PolicyFailedPayload,
+    "attribution_degraded": AttributionDegradedPayload,
+    "scheduler_hook": SchedulerHookPayload,
+}
+
+
+def payload_problems(kind: str, payload: Mapping[str, Any]) -> list[str]:
+    """What is wrong with ``payload`` for an event of ``kind``; empty when nothing is.
+
+    Checks that the kind is known, that every required key is there, that no key is unexpected
+    and that each value has its declared basic type (``int``, ``float``, ``str``, ``bool``,
+    list, mapping, or ``None`` where allowed). Element types inside lists are not checked.
+    """
+    declared = PAYLOADS.get(str(kind))
+    if declared is None:
+        return [f"unknown audit kind {kind!r}"]
+    hints = typing.get_type_hints(declared)
+    required: frozenset[str] = declared.__required_keys__  # type: ignore[attr-defined]
+    problems = [f"{kind}: missing key {key!r}" for key in sorted(required - payload.keys())]
+    problems += [f"{kind}: unexpected key {key!r}" for key in sorted(payload.keys() - hints)]
+    for key in sorted(payload.keys() & hints.keys()):
+        value = payload[key]
+        if not _has_type(value, hints[key]):
+            problems.append(
+                f"{kind}: {key!r} is {type(value).__name__}, expected {_shown(hints[key])}"
+            )
+    return problems
+
+
+def _has_type(value: object, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, option) for option in typing.get_args(hint))
+    if hint is None or hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list or hint is list:
+        return isinstance(value, list)
+    if origin is dict or hint is dict or typing.is_typeddict(hint):
+        return isinstance(value, Mapping)
+    raise TypeError(f"no check for the payload type {hint!r}")
+
+
+def _shown(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_shown(option) for option in typing.get_args(hint))
+    if hint is type(None):
+        return "None"
+    origin = typing.get_origin(hint) or hint
+    return getattr(origin, "__name__", str(hint))

@@ -1,0 +1,98 @@
+"""Scheduler adapters by connection kind: how a cluster's settings become a ``SchedulerAdapter``.
+
+``ADAPTERS`` maps a kind (a cluster's ``connection``: "local", "ssh", "simulated") to a builder
+that takes the cluster's plain ``connection_settings`` dict; ``build_adapter`` calls it. Pure
+Python: the Advisor Controller uses this on login nodes without Django, so nothing here imports
+Django or a model at module level (the simulator's builder imports what it needs when called).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
+from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
+
+AdapterBuilder = Callable[[Mapping[str, Any]], SchedulerAdapter]
+
+
+class SettingsIncomplete(SchedulerError):
+    """The settings lack something the adapter needs, or hold an unusable value."""
+
+
+class NotPolled(SchedulerError):
+    """No scheduler stands behind these settings (a recorded demo history, say)."""
+
+
+ADAPTERS: dict[str, AdapterBuilder] = {}
+
+
+def register(kind: str) -> Callable[[AdapterBuilder], AdapterBuilder]:
+    """Make the decorated builder the one for ``kind``."""
+
+    def add(builder: AdapterBuilder) -> AdapterBuilder:
+        ADAPTERS[kind] = builder
+        return builder
+
+    return add
+
+
+def build_adapter(kind: str, settings: Mapping[str, Any], *, name: str = "") -> SchedulerAdapter:
+    """The adapter for a cluster called ``name`` connected by ``kind`` with ``settings``.
+
+    Raises ``SchedulerError`` naming the cluster when the kind is not polled or the settings
+    are incomplete.
+    """
+    builder = ADAPTERS.get(str(kind))
+    try:
+        if builder is None:
+            raise NotPolled(kind)
+        return builder(settings)
+    except NotPolled:
+        raise SchedulerError(f"cluster {name} is {kind}: not polled over a transport") from None
+    except SettingsIncomplete as exc:
+        raise SchedulerError(f"cluster {name}: {exc}") from None
+
+
+def slurm_env(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The environment Slurm's commands need: ``SLURM_CONF`` when the settings name one."""
+    return {"SLURM_CONF": str(settings["slurm_conf"])} if settings.get("slurm_conf") else {}
+
+
+@register("local")
+def local_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
+    """Slurm's commands run on this host."""
+    return SlurmAdapter(LocalTransport(env=slurm_env(settings)))
+
+
+@register("ssh")
+def ssh_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
+    """Slurm's commands run on a login node over SSH."""
+    try:
+        transport = SSHTransport(
+            str(settings["host"]),
+            port=int(settings.get("port", 22)),
+            user=str(settings["user"]),
+            key_file=str(settings["key_file"]),
+            known_hosts=str(settings["known_hosts"]),
+            env=slurm_env(settings),
+        )
+    except (KeyError, ValueError) as exc:
+        raise SettingsIncomplete(f"SSH settings incomplete: {exc}") from None
+    return SlurmAdapter(transport)
+
+
+@register("simulated")
+def simulated(settings: Mapping[str, Any]) -> SchedulerAdapter:
+    """A running simulation, shared through Redis; none behind a recorded demo history."""
+    if "simulator" not in settings:
+        raise NotPolled("simulated")
+    from django.conf import settings as django_settings
+
+    from recovery.simulator.adapter import SimulatedAdapter
+    from recovery.simulator.store import SimulationStore, config_from_settings
+
+    config = config_from_settings(dict(settings["simulator"]))
+    return SimulatedAdapter(SimulationStore.from_url(django_settings.REDIS_URL, config))
