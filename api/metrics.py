@@ -35,7 +35,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if request.method == "HEAD":
         return _text("")
     try:
-        body = figures.exposition(figures.collect())
+        body = figures.exposition()
     except DatabaseError:
         logger.exception("metrics could not be read from the database")
         return _text("The metrics are unavailable: the database did not answer.\n", status=503)

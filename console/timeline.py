@@ -6,20 +6,18 @@ shares the time axis and draws the training step over time, with checkpoints as 
 cost of each failure shaded: the work lost since the last checkpoint, and the time from the
 failure until training progressed again.
 
-Every query is bounded and reads only the workload's own rows through indexed filters, so the
-figure stays small (a few thousand points at most) however long the workload's history is.
+The data comes from the read model in ``recovery.read.timeline``, whose queries are bounded, so
+the figure stays small (a few thousand points at most) however long the workload's history is.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import plotly.graph_objects as go
-from django.db.models import F, Max, Window
-from django.db.models.functions import DenseRank, Mod, RowNumber
 from django.utils import timezone
 from plotly.subplots import make_subplots
 
@@ -32,29 +30,23 @@ from recovery.choices import (
     FailureCategory,
     RecommendationAction,
     RecommendationStatus,
-    WorkloadState,
 )
-from recovery.models import (
-    Anomaly,
-    Attempt,
-    AuditEvent,
-    ProgressSample,
-    Recommendation,
-    Workload,
+from recovery.models import Anomaly, Attempt, AuditEvent, Recommendation, Workload
+from recovery.read.goodput import Failure
+from recovery.read.timeline import (
+    MAX_ATTEMPT_ROWS,
+    ProgressPoint,
+    TimelineData,
+    anomaly_attempt_number,
+    event_step,
+    load_timeline,
+    progress_points,
+    step_before,
 )
-from recovery.read.goodput import Failure, workload_goodput
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
 
 TIMELINE_HEIGHT_PX = 480
 DECISIONS_ROW = "Decisions & actions"
-
-# Bounds: the figure must stay small however long the workload has been running.
-MAX_ATTEMPT_ROWS = 40
-MAX_ANOMALIES = 500
-MAX_RECOMMENDATIONS = 200
-MAX_DECISION_EVENTS = 500
-MAX_PROGRESS_EVENTS = 2000
-MAX_PROGRESS_POINTS = 2000
 
 EVIDENCE_HOVER_CHARS = 160
 REASON_HOVER_CHARS = 160
@@ -112,23 +104,12 @@ DECISION_MARKERS: dict[str, tuple[str, str]] = {
     AuditKind.REPORT_REFUSED: ("x-thin-open", "#9aa3ad"),
     AuditKind.WATCHDOG_RELEASED: ("square", "#d9a21b"),
 }
-PROGRESS_EVENT_KINDS = (
-    AuditKind.CHECKPOINT_SAVED,
-    AuditKind.PROGRESS_RESUMED,
-    AuditKind.TRAINING_COMPLETED,
-)
 PROGRESS_COLOUR = "#4d8fd6"
 CHECKPOINT_COLOUR = "#3f9b6e"
 RESUMED_COLOUR = "#2e9ab3"
 WORK_LOST_FILL = "rgba(214, 69, 61, 0.22)"
 DOWNTIME_FILL = "rgba(217, 162, 27, 0.22)"
 
-_FINISHED_STATES = {
-    WorkloadState.COMPLETED,
-    WorkloadState.FAILED,
-    WorkloadState.CANCELLED,
-    WorkloadState.STOPPED,
-}
 _CATEGORY_LABELS = dict(FailureCategory.choices)
 _KIND_LABELS = dict(AnomalyKind.choices)
 _CONFIRMATION_LABELS = dict(Confirmation.choices)
@@ -136,37 +117,6 @@ _EXIT_LABELS = dict(AttemptExitState.choices)
 _AUDIT_LABELS = dict(AuditKind.choices)
 _ACTION_LABELS = dict(RecommendationAction.choices)
 _STATUS_LABELS = dict(RecommendationStatus.choices)
-
-
-@dataclass(frozen=True)
-class ProgressPoint:
-    """The step training had reached at a time, from a progress sample or an audit event."""
-
-    at: datetime
-    attempt: int | None
-    step: int
-    source: str
-
-
-@dataclass
-class TimelineData:
-    """Everything the figure shows, read with bounded queries."""
-
-    workload: Workload
-    now: datetime
-    attempts: list[Attempt]
-    older_attempts_hidden: bool
-    anomalies: list[Anomaly]
-    recommendations: list[Recommendation]
-    decision_events: list[AuditEvent]
-    progress_events: list[AuditEvent]
-    samples: list[ProgressPoint]
-    samples_downsampled: bool
-    failures: list[Failure] = field(default_factory=list)
-
-    @property
-    def finished(self) -> bool:
-        return self.workload.state in _FINISHED_STATES
 
 
 def workload_timeline(
@@ -181,112 +131,6 @@ def workload_timeline(
     workload page computes them for its goodput panel); they are computed otherwise.
     """
     return timeline_figure(load_timeline(workload, now=now, failures=failures))
-
-
-def load_timeline(
-    workload: Workload,
-    *,
-    now: datetime | None = None,
-    failures: Sequence[Failure] | None = None,
-) -> TimelineData:
-    now = now or timezone.now()
-    if failures is None:
-        failures = workload_goodput(workload, now=now).failures
-    attempts = list(workload.attempts.order_by("-number")[: MAX_ATTEMPT_ROWS + 1])
-    older_attempts_hidden = len(attempts) > MAX_ATTEMPT_ROWS
-    attempts = sorted(attempts[:MAX_ATTEMPT_ROWS], key=lambda a: a.number)
-    anomalies = list(
-        Anomaly.objects.filter(workload=workload)
-        .select_related("attempt")
-        .only(
-            "kind",
-            "category",
-            "attribution",
-            "severity",
-            "signature",
-            "evidence_line",
-            "implicated_nodes",
-            "occurrences",
-            "evidence_at",
-            "detected_at",
-            "confirmation",
-            "confirmation_at",
-            "confirmation_reason",
-            "attempt__number",
-        )
-        .order_by("-detected_at", "-id")[:MAX_ANOMALIES]
-    )
-    recommendations = list(
-        Recommendation.objects.filter(workload=workload)
-        .only(
-            "action",
-            "status",
-            "excluded_nodes",
-            "reason",
-            "decided_by",
-            "created_at",
-            "anomaly_id",
-        )
-        .order_by("-created_at", "-id")[:MAX_RECOMMENDATIONS]
-    )
-    decision_events = _newest_events(workload, DECISION_MARKERS, MAX_DECISION_EVENTS)
-    progress_events = _newest_events(workload, PROGRESS_EVENT_KINDS, MAX_PROGRESS_EVENTS)
-    samples, downsampled = progress_samples(workload)
-    return TimelineData(
-        workload=workload,
-        now=now,
-        attempts=attempts,
-        older_attempts_hidden=older_attempts_hidden,
-        anomalies=anomalies,
-        recommendations=recommendations,
-        decision_events=decision_events,
-        progress_events=progress_events,
-        samples=samples,
-        samples_downsampled=downsampled,
-        failures=list(failures)[-MAX_ATTEMPT_ROWS:],
-    )
-
-
-def _newest_events(workload: Workload, kinds: Iterable[str], limit: int) -> list[AuditEvent]:
-    events = AuditEvent.objects.filter(workload=workload, kind__in=list(kinds)).order_by(
-        "-occurred_at", "-id"
-    )[:limit]
-    return sorted(events, key=lambda e: (e.occurred_at, e.pk))
-
-
-def progress_samples(
-    workload: Workload, *, limit: int = MAX_PROGRESS_POINTS
-) -> tuple[list[ProgressPoint], bool]:
-    """The furthest step any rank had reached at each sample time, per attempt, oldest first.
-
-    At most ``limit`` points: when there are more sample times, every n-th is kept (evenly over
-    the workload's sample times), and the database does the thinning. Returns the points and
-    whether they were thinned.
-    """
-    samples = ProgressSample.objects.filter(workload=workload)
-    total = samples.values("attempt", "at").distinct().count()
-    if total == 0:
-        return [], False
-    stride = max(-(-total // max(limit, 1)), 1)
-    # Window functions rather than GROUP BY: the database cannot thin grouped rows by their
-    # position in one query. Each sample time keeps its first row, carrying the furthest step.
-    same_time = [F("attempt"), F("at")]
-    per_time = samples.annotate(
-        top_step=Window(Max("step"), partition_by=same_time),
-        nth_at_time=Window(RowNumber(), partition_by=same_time, order_by=F("id").asc()),
-        time_index=Window(DenseRank(), order_by=[F("at").asc(), F("attempt").asc()]),
-    ).filter(nth_at_time=1)
-    if stride > 1:
-        per_time = per_time.annotate(thinning=Mod(F("time_index") - 1, stride)).filter(thinning=0)
-    rows = per_time.order_by("at", "attempt").values_list("at", "attempt", "top_step")[:limit]
-    points = [
-        ProgressPoint(at=moment, attempt=attempt, step=step, source="sample")
-        for moment, attempt, step in rows
-    ]
-    return points, stride > 1
-
-
-# ---------- the figure ----------
 
 
 def timeline_figure(data: TimelineData) -> go.Figure:
@@ -304,7 +148,7 @@ def timeline_figure(data: TimelineData) -> go.Figure:
         figure.add_trace(trace, row=1, col=1)
     for trace in _decision_markers(data):
         figure.add_trace(trace, row=1, col=1)
-    progress = _progress_points(data)
+    progress = progress_points(data)
     top_step = max((p.step for p in progress), default=0)
     for trace in _progress_lines(progress):
         figure.add_trace(trace, row=2, col=1)
@@ -491,13 +335,8 @@ def _attempt_hover(attempt: Attempt, end: datetime, seconds: float, *, running: 
 
 
 def _anomaly_row(anomaly: Anomaly, attempts: Sequence[Attempt]) -> str:
-    if anomaly.attempt is not None:
-        return _attempt_row(anomaly.attempt.number)
-    # No attempt recorded: the attempt that was running when it was detected.
-    for attempt in reversed(attempts):
-        if attempt.started_at is not None and attempt.started_at <= anomaly.detected_at:
-            return _attempt_row(attempt.number)
-    return DECISIONS_ROW
+    number = anomaly_attempt_number(anomaly, attempts)
+    return DECISIONS_ROW if number is None else _attempt_row(number)
 
 
 def _anomaly_markers(data: TimelineData, rows: set[str]) -> list[go.Scatter]:
@@ -664,36 +503,6 @@ def _event_hover(event: AuditEvent) -> str:
 # ---------- progress ----------
 
 
-def _event_step(event: AuditEvent) -> int | None:
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    for key in ("step", "final_step"):
-        value = payload.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
-def _progress_points(data: TimelineData) -> list[ProgressPoint]:
-    """Samples and the steps the audit trail gives, oldest first: the samples are kept for a
-    short window only, the checkpoints and restarts for the workload's whole life."""
-    points = list(data.samples)
-    for event in data.progress_events:
-        step = _event_step(event)
-        if step is not None:
-            points.append(ProgressPoint(event.occurred_at, event.attempt, step, event.kind))
-    workload = data.workload
-    if workload.last_progress_step is not None and workload.last_progress_at is not None:
-        points.append(
-            ProgressPoint(
-                workload.last_progress_at,
-                workload.current_attempt or None,
-                workload.last_progress_step,
-                "latest",
-            )
-        )
-    return sorted(points, key=lambda p: (p.at, p.step))
-
-
 _SOURCE_LABELS = {
     "sample": "progress line",
     "latest": "latest progress",
@@ -734,14 +543,6 @@ def _progress_lines(points: Sequence[ProgressPoint]) -> list[go.Scatter]:
     return traces
 
 
-def _step_before(points: Sequence[ProgressPoint], moment: datetime, attempt: int | None) -> int:
-    """The furthest step seen up to ``moment`` (of ``attempt`` when it has points)."""
-    steps = [p.step for p in points if p.at <= moment and (attempt is None or p.attempt == attempt)]
-    if not steps and attempt is not None:
-        return _step_before(points, moment, None)
-    return max(steps, default=0)
-
-
 def _checkpoint_markers(data: TimelineData, points: Sequence[ProgressPoint]) -> list[go.Scatter]:
     traces = []
     for kind, name, symbol, colour in (
@@ -753,8 +554,8 @@ def _checkpoint_markers(data: TimelineData, points: Sequence[ProgressPoint]) -> 
             continue
         steps = [
             step
-            if (step := _event_step(e)) is not None
-            else _step_before(points, e.occurred_at, e.attempt)
+            if (step := event_step(e)) is not None
+            else step_before(points, e.occurred_at, e.attempt)
             for e in events
         ]
         traces.append(
@@ -790,19 +591,15 @@ def _failure_costs(
     """Shaded spans for each failure: the work lost since the last checkpoint, and the time
     from the failure until training progressed again (or until now, if it has not)."""
     height = max(top_step, 1) * 1.05
-    end_of_chart = _chart_end(data)
-    checkpoint_steps = {
-        e.occurred_at: step
-        for e in data.progress_events
-        if e.kind == AuditKind.CHECKPOINT_SAVED and (step := _event_step(e)) is not None
-    }
+    end_of_chart = data.chart_end
+    checkpoint_steps = data.checkpoint_steps
     spans: list[tuple[go.Scatter, tuple[str, str, str]]] = []
     lost_shown = down_shown = False
     for failure in data.failures:
         attempt = f" (attempt {failure.attempt})" if failure.attempt is not None else ""
         if failure.last_checkpoint_at is not None and failure.last_checkpoint_at < failure.at:
             saved_step = checkpoint_steps.get(failure.last_checkpoint_at)
-            reached = _step_before(points, failure.at, failure.attempt)
+            reached = step_before(points, failure.at, failure.attempt)
             steps = (
                 f"steps {saved_step} to {reached}: {reached - saved_step} steps to redo"
                 if saved_step is not None and reached >= saved_step
@@ -867,13 +664,6 @@ def _failure_costs(
             )
             down_shown = True
     return spans
-
-
-def _chart_end(data: TimelineData) -> datetime:
-    if not data.finished:
-        return data.now
-    ends = [a.ended_at for a in data.attempts if a.ended_at is not None]
-    return max(ends, default=data.now)
 
 
 def _span(

@@ -2,6 +2,13 @@
 
 Used by ``manage.py run_stack`` and ``manage.py demo``. In production each role runs as its
 own service (see deploy/Procfile); this is for a laptop or a single small host.
+
+The supervisor is ours rather than honcho's (2.0.0) because a stop must always end every child:
+honcho's manager raises from its signal handler on a Ctrl-C that comes before every process has
+reported its pid, then waits forever on children it no longer signals; and it sends SIGKILL only
+once some child has exited, so children that all ignore SIGTERM are never stopped. Ours escalates
+to SIGKILL after a grace period in every case. The demo's processes are also built here (the
+venv's interpreter, loopback only, one simulation per live cluster), not read from the Procfile.
 """
 
 from __future__ import annotations

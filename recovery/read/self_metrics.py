@@ -1,4 +1,4 @@
-"""The system's own figures, for Prometheus, and their text exposition (format 0.0.4).
+"""The system's own figures, for Prometheus: a ``prometheus_client`` collector, text format 0.0.4.
 
 Every figure is an aggregate query (GROUP BY, conditional counts for histogram buckets): a
 scrape runs eight queries whatever the size of the tables, and loads no row. Counters and
@@ -15,9 +15,8 @@ for its ``task_failure`` hook (``record_task_failure``) before Django is set up.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,12 +36,18 @@ from django.db.models import (
     When,
 )
 from django.utils import timezone
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from recovery.choices import AnomalyKind, AuditKind, Confirmation, RecommendationStatus
 
 logger = logging.getLogger(__name__)
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Upper bounds, in seconds, of the latency histograms' buckets (+Inf is added).
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
@@ -122,7 +127,7 @@ def anomaly_figures() -> AnomalyFigures:
     """
     from recovery.models import Anomaly
 
-    anomalies = Anomaly.objects.annotate(latency=_non_negative(F("detected_at"), F("evidence_at")))
+    anomalies = Anomaly.objects.annotate(latency=_non_negative("detected_at", "evidence_at"))
     groups = _histograms(anomalies, "workload__cluster_id", "kind", "category", "attribution")
     detection: dict[int, LatencyHistogram] = {}
     for (cluster, *_), histogram in groups.items():
@@ -144,7 +149,7 @@ def confirmation_figures() -> dict[tuple[int, str], LatencyHistogram]:
 
     settled = Anomaly.objects.filter(
         kind=AnomalyKind.CRASH, confirmation_at__isnull=False
-    ).annotate(latency=_non_negative(F("confirmation_at"), F("evidence_at")))
+    ).annotate(latency=_non_negative("confirmation_at", "evidence_at"))
     return _histograms(settled, "workload__cluster_id", "confirmation")
 
 
@@ -159,17 +164,18 @@ def action_latency_by_cluster() -> dict[int, LatencyHistogram]:
 
     executed = Recommendation.objects.filter(
         status=RecommendationStatus.EXECUTED, anomaly__isnull=False
-    ).annotate(latency=_non_negative(F("updated_at"), F("anomaly__detected_at")))
+    ).annotate(latency=_non_negative("updated_at", "anomaly__detected_at"))
     return {
         cluster: histogram
         for (cluster,), histogram in _histograms(executed, "workload__cluster_id").items()
     }
 
 
-def _non_negative(end: F, start: F) -> Case:
+def _non_negative(end: str, start: str) -> Case:
+    """``end - start`` of two datetime fields, 0 when ``start`` comes after ``end``."""
     return Case(
-        When(**{f"{start.name}__gt": end}, then=Value(timedelta(0))),
-        default=ExpressionWrapper(end - start, output_field=DurationField()),
+        When(**{f"{start}__gt": F(end)}, then=Value(timedelta(0))),
+        default=ExpressionWrapper(F(end) - F(start), output_field=DurationField()),
         output_field=DurationField(),
     )
 
@@ -274,7 +280,7 @@ def task_failure_counts() -> dict[str, int] | None:
     """Failed Celery tasks per task name since Redis was last emptied; None if Redis is down."""
     try:
         with _redis() as client:
-            raw: Mapping[bytes, bytes] = client.hgetall(TASK_FAILURES_KEY)  # type: ignore[assignment]
+            raw: Mapping[bytes, bytes] = client.hgetall(TASK_FAILURES_KEY)
     except redis.RedisError as exc:
         logger.warning("task failure counts unavailable: %s", exc)
         return None
@@ -304,196 +310,150 @@ def _redis() -> redis.Redis:
 
 
 # ---------------------------------------------------------------------------------------------
-# The text exposition format, 0.0.4
-# https://prometheus.io/docs/instrumenting/exposition_formats/#text-based-format
+# The exposition: prometheus_client renders custom collectors' families in the text format 0.0.4.
+# The families carry no ``created`` time, so no ``_created`` series are written, and the plain
+# text format has no ``# EOF`` line (that is OpenMetrics').
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
-def escape_label_value(value: str) -> str:
-    """A label value as it goes between double quotes: backslash, quote and newline escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _bucket_bound(seconds: float) -> str:
+    """A bucket's ``le`` label as Prometheus writes it (``0.5``, ``1.0``): Python's repr of a
+    float is Go's for these finite bounds, under a million."""
+    return repr(float(seconds))
 
 
-def escape_help(text: str) -> str:
-    """HELP text: only backslash and newline are escaped."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def _add_histogram(
+    family: HistogramMetricFamily, labels: Sequence[str], histogram: LatencyHistogram
+) -> None:
+    buckets: list[tuple[str, float]] = [
+        (_bucket_bound(bound), cumulative)
+        for bound, cumulative in zip(LATENCY_BUCKETS_S, histogram.cumulative, strict=True)
+    ]
+    buckets.append(("+Inf", histogram.count))
+    family.add_metric(labels, buckets, histogram.sum_s)
 
 
-def format_value(value: float) -> str:
-    """A sample value as Prometheus parses it (Go's float syntax, +Inf, -Inf, NaN)."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def _format_labels(labels: Sequence[tuple[str, str]]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
-    return "{" + inner + "}"
-
-
-@dataclass
-class MetricFamily:
-    """One metric: its HELP and TYPE lines, then its samples (name suffix, labels, value)."""
-
-    name: str
-    type: str  # counter, gauge or histogram
-    help: str
-    samples: list[tuple[str, tuple[tuple[str, str], ...], float]] = field(default_factory=list)
-
-    def add(self, value: float, suffix: str = "", **labels: str) -> None:
-        self.samples.append((suffix, tuple(labels.items()), value))
-
-    def add_histogram(self, histogram: LatencyHistogram, **labels: str) -> None:
-        for bound, cumulative in zip(LATENCY_BUCKETS_S, histogram.cumulative, strict=True):
-            self.add(cumulative, "_bucket", **labels, le=format_value(float(bound)))
-        self.add(histogram.count, "_bucket", **labels, le="+Inf")
-        self.add(histogram.sum_s, "_sum", **labels)
-        self.add(histogram.count, "_count", **labels)
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {escape_help(self.help)}"
-        yield f"# TYPE {self.name} {self.type}"
-        for suffix, labels, value in self.samples:
-            yield f"{self.name}{suffix}{_format_labels(labels)} {format_value(value)}"
-
-
-def exposition(families: Iterable[MetricFamily]) -> str:
-    return "".join(line + "\n" for family in families for line in family.render())
-
-
-def collect(now: datetime | None = None) -> list[MetricFamily]:
+def metric_families(now: datetime | None = None) -> list[Metric]:
     """Every figure, as metric families (a fixed number of queries: see the module docstring)."""
     now = now or timezone.now()
     cluster_list = clusters()
     names = {cluster.id: cluster.name for cluster in cluster_list}
 
-    buckets = ", ".join(format_value(float(b)) for b in LATENCY_BUCKETS_S)
-    detection = MetricFamily(
+    buckets = ", ".join(_bucket_bound(b) for b in LATENCY_BUCKETS_S)
+    detection = HistogramMetricFamily(
         "wr_detection_latency_seconds",
-        "histogram",
         "Seconds from an anomaly's evidence to its detection (detected_at - evidence_at), "
         f"every anomaly recorded; buckets {buckets}.",
+        labels=["cluster"],
     )
-    action = MetricFamily(
+    action = HistogramMetricFamily(
         "wr_action_latency_seconds",
-        "histogram",
         "Seconds from an anomaly's detection to the executed scheduler action of the "
         "recommendation made for it, every executed recommendation.",
+        labels=["cluster"],
     )
     anomaly_data = anomaly_figures()
     detection_figures = anomaly_data.detection_latency
     action_figures = action_latency_by_cluster()
     for cluster in cluster_list:
         empty = LatencyHistogram.empty()
-        detection.add_histogram(detection_figures.get(cluster.id, empty), cluster=cluster.name)
-        action.add_histogram(action_figures.get(cluster.id, empty), cluster=cluster.name)
+        _add_histogram(detection, [cluster.name], detection_figures.get(cluster.id, empty))
+        _add_histogram(action, [cluster.name], action_figures.get(cluster.id, empty))
 
-    confirmation = MetricFamily(
+    confirmation = HistogramMetricFamily(
         "wr_crash_confirmation_seconds",
-        "histogram",
         "Seconds from a crash's evidence to its confirmation (confirmation_at - evidence_at), "
         "every confirmed crash; crashes from the scheduler, kernel logs or metrics are "
         "confirmed when detected, crashes a job printed once its process is seen to end.",
+        labels=["cluster"],
     )
-    settled_crashes = MetricFamily(
+    settled_crashes = CounterMetricFamily(
         "wr_crash_confirmations_total",
-        "counter",
         "Crashes by how they were settled: confirmed, survived (training went on, nothing "
         "done) or stalled (no exit, no progress: decided as a hang).",
+        labels=["cluster", "state"],
     )
     settled = confirmation_figures()
     for cluster in cluster_list:
         confirmed = settled.get((cluster.id, Confirmation.CONFIRMED), LatencyHistogram.empty())
-        confirmation.add_histogram(confirmed, cluster=cluster.name)
+        _add_histogram(confirmation, [cluster.name], confirmed)
         for state in (Confirmation.CONFIRMED, Confirmation.SURVIVED, Confirmation.STALLED):
             found = settled.get((cluster.id, state))
-            settled_crashes.add(found.count if found else 0, cluster=cluster.name, state=state)
+            settled_crashes.add_metric([cluster.name, state], found.count if found else 0)
 
-    anomalies = MetricFamily(
+    anomalies = CounterMetricFamily(
         "wr_anomalies_total",
-        "counter",
         "Anomalies recorded, by cluster, kind, failure category and attribution.",
+        labels=["cluster", "kind", "category", "attribution"],
     )
     for (cluster_id, kind, category, attribution), n in sorted(
         anomaly_data.counts.items(), key=lambda item: (names.get(item[0][0], ""), item[0][1:])
     ):
-        anomalies.add(
-            n,
-            cluster=names.get(cluster_id, str(cluster_id)),
-            kind=kind,
-            category=category,
-            attribution=attribution,
+        anomalies.add_metric(
+            [names.get(cluster_id, str(cluster_id)), kind, category, attribution], n
         )
 
-    recommendations = MetricFamily(
+    recommendations = GaugeMetricFamily(
         "wr_recommendations",
-        "gauge",
         "Recommendations now in each status, by cluster.",
+        labels=["cluster", "status"],
     )
     by_status = recommendation_counts()
     for cluster in cluster_list:
         for status in RecommendationStatus.values:
-            recommendations.add(
-                by_status.get((cluster.id, status), 0), cluster=cluster.name, status=status
+            recommendations.add_metric(
+                [cluster.name, status], by_status.get((cluster.id, status), 0)
             )
 
-    poll_lag = MetricFamily(
+    poll_lag = GaugeMetricFamily(
         "wr_poll_lag_seconds",
-        "gauge",
         "Seconds since the cluster's scheduler was last polled successfully (absent until the "
         "first poll).",
+        labels=["cluster"],
     )
-    poll_error = MetricFamily(
+    poll_error = GaugeMetricFamily(
         "wr_poll_error",
-        "gauge",
         "1 if the cluster's last poll failed, 0 otherwise.",
+        labels=["cluster"],
     )
     for cluster in cluster_list:
         if cluster.last_polled_at is not None:
-            poll_lag.add(_age_s(now, cluster.last_polled_at), cluster=cluster.name)
-        poll_error.add(int(cluster.poll_failing), cluster=cluster.name)
+            poll_lag.add_metric([cluster.name], _age_s(now, cluster.last_polled_at))
+        poll_error.add_metric([cluster.name], int(cluster.poll_failing))
 
-    ingestion_lag = MetricFamily(
+    ingestion_lag = GaugeMetricFamily(
         "wr_ingestion_lag_seconds",
-        "gauge",
         "Seconds since the cluster's logs were last read, by source: job_output (workloads' "
         "output files) or node_log (nodes' kernel logs); absent before the first read.",
+        labels=["cluster", "source"],
     )
     reads = last_log_reads()
     for cluster in cluster_list:
         for source in ("job_output", "node_log"):
             read_at = reads.get((cluster.id, source))
             if read_at is not None:
-                ingestion_lag.add(_age_s(now, read_at), cluster=cluster.name, source=source)
+                ingestion_lag.add_metric([cluster.name, source], _age_s(now, read_at))
 
     failures = failure_event_counts()
-    failure_counters = []
-    for kind, (name, help_text) in FAILURE_EVENT_COUNTERS.items():
-        counter = MetricFamily(name, "counter", help_text)
-        counter.add(failures.get(kind, 0))
-        failure_counters.append(counter)
+    failure_counters = [
+        CounterMetricFamily(name, help_text, value=failures.get(kind, 0))
+        for kind, (name, help_text) in FAILURE_EVENT_COUNTERS.items()
+    ]
 
     task_counts = task_failure_counts()
-    task_failures = MetricFamily(
+    task_failures = CounterMetricFamily(
         "wr_task_failures_total",
-        "counter",
         "Celery tasks that raised, by task name (counted in Redis by the workers).",
+        labels=["task"],
     )
     for name, n in sorted((task_counts or {}).items()):
-        task_failures.add(n, task=name)
-    task_counter_up = MetricFamily(
+        task_failures.add_metric([name], n)
+    task_counter_up = GaugeMetricFamily(
         "wr_task_failures_readable",
-        "gauge",
         "1 if the task failure counts could be read from Redis, 0 otherwise.",
+        value=int(task_counts is not None),
     )
-    task_counter_up.add(int(task_counts is not None))
 
     return [
         detection,
@@ -513,3 +473,21 @@ def collect(now: datetime | None = None) -> list[MetricFamily]:
 
 def _age_s(now: datetime, then: datetime) -> float:
     return max((now - then).total_seconds(), 0.0)
+
+
+class SelfMetricsCollector(Collector):
+    """The figures above, read afresh from the database and Redis on every scrape."""
+
+    def collect(self) -> Iterable[Metric]:
+        return metric_families()
+
+
+# A registry of its own: the default one would add the process and platform collectors, and
+# metrics registered by any imported library, to the exposition.
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(SelfMetricsCollector())
+
+
+def exposition() -> bytes:
+    """The scrape's body: every family in the text format 0.0.4."""
+    return generate_latest(REGISTRY)

@@ -120,23 +120,23 @@ def parse(text: str) -> dict[str, Family]:
 
 
 def check_histogram(family: Family) -> None:
-    by_series: dict[tuple[tuple[str, str], ...], dict[str, object]] = {}
+    buckets_of: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    totals_of: dict[tuple[tuple[str, str], ...], dict[str, float]] = {}
     for name, labels, value in family.samples:
         key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
-        entry = by_series.setdefault(key, {"buckets": []})
         if name.endswith("_bucket"):
-            entry["buckets"].append((float(labels["le"]), value))  # type: ignore[union-attr]
+            buckets_of.setdefault(key, []).append((float(labels["le"]), value))
         else:
-            entry[name.removeprefix(family.name)] = value
-    for key, entry in by_series.items():
-        buckets = entry["buckets"]
-        assert isinstance(buckets, list)
+            totals_of.setdefault(key, {})[name.removeprefix(family.name)] = value
+    assert buckets_of.keys() == totals_of.keys(), f"{family.name}: series without buckets"
+    for key, buckets in buckets_of.items():
+        totals = totals_of.get(key, {})
         bounds = [bound for bound, _ in buckets]
         counts = [count for _, count in buckets]
         assert bounds == sorted(bounds) and bounds[-1] == math.inf, f"{key}: bounds"
         assert counts == sorted(counts), f"{family.name}{key}: buckets not cumulative"
-        assert counts[-1] == entry["_count"], f"{family.name}{key}: +Inf differs from _count"
-        assert "_sum" in entry
+        assert counts[-1] == totals.get("_count"), f"{family.name}{key}: +Inf differs from _count"
+        assert "_sum" in totals
 
 
 def value(families: dict[str, Family], sample: str, **labels: str) -> float:
@@ -343,8 +343,9 @@ def test_it_times_confirmation_apart_from_detection_and_counts_survived_crashes(
     bucket = "wr_crash_confirmation_seconds_bucket"
     assert value(families, bucket, cluster="gamma", le="2.0") == 0
     assert value(families, bucket, cluster="gamma", le="5.0") == 1
-    for state in ("confirmed", "survived", "stalled"):
-        assert value(families, "wr_crash_confirmations_total", cluster="gamma", state=state) == 1
+    settled_total = "wr_crash_confirmations_total"
+    for settled_state in ("confirmed", "survived", "stalled"):
+        assert value(families, settled_total, cluster="gamma", state=settled_state) == 1
 
 
 def test_it_counts_anomalies_by_category_kind_and_attribution(two_clusters: object) -> None:
@@ -390,8 +391,10 @@ def test_a_cluster_never_polled_has_no_poll_lag() -> None:
     assert value(families, "wr_poll_error", cluster="fresh") == 0
 
 
-def test_it_reports_ingestion_lag_from_the_newest_log_cursor(two_clusters: object) -> None:
-    alpha, _ = two_clusters  # type: ignore[misc]
+def test_it_reports_ingestion_lag_from_the_newest_log_cursor(
+    two_clusters: tuple[Cluster, Cluster],
+) -> None:
+    alpha, _ = two_clusters
     newer = WorkloadFactory(cluster=alpha)
     cursor = LogCursor.objects.create(workload=newer, path="/jobs/newer.log")
     LogCursor.objects.filter(pk=cursor.pk).update(updated_at=timezone.now() - timedelta(seconds=5))
@@ -491,25 +494,40 @@ def test_its_query_count_does_not_grow_with_the_data() -> None:
     ],
 )
 def test_it_escapes_label_values(raw: str, escaped: str) -> None:
-    assert figures.escape_label_value(raw) == escaped
+    ClusterFactory(name=raw, last_polled_at=None)
+    body = Client().get(URL).content.decode()
+    assert f'wr_poll_error{{cluster="{escaped}"}} 0.0\n' in body
+    assert value(parse(body), "wr_poll_error", cluster=raw) == 0
 
 
-def test_an_escaped_label_value_round_trips_through_the_parser() -> None:
-    family = figures.MetricFamily("wr_test", "gauge", 'help with \\ and\nnewline and "quote"')
-    family.add(1, cluster='we"ird\\name\n')
-    text = figures.exposition([family])
-    assert '# HELP wr_test help with \\\\ and\\nnewline and "quote"\n' in text
-    parsed = parse(text)
-    assert parsed["wr_test"].samples == [("wr_test", {"cluster": 'we"ird\\name\n'}, 1.0)]
+def test_help_text_is_written_as_declared(two_clusters: object) -> None:
+    """Only backslash and newline are escaped in HELP: quotes stay as they are."""
+    body = Client().get(URL).content.decode()
+    help_text = figures.FAILURE_EVENT_COUNTERS[AuditKind.ACTION_FAILED][1]
+    assert f"# HELP wr_action_failures_total {help_text}\n" in body
+    assert 'wr_recommendations{status="failed"}' in help_text
 
 
-@pytest.mark.parametrize(
-    ("number", "text"),
-    [(3, "3"), (0.5, "0.5"), (1.0, "1.0"), (math.inf, "+Inf"), (-math.inf, "-Inf"), (True, "1")],
-)
-def test_it_formats_sample_values(number: float, text: str) -> None:
-    assert figures.format_value(number) == text
-    assert figures.format_value(math.nan) == "NaN"
+def test_it_writes_bucket_bounds_and_values_as_prometheus_parses_them(
+    two_clusters: object,
+) -> None:
+    body = Client().get(URL).content.decode()
+    alpha_bucket = r'wr_detection_latency_seconds_bucket\{cluster="alpha",le="([^"]+)"\}'
+    bounds = re.findall(alpha_bucket, body)
+    assert bounds == [
+        "0.5", "1.0", "2.0", "5.0", "10.0", "30.0", "60.0", "120.0", "300.0", "600.0", "+Inf"
+    ]  # fmt: skip
+    assert "buckets 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0." in body
+    assert 'wr_detection_latency_seconds_sum{cluster="alpha"} 48.2' in body
+
+
+def test_it_writes_no_openmetrics_only_lines(two_clusters: object) -> None:
+    """No ``_created`` series (the figures are recomputed from the tables, not created at a
+    time) and no ``# EOF``: the plain text format 0.0.4, as the content type says."""
+    body = Client().get(URL).content.decode()
+    assert "_created" not in body
+    assert "# EOF" not in body
+    assert body.count("# TYPE ") == 15
 
 
 # ---------------------------------------------------------------------------------------------

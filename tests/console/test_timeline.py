@@ -17,9 +17,9 @@ from console.charts import colour_for_category, figure_payload
 from console.timeline import (
     ANOMALY_SYMBOLS,
     CONFIRMATION_MARKERS,
+    DECISION_MARKERS,
     DECISIONS_ROW,
     EXIT_STATE_COLOURS,
-    progress_samples,
     short_nodes,
     workload_timeline,
 )
@@ -35,6 +35,7 @@ from recovery.choices import (
 )
 from recovery.models import AuditEvent, Node, ProgressSample, Workload
 from recovery.read.queries import WORKLOAD_TRAIL_LIMIT
+from recovery.read.timeline import DECISION_EVENT_KINDS, progress_samples
 from tests.conftest import TEST_PASSWORD
 from tests.factories import (
     AnomalyFactory,
@@ -367,6 +368,11 @@ def test_decisions_and_scheduler_actions_share_their_own_row(figure: dict[str, A
     assert recommendation["marker"]["symbol"] != action["marker"]["symbol"]
 
 
+def test_every_decision_event_read_has_a_marker() -> None:
+    """The read model fetches the decision events the figure knows how to draw, no more."""
+    assert list(DECISION_MARKERS) == list(DECISION_EVENT_KINDS)
+
+
 def test_progress_is_drawn_below_with_checkpoints_as_diamonds(figure: dict[str, Any]) -> None:
     named = traces(figure)
     first, second = named["Progress"], named["Progress, attempt 2"]
@@ -505,9 +511,9 @@ def test_the_page_embeds_the_chart_outside_its_live_region(viewer: User, history
     # Near the top: right after the summary, before the goodput panel.
     assert body.index('id="workload-summary"') < body.index("chart--timeline")
     assert body.index("chart--timeline") < body.index('id="workload-goodput"')
-    figure = json.loads(
-        re.search(r'type="application/json">(.*?)</script>', data.group(1), re.S).group(1)
-    )
+    embedded = re.search(r'type="application/json">(.*?)</script>', data.group(1), re.S)
+    assert embedded
+    figure = json.loads(embedded.group(1))
     assert "Attempt: Running" in {trace["name"] for trace in figure["data"]}
 
 

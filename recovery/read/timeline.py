@@ -1,0 +1,272 @@
+"""The workload timeline's read model: attempts, anomalies, decisions and training progress.
+
+Gathers, as plain data, what the Console's timeline figure (``console/timeline.py``) draws on one
+time axis: the workload's newest attempts with their anomalies, its recommendations, the audit
+events of decisions and scheduler actions, and the training step over time with checkpoints and
+the failures of the goodput figures.
+
+Every query is bounded and reads only the workload's own rows through indexed filters, so the
+figure stays small (a few thousand points at most) however long the workload's history is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import F, Max, Window
+from django.db.models.functions import DenseRank, Mod, RowNumber
+from django.utils import timezone
+
+from recovery.choices import AuditKind, WorkloadState
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    ProgressSample,
+    Recommendation,
+    Workload,
+)
+from recovery.read.goodput import Failure, workload_goodput
+
+# Bounds: the figure must stay small however long the workload has been running.
+MAX_ATTEMPT_ROWS = 40
+MAX_ANOMALIES = 500
+MAX_RECOMMENDATIONS = 200
+MAX_DECISION_EVENTS = 500
+MAX_PROGRESS_EVENTS = 2000
+MAX_PROGRESS_POINTS = 2000
+
+# What operators, controllers and the watchdog did, drawn on the decisions row.
+DECISION_EVENT_KINDS = (
+    AuditKind.APPROVED,
+    AuditKind.REJECTED,
+    AuditKind.SCHEDULER_ACTION,
+    AuditKind.ACTION_SKIPPED,
+    AuditKind.ACTION_FAILED,
+    AuditKind.ACTION_RETRY,
+    AuditKind.REPORT_REFUSED,
+    AuditKind.WATCHDOG_RELEASED,
+)
+PROGRESS_EVENT_KINDS = (
+    AuditKind.CHECKPOINT_SAVED,
+    AuditKind.PROGRESS_RESUMED,
+    AuditKind.TRAINING_COMPLETED,
+)
+
+FINISHED_STATES = {
+    WorkloadState.COMPLETED,
+    WorkloadState.FAILED,
+    WorkloadState.CANCELLED,
+    WorkloadState.STOPPED,
+}
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    """The step training had reached at a time, from a progress sample or an audit event."""
+
+    at: datetime
+    attempt: int | None
+    step: int
+    source: str
+
+
+@dataclass
+class TimelineData:
+    """Everything the figure shows, read with bounded queries."""
+
+    workload: Workload
+    now: datetime
+    attempts: list[Attempt]
+    older_attempts_hidden: bool
+    anomalies: list[Anomaly]
+    recommendations: list[Recommendation]
+    decision_events: list[AuditEvent]
+    progress_events: list[AuditEvent]
+    samples: list[ProgressPoint]
+    samples_downsampled: bool
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.workload.state in FINISHED_STATES
+
+    @property
+    def chart_end(self) -> datetime:
+        """Where the time axis ends: now while the workload runs, else its last attempt's end."""
+        if not self.finished:
+            return self.now
+        ends = [a.ended_at for a in self.attempts if a.ended_at is not None]
+        return max(ends, default=self.now)
+
+    @property
+    def checkpoint_steps(self) -> dict[datetime, int]:
+        """The step each checkpoint saved, by the time it was saved (when the event says)."""
+        return {
+            e.occurred_at: step
+            for e in self.progress_events
+            if e.kind == AuditKind.CHECKPOINT_SAVED and (step := event_step(e)) is not None
+        }
+
+
+def load_timeline(
+    workload: Workload,
+    *,
+    now: datetime | None = None,
+    failures: Sequence[Failure] | None = None,
+) -> TimelineData:
+    """What the timeline shows of ``workload``, read with bounded queries.
+
+    ``failures`` are the goodput figures' failures when the caller has them already; they are
+    computed otherwise.
+    """
+    now = now or timezone.now()
+    if failures is None:
+        failures = workload_goodput(workload, now=now).failures
+    attempts = list(workload.attempts.order_by("-number")[: MAX_ATTEMPT_ROWS + 1])
+    older_attempts_hidden = len(attempts) > MAX_ATTEMPT_ROWS
+    attempts = sorted(attempts[:MAX_ATTEMPT_ROWS], key=lambda a: a.number)
+    anomalies = list(
+        Anomaly.objects.filter(workload=workload)
+        .select_related("attempt")
+        .only(
+            "kind",
+            "category",
+            "attribution",
+            "severity",
+            "signature",
+            "evidence_line",
+            "implicated_nodes",
+            "occurrences",
+            "evidence_at",
+            "detected_at",
+            "confirmation",
+            "confirmation_at",
+            "confirmation_reason",
+            "attempt__number",
+        )
+        .order_by("-detected_at", "-id")[:MAX_ANOMALIES]
+    )
+    recommendations = list(
+        Recommendation.objects.filter(workload=workload)
+        .only(
+            "action",
+            "status",
+            "excluded_nodes",
+            "reason",
+            "decided_by",
+            "created_at",
+            "anomaly_id",
+        )
+        .order_by("-created_at", "-id")[:MAX_RECOMMENDATIONS]
+    )
+    decision_events = _newest_events(workload, DECISION_EVENT_KINDS, MAX_DECISION_EVENTS)
+    progress_events = _newest_events(workload, PROGRESS_EVENT_KINDS, MAX_PROGRESS_EVENTS)
+    samples, downsampled = progress_samples(workload)
+    return TimelineData(
+        workload=workload,
+        now=now,
+        attempts=attempts,
+        older_attempts_hidden=older_attempts_hidden,
+        anomalies=anomalies,
+        recommendations=recommendations,
+        decision_events=decision_events,
+        progress_events=progress_events,
+        samples=samples,
+        samples_downsampled=downsampled,
+        failures=list(failures)[-MAX_ATTEMPT_ROWS:],
+    )
+
+
+def anomaly_attempt_number(anomaly: Anomaly, attempts: Sequence[Attempt]) -> int | None:
+    """The attempt an anomaly belongs to, among ``attempts`` (oldest first) when not recorded."""
+    if anomaly.attempt is not None:
+        return anomaly.attempt.number
+    # No attempt recorded: the attempt that was running when it was detected.
+    for attempt in reversed(attempts):
+        if attempt.started_at is not None and attempt.started_at <= anomaly.detected_at:
+            return attempt.number
+    return None
+
+
+def _newest_events(workload: Workload, kinds: Iterable[str], limit: int) -> list[AuditEvent]:
+    events = AuditEvent.objects.filter(workload=workload, kind__in=list(kinds)).order_by(
+        "-occurred_at", "-id"
+    )[:limit]
+    return sorted(events, key=lambda e: (e.occurred_at, e.pk))
+
+
+# ---------- progress ----------
+
+
+def progress_samples(
+    workload: Workload, *, limit: int = MAX_PROGRESS_POINTS
+) -> tuple[list[ProgressPoint], bool]:
+    """The furthest step any rank had reached at each sample time, per attempt, oldest first.
+
+    At most ``limit`` points: when there are more sample times, every n-th is kept (evenly over
+    the workload's sample times), and the database does the thinning. Returns the points and
+    whether they were thinned.
+    """
+    samples = ProgressSample.objects.filter(workload=workload)
+    total = samples.values("attempt", "at").distinct().count()
+    if total == 0:
+        return [], False
+    stride = max(-(-total // max(limit, 1)), 1)
+    # Window functions rather than GROUP BY: the database cannot thin grouped rows by their
+    # position in one query. Each sample time keeps its first row, carrying the furthest step.
+    same_time = [F("attempt"), F("at")]
+    per_time = samples.annotate(
+        top_step=Window(Max("step"), partition_by=same_time),
+        nth_at_time=Window(RowNumber(), partition_by=same_time, order_by=F("id").asc()),
+        time_index=Window(DenseRank(), order_by=[F("at").asc(), F("attempt").asc()]),
+    ).filter(nth_at_time=1)
+    if stride > 1:
+        per_time = per_time.annotate(thinning=Mod(F("time_index") - 1, stride)).filter(thinning=0)
+    rows = per_time.order_by("at", "attempt").values_list("at", "attempt", "top_step")[:limit]
+    points = [
+        ProgressPoint(at=moment, attempt=attempt, step=step, source="sample")
+        for moment, attempt, step in rows
+    ]
+    return points, stride > 1
+
+
+def event_step(event: AuditEvent) -> int | None:
+    """The step a checkpoint, restart or completion event recorded, if it has one."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    for key in ("step", "final_step"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def progress_points(data: TimelineData) -> list[ProgressPoint]:
+    """Samples and the steps the audit trail gives, oldest first: the samples are kept for a
+    short window only, the checkpoints and restarts for the workload's whole life."""
+    points = list(data.samples)
+    for event in data.progress_events:
+        step = event_step(event)
+        if step is not None:
+            points.append(ProgressPoint(event.occurred_at, event.attempt, step, event.kind))
+    workload = data.workload
+    if workload.last_progress_step is not None and workload.last_progress_at is not None:
+        points.append(
+            ProgressPoint(
+                workload.last_progress_at,
+                workload.current_attempt or None,
+                workload.last_progress_step,
+                "latest",
+            )
+        )
+    return sorted(points, key=lambda p: (p.at, p.step))
+
+
+def step_before(points: Sequence[ProgressPoint], moment: datetime, attempt: int | None) -> int:
+    """The furthest step seen up to ``moment`` (of ``attempt`` when it has points)."""
+    steps = [p.step for p in points if p.at <= moment and (attempt is None or p.attempt == attempt)]
+    if not steps and attempt is not None:
+        return step_before(points, moment, None)
+    return max(steps, default=0)
