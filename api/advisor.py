@@ -24,7 +24,7 @@ from recovery.models.cluster import scheduler_cluster_name
 from recovery.models.recommendation import InvalidTransition
 
 
-class RecommendationForController(serializers.ModelSerializer):
+class RecommendationForController(serializers.ModelSerializer[Recommendation]):
     job_id = serializers.CharField(source="workload.job_id")
     submit_time = serializers.DateTimeField(source="workload.submit_time")
     job_name = serializers.CharField(source="workload.name")
@@ -58,17 +58,17 @@ class RecommendationForController(serializers.ModelSerializer):
         ]
 
 
-class ClaimRequest(serializers.Serializer):
+class ClaimRequest(serializers.Serializer[None]):
     lease_seconds = serializers.IntegerField(min_value=10, max_value=3600, default=120)
 
 
-class CommandRun(serializers.Serializer):
+class CommandRun(serializers.Serializer[None]):
     argv = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=64)
     returncode = serializers.IntegerField()
     output = serializers.CharField(max_length=8192, allow_blank=True, required=False, default="")
 
 
-class ReportRequest(serializers.Serializer):
+class ReportRequest(serializers.Serializer[None]):
     outcome = serializers.ChoiceField(
         choices=[
             RecommendationStatus.EXECUTED,

@@ -27,7 +27,7 @@ class CanDecide(BasePermission):
         return can_decide(request.user)
 
 
-class DecisionRequest(serializers.Serializer):
+class DecisionRequest(serializers.Serializer[None]):
     note = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
 
 

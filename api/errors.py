@@ -96,8 +96,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         return response
     message = str(exc.detail)
     extra: dict[str, Any] = {}
-    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
-        extra["retry_after"] = int(response.headers.get("Retry-After", round(exc.wait)))
+    if isinstance(exc, exceptions.Throttled):
+        # DRF sets Throttled.wait (seconds, or None); djangorestframework-stubs leave it out.
+        wait: float | None = getattr(exc, "wait", None)
+        if wait is not None:
+            extra["retry_after"] = int(response.headers.get("Retry-After", round(wait)))
     codes = exc.get_codes()
     code = codes if isinstance(codes, str) else exc.default_code
     response.data = error_body(message, str(code), **extra)

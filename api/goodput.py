@@ -41,7 +41,7 @@ class CanViewClusters(_CanView):
     permission = "recovery.view_cluster"
 
 
-def _distribution_field(name: str, help_text: str) -> serializers.Serializer:
+def _distribution_field(name: str, help_text: str) -> serializers.Serializer[dict[str, Any]]:
     return inline_serializer(
         name,
         {
@@ -53,7 +53,7 @@ def _distribution_field(name: str, help_text: str) -> serializers.Serializer:
     )
 
 
-def _distributions(prefix: str) -> dict[str, serializers.Serializer]:
+def _distributions(prefix: str) -> dict[str, serializers.Serializer[dict[str, Any]]]:
     return {
         "detection_latency_seconds": _distribution_field(
             f"{prefix}DetectionLatency", "Evidence written → anomaly recorded."

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.contrib import admin
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from recovery.models import (
@@ -21,8 +22,28 @@ from recovery.models import (
     Workload,
 )
 
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin, TabularInline
+    from django.contrib.admin.options import _FieldGroups
+else:
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+    class _Subscriptable:
+        """``ModelAdmin[Cluster]`` is ModelAdmin itself at run time: only the stubs make the admin
+        classes generic, and Django's own cannot be subscripted."""
+
+        def __init__(self, admin_class: type) -> None:
+            self._admin_class = admin_class
+
+        def __getitem__(self, models: object) -> type:
+            return self._admin_class
+
+    ModelAdmin = _Subscriptable(admin.ModelAdmin)
+    TabularInline = _Subscriptable(admin.TabularInline)
+
+ModelT = TypeVar("ModelT", bound=Model)
+
+
+class ReadOnlyAdmin(ModelAdmin[ModelT], Generic[ModelT]):
     """Shows rows and changes none: they are written by the system, with an audit trail."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -36,7 +57,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(ModelAdmin[Cluster]):
     list_display = [
         "name",
         "scheduler_kind",
@@ -51,7 +72,7 @@ class ClusterAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ModelAdmin[Node]):
     list_display = [
         "name",
         "cluster",
@@ -64,14 +85,14 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "state_reason"]
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(TabularInline[Attempt, Workload]):
     model = Attempt
     extra = 0
     fields = ["number", "nodes", "excluded_nodes", "started_at", "ended_at", "exit_state"]
 
 
 @admin.register(Workload)
-class WorkloadAdmin(admin.ModelAdmin):
+class WorkloadAdmin(ModelAdmin[Workload]):
     list_display = [
         "job_id",
         "name",
@@ -90,7 +111,7 @@ class WorkloadAdmin(admin.ModelAdmin):
 
 
 @admin.register(Anomaly)
-class AnomalyAdmin(admin.ModelAdmin):
+class AnomalyAdmin(ModelAdmin[Anomaly]):
     list_display = ["workload", "kind", "category", "attribution", "occurrences", "detected_at"]
     list_filter = ["kind", "category", "attribution"]
     search_fields = ["workload__job_id", "signature", "evidence_line"]
@@ -98,14 +119,14 @@ class AnomalyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Verdict)
-class VerdictAdmin(admin.ModelAdmin):
+class VerdictAdmin(ModelAdmin[Verdict]):
     list_display = ["anomaly", "provider", "attribution", "confidence", "created_at"]
     list_filter = ["provider", "attribution"]
     raw_id_fields = ["anomaly"]
 
 
 @admin.register(Recommendation)
-class RecommendationAdmin(ReadOnlyAdmin):
+class RecommendationAdmin(ReadOnlyAdmin[Recommendation]):
     """Read-only: decisions go through the Console or the API so they are audited."""
 
     list_display = ["workload", "action", "status", "decided_by", "created_at"]
@@ -114,7 +135,7 @@ class RecommendationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
+class AuditEventAdmin(ReadOnlyAdmin[AuditEvent]):
     """The trail is append-only: admin shows it and changes nothing."""
 
     list_display = ["occurred_at", "cluster", "workload", "attempt", "kind", "actor"]
@@ -125,7 +146,7 @@ class AuditEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(ModelAdmin[Policy]):
     list_display = [
         "name",
         "enabled",
@@ -195,14 +216,14 @@ class PolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(DetectionPattern)
-class DetectionPatternAdmin(admin.ModelAdmin):
+class DetectionPatternAdmin(ModelAdmin[DetectionPattern]):
     list_display = ["name", "category", "attribution", "severity", "enabled", "updated_at"]
     list_filter = ["category", "attribution", "severity", "enabled"]
     search_fields = ["name", "description", "pattern"]
 
 
 @admin.register(ControllerToken)
-class ControllerTokenAdmin(admin.ModelAdmin):
+class ControllerTokenAdmin(ModelAdmin[ControllerToken]):
     """Tokens are issued with `manage.py create_controller_token`; here they can be revoked."""
 
     list_display = ["name", "cluster", "key_prefix", "created_at", "last_used_at", "revoked_at"]
@@ -214,14 +235,14 @@ class ControllerTokenAdmin(admin.ModelAdmin):
         return False
 
     @admin.action(description="Revoke the selected tokens")
-    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ControllerToken]) -> None:
         from django.utils import timezone
 
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 @admin.register(ClusterGoodputSnapshot)
-class ClusterGoodputSnapshotAdmin(ReadOnlyAdmin):
+class ClusterGoodputSnapshotAdmin(ReadOnlyAdmin[ClusterGoodputSnapshot]):
     """Snapshots are computed by the worker from the audit trail: shown, never edited."""
 
     list_display = [
@@ -239,7 +260,7 @@ class ClusterGoodputSnapshotAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ModelAdmin[ApiToken]):
     """Personal API tokens: added here (the key is shown once) or with
     `manage.py create_api_token USER`; revoked here."""
 
@@ -253,7 +274,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         fixed = ["key_prefix", "created_at", "last_used_at"]
         return fixed if obj is None else ["user", "name", *fixed]
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> _FieldGroups:
         return (
             ["user", "name"]
             if obj is None
@@ -274,7 +295,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
     @admin.action(description="Revoke the selected tokens")
-    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ControllerToken]) -> None:
         from django.utils import timezone
 
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
+from django.core.management.color import Style
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.backends.mysql.operations import DatabaseOperations as MySQLOperations
 from pytest_django.fixtures import Settings as SettingsWrapper
 
@@ -47,8 +49,17 @@ def _flush_audit_trail_with_truncate() -> Iterator[None]:
     original = MySQLOperations.sql_flush
     table = AuditEvent._meta.db_table
 
-    def sql_flush(self: MySQLOperations, style: Any, tables: list[str], **kwargs: Any) -> list[str]:
-        statements = original(self, style, tables, **kwargs)
+    def sql_flush(
+        self: BaseDatabaseOperations,
+        style: Style,
+        tables: Sequence[str],
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
+        statements = original(
+            self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+        )
         return [
             f"TRUNCATE {self.quote_name(table)};"
             if statement.startswith("DELETE") and table in statement
@@ -63,7 +74,7 @@ def _flush_audit_trail_with_truncate() -> Iterator[None]:
 
 @pytest.fixture
 def make_user(db: None) -> Callable[..., User]:
-    def make(username: str, role: str | None = None, **extra: object) -> User:
+    def make(username: str, role: str | None = None, **extra: Any) -> User:
         user = User.objects.create_user(username=username, password=TEST_PASSWORD, **extra)
         if role is not None:
             if not Group.objects.filter(name=role).exists():

@@ -1,9 +1,14 @@
+"""factory_boy factories for the models, typed so that ``ClusterFactory()`` is a ``Cluster``."""
+
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import factory
+from django.db.models import Model
 from django.utils import timezone
+from factory.declarations import LazyFunction, Sequence, SubFactory
 
 from recovery.choices import (
     AnomalyKind,
@@ -15,22 +20,36 @@ from recovery.choices import (
 )
 from recovery.models import Anomaly, Attempt, Cluster, Recommendation, Workload
 
+ModelT = TypeVar("ModelT", bound=Model)
 
-class ClusterFactory(factory.django.DjangoModelFactory):
+
+class ModelFactory(factory.django.DjangoModelFactory[ModelT]):
+    """factory_boy leaves ``Factory()`` unannotated; calling one returns the model it builds."""
+
+    class Meta:
+        abstract = True
+
+    if TYPE_CHECKING:
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> ModelT:  # type: ignore[misc]
+            ...
+
+
+class ClusterFactory(ModelFactory[Cluster]):
     class Meta:
         model = Cluster
 
-    name = factory.Sequence(lambda n: f"cluster-{n}")
+    name = Sequence(lambda n: f"cluster-{n}")
 
 
-class WorkloadFactory(factory.django.DjangoModelFactory):
+class WorkloadFactory(ModelFactory[Workload]):
     class Meta:
         model = Workload
 
-    cluster = factory.SubFactory(ClusterFactory)
-    job_id = factory.Sequence(lambda n: str(40000 + n))
-    submit_time = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=2))
-    name = factory.Sequence(lambda n: f"pretrain-{n}")
+    cluster = SubFactory(ClusterFactory)
+    job_id = Sequence(lambda n: str(40000 + n))
+    submit_time = LazyFunction(lambda: timezone.now() - timedelta(hours=2))
+    name = Sequence(lambda n: f"pretrain-{n}")
     user = "alice"
     partition = "gpu"
     opted_in = True
@@ -38,37 +57,37 @@ class WorkloadFactory(factory.django.DjangoModelFactory):
     current_attempt = 1
 
 
-class AttemptFactory(factory.django.DjangoModelFactory):
+class AttemptFactory(ModelFactory[Attempt]):
     class Meta:
         model = Attempt
 
-    workload = factory.SubFactory(WorkloadFactory)
+    workload = SubFactory(WorkloadFactory)
     number = 1
-    nodes = factory.LazyFunction(lambda: ["gpu-001", "gpu-002"])
-    started_at = factory.LazyFunction(timezone.now)
+    nodes = LazyFunction(lambda: ["gpu-001", "gpu-002"])
+    started_at = LazyFunction(timezone.now)
 
 
-class AnomalyFactory(factory.django.DjangoModelFactory):
+class AnomalyFactory(ModelFactory[Anomaly]):
     class Meta:
         model = Anomaly
 
-    workload = factory.SubFactory(WorkloadFactory)
+    workload = SubFactory(WorkloadFactory)
     kind = AnomalyKind.CRASH
     category = FailureCategory.GPU_HARDWARE
     attribution = Attribution.HARDWARE
     evidence_line = "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, GPU has fallen off the bus."
-    implicated_nodes = factory.LazyFunction(lambda: ["gpu-002"])
-    fingerprint = factory.Sequence(lambda n: f"fp-{n}")
-    evidence_at = factory.LazyFunction(lambda: timezone.now() - timedelta(seconds=5))
+    implicated_nodes = LazyFunction(lambda: ["gpu-002"])
+    fingerprint = Sequence(lambda n: f"fp-{n}")
+    evidence_at = LazyFunction(lambda: timezone.now() - timedelta(seconds=5))
 
 
-class RecommendationFactory(factory.django.DjangoModelFactory):
+class RecommendationFactory(ModelFactory[Recommendation]):
     class Meta:
         model = Recommendation
 
-    workload = factory.SubFactory(WorkloadFactory)
+    workload = SubFactory(WorkloadFactory)
     action = RecommendationAction.RESTART_EXCLUDING
-    excluded_nodes = factory.LazyFunction(lambda: ["gpu-002"])
+    excluded_nodes = LazyFunction(lambda: ["gpu-002"])
     reason = "Xid 79 on gpu-002: GPU fell off the bus"
     status = RecommendationStatus.AWAITING_APPROVAL
-    idempotency_key = factory.Sequence(lambda n: f"test:{n}")
+    idempotency_key = Sequence(lambda n: f"test:{n}")

@@ -11,12 +11,21 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import overload
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+@overload
+def env_str(name: str, default: str) -> str: ...
+
+
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 
 
 def env_str(name: str, default: str | None = None) -> str | None:

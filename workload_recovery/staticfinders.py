@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import plotly
 from django.contrib.staticfiles.finders import BaseFinder
@@ -37,7 +37,14 @@ class PackageAssetFinder(BaseFinder):
             if not source.is_file()
         ]
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    @overload
+    def find(self, path: str, find_all: Literal[False] = False) -> str | None: ...
+
+    @overload
+    def find(self, path: str, find_all: Literal[True]) -> list[str]: ...
+
+    # Django 5.2 still passes the deprecated ``all`` keyword to finders that take it.
+    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str] | None:
         source = PACKAGED_ASSETS.get(path)
         if source is None or not source.is_file():
             return [] if find_all or kwargs.get("all") else ""

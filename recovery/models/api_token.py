@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from recovery.models.controller import hash_token
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 PERSONAL_TOKEN_PREFIX = "wrp_"
 # Marking every request as "used" would write a row per request; a minute is precise enough.
@@ -60,7 +64,7 @@ class ApiToken(models.Model):
         self.key_hash = hash_token(raw)
 
     @classmethod
-    def issue(cls, user: models.Model, name: str) -> tuple[ApiToken, str]:
+    def issue(cls, user: User, name: str) -> tuple[ApiToken, str]:
         """Create a token and return it with its key, which is not stored anywhere."""
         raw = cls.new_key()
         token = cls(user=user, name=name)

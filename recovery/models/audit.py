@@ -17,7 +17,7 @@ class AppendOnlyError(Exception):
 _REFUSAL = "audit events are append-only: they cannot be updated or deleted"
 
 
-class AuditEventQuerySet(models.QuerySet):
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
     def update(self, **kwargs: Any) -> int:
         raise AppendOnlyError(_REFUSAL)
 
@@ -34,7 +34,7 @@ class AuditEventQuerySet(models.QuerySet):
         # Model.save() goes through here for an UPDATE of an existing row.
         raise AppendOnlyError(_REFUSAL)
 
-    def _raw_delete(self, using: str) -> int:
+    def _raw_delete(self, using: str | None) -> int:
         raise AppendOnlyError(_REFUSAL)
 
 

@@ -4,6 +4,7 @@ from datetime import datetime
 
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from recovery.choices import ClusterMode, Connection, NodeHealth, SchedulerKind
@@ -72,6 +73,16 @@ def scheduler_cluster_name(cluster: Cluster) -> str:
     return str(settings.get("scheduler_cluster_name") or cluster.name)
 
 
+class NodeQuerySet(models.QuerySet["Node"]):
+    def excluded(self, at: datetime | None = None) -> NodeQuerySet:
+        """The nodes recovery keeps restarts off at ``at`` (now unless told)."""
+        return self.filter(Node.excluded_at(at or timezone.now()))
+
+    def not_excluded(self, at: datetime | None = None) -> NodeQuerySet:
+        """The nodes restarts may use at ``at``: never excluded, or no longer."""
+        return self.exclude(Node.excluded_at(at or timezone.now()))
+
+
 class Node(models.Model):
     """A compute node as the scheduler reports it, plus what recovery has learnt about it."""
 
@@ -92,6 +103,8 @@ class Node(models.Model):
     suspect_reason = models.CharField(max_length=255, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = NodeQuerySet.as_manager()
+
     class Meta:
         ordering = ["cluster", "name"]
         constraints = [
@@ -104,6 +117,12 @@ class Node(models.Model):
     def is_excluded(self, at: datetime | None = None) -> bool:
         at = at or timezone.now()
         return self.excluded_until is not None and self.excluded_until > at
+
+    @staticmethod
+    def excluded_at(at: datetime) -> Q:
+        """``is_excluded`` as a query condition, for filters and counts
+        (``Count("id", filter=Node.excluded_at(now))``)."""
+        return Q(excluded_until__gt=at)
 
 
 class NodeLogCursor(models.Model):

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
 
 from recovery.choices import Attribution, FailureCategory, RecommendationAction, StragglerAction
 from recovery.detection.linear_regex import PatternError, compile_linear
@@ -196,8 +197,12 @@ class Policy(models.Model):
             raise ValidationError(errors)
 
     def policy_with_same_scope(self) -> models.QuerySet[Policy]:
+        # filter(cluster_id=None) means IS NULL: a policy for every cluster matches only another.
+        same_cluster = (
+            Q(cluster__isnull=True) if self.cluster_id is None else Q(cluster_id=self.cluster_id)
+        )
         return Policy.objects.filter(
-            cluster_id=self.cluster_id, environment=self.environment, partition=self.partition
+            same_cluster, environment=self.environment, partition=self.partition
         ).exclude(pk=self.pk)
 
 
