@@ -14,37 +14,40 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from recovery.choices import Attribution, FailureCategory
+from recovery.detection.taxonomy import NO_CATEGORY
+
 # One colour per failure category and attribution, readable on dark and light backgrounds.
 CATEGORY_COLOURS: dict[str, str] = {
-    "gpu_hardware": "#d6453d",
-    "interconnect": "#e07b39",
-    "nccl_timeout": "#d9a21b",
-    "nccl_error": "#c98a1e",
-    "cuda_error_app": "#c24f8a",
-    "gpu_oom": "#8e63ce",
-    "host_oom": "#a35ec0",
-    "app_exception": "#3f9b6e",
-    "storage_io": "#4d8fd6",
-    "scheduler_event": "#8a8f99",
-    "segfault": "#b8452e",
-    "nan_divergence": "#2e9ab3",
-    "healthy": "#5fae5a",
+    FailureCategory.GPU_HARDWARE: "#d6453d",
+    FailureCategory.INTERCONNECT: "#e07b39",
+    FailureCategory.NCCL_TIMEOUT: "#d9a21b",
+    FailureCategory.NCCL_ERROR: "#c98a1e",
+    FailureCategory.CUDA_ERROR_APP: "#c24f8a",
+    FailureCategory.GPU_OOM: "#8e63ce",
+    FailureCategory.HOST_OOM: "#a35ec0",
+    FailureCategory.APP_EXCEPTION: "#3f9b6e",
+    FailureCategory.STORAGE_IO: "#4d8fd6",
+    FailureCategory.SCHEDULER_EVENT: "#8a8f99",
+    FailureCategory.SEGFAULT: "#b8452e",
+    FailureCategory.NAN_DIVERGENCE: "#2e9ab3",
+    FailureCategory.HEALTHY: "#5fae5a",
 }
 ATTRIBUTION_COLOURS: dict[str, str] = {
-    "hardware": "#d6453d",
-    "system_software": "#d9a21b",
-    "application": "#3f9b6e",
-    "unknown": "#9aa3ad",
+    Attribution.HARDWARE: "#d6453d",
+    Attribution.SYSTEM_SOFTWARE: "#d9a21b",
+    Attribution.APPLICATION: "#3f9b6e",
+    Attribution.UNKNOWN: "#9aa3ad",
 }
 FALLBACK_COLOUR = "#9aa3ad"
 
 
 def colour_for_category(category: str | None) -> str:
-    return CATEGORY_COLOURS.get(category or "", FALLBACK_COLOUR)
+    return CATEGORY_COLOURS.get(category or NO_CATEGORY, FALLBACK_COLOUR)
 
 
 def colour_for_attribution(attribution: str | None) -> str:
-    return ATTRIBUTION_COLOURS.get(attribution or "unknown", FALLBACK_COLOUR)
+    return ATTRIBUTION_COLOURS.get(attribution or Attribution.UNKNOWN, FALLBACK_COLOUR)
 
 
 def base_layout(**overrides: Any) -> dict[str, Any]:

@@ -4,6 +4,10 @@ The failure taxonomy (``AnomalyKind``, ``FailureCategory``, ``Attribution``, ``S
 declared once, Django-free, in ``recovery.detection.taxonomy``; the choices here are built from
 it with the same names, values and labels, and checked against it when this module is imported.
 Its values are shared with the test corpus and must not change.
+
+``Connection`` and ``OptInMode`` are declared, Django-free, where the Advisor Controller reads
+them (``recovery.sources.schedulers.base`` and ``.optin``); the choices here take their names
+and values from there, add the labels, and are checked against them the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from enum import Enum
 from django.db import models
 
 from recovery.detection import taxonomy
+from recovery.sources.schedulers import base as schedulers
+from recovery.sources.schedulers import optin
 
 
 def _choice(member: taxonomy.LabelledEnum) -> tuple[str, str]:
@@ -34,9 +40,9 @@ class SchedulerKind(models.TextChoices):
 
 
 class Connection(models.TextChoices):
-    LOCAL = "local", "Local (commands on this host)"
-    SSH = "ssh", "SSH"
-    SIMULATED = "simulated", "Simulated"
+    LOCAL = schedulers.Connection.LOCAL.value, "Local (commands on this host)"
+    SSH = schedulers.Connection.SSH.value, "SSH"
+    SIMULATED = schedulers.Connection.SIMULATED.value, "Simulated"
 
 
 class ClusterMode(models.TextChoices):
@@ -52,8 +58,8 @@ class NodeHealth(models.TextChoices):
 
 
 class OptInMode(models.TextChoices):
-    OBSERVE = "observe", "Observe"
-    ACT = "act", "Act"
+    OBSERVE = optin.OptInMode.OBSERVE.value, "Observe"
+    ACT = optin.OptInMode.ACT.value, "Act"
 
 
 class WorkloadState(models.TextChoices):
@@ -238,5 +244,7 @@ for _choices, _source in (
     (FailureCategory, taxonomy.FailureCategory),
     (Attribution, taxonomy.Attribution),
     (Severity, taxonomy.Severity),
+    (Connection, schedulers.Connection),
+    (OptInMode, optin.OptInMode),
 ):
     _check_mirrors(_choices, _source)

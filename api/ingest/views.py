@@ -433,7 +433,9 @@ def _hook_response(outcome: pushed.HookOutcome) -> Response:
             "poll_requested": outcome.poll_requested,
             "event": outcome.event.pk if outcome.event else None,
         },
-        status=status.HTTP_202_ACCEPTED if outcome.status == "ignored" else status.HTTP_200_OK,
+        status=status.HTTP_202_ACCEPTED
+        if outcome.status == pushed.HookStatus.IGNORED
+        else status.HTTP_200_OK,
     )
 
 

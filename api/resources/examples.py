@@ -1,15 +1,39 @@
-"""One example of each resource, for the OpenAPI schema (lists show it inside a page)."""
+"""One example of each resource, for the OpenAPI schema (lists show it inside a page).
+
+Values of a kind are written as their enum's ``.value``: the schema's YAML renderer cannot
+represent the enum members themselves.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from recovery.audit.actors import controller_actor, operator_actor
+from recovery.choices import (
+    AnomalyKind,
+    AttemptExitState,
+    Attribution,
+    AuditKind,
+    ClusterMode,
+    Confirmation,
+    Connection,
+    FailureCategory,
+    NodeHealth,
+    OptInMode,
+    RecommendationAction,
+    RecommendationStatus,
+    SchedulerKind,
+    Severity,
+    WorkloadState,
+)
+from recovery.models import Verdict
+
 CLUSTER: dict[str, Any] = {
     "id": 3,
     "name": "lab",
-    "scheduler_kind": "slurm",
-    "connection": "ssh",
-    "mode": "monitor",
+    "scheduler_kind": SchedulerKind.SLURM.value,
+    "connection": Connection.SSH.value,
+    "mode": ClusterMode.MONITOR.value,
     "acknowledge_scheduler_actions": False,
     "acts_automatically": False,
     "environment": "prod",
@@ -26,7 +50,7 @@ NODE: dict[str, Any] = {
     "name": "gpu-a100-007",
     "scheduler_state": "DRAIN",
     "state_reason": "Xid 79",
-    "health": "suspect",
+    "health": NodeHealth.SUSPECT.value,
     "times_implicated": 3,
     "last_implicated_at": "2026-11-29T03:14:12Z",
     "excluded": True,
@@ -48,9 +72,9 @@ WORKLOAD: dict[str, Any] = {
     "workflow_id": "",
     "environment": "prod",
     "opted_in": True,
-    "opt_in_mode": "act",
+    "opt_in_mode": OptInMode.ACT.value,
     "opt_in_error": "",
-    "state": "running",
+    "state": WorkloadState.RUNNING.value,
     "state_reason": "",
     "current_attempt": 2,
     "last_progress_step": 12400,
@@ -68,15 +92,15 @@ ATTEMPT: dict[str, Any] = {
     "excluded_nodes": ["gpu-a100-007"],
     "started_at": "2026-11-29T03:15:40Z",
     "ended_at": None,
-    "exit_state": "running",
+    "exit_state": AttemptExitState.RUNNING.value,
     "exit_code": None,
     "produced_checkpoint": True,
 }
 VERDICT: dict[str, Any] = {
     "id": 905,
     "anomaly": 630,
-    "provider": "builtin",
-    "attribution": "hardware",
+    "provider": Verdict.BUILTIN_PROVIDER,
+    "attribution": Attribution.HARDWARE.value,
     "confidence": 0.9,
     "implicated_nodes": ["gpu-a100-007"],
     "detail": {"rule": "xid_hardware"},
@@ -88,10 +112,10 @@ ANOMALY: dict[str, Any] = {
     "workload": 41,
     "attempt": 76,
     "attempt_number": 1,
-    "kind": "crash",
-    "category": "gpu_hardware",
-    "attribution": "hardware",
-    "severity": "error",
+    "kind": AnomalyKind.CRASH.value,
+    "category": FailureCategory.GPU_HARDWARE.value,
+    "attribution": Attribution.HARDWARE.value,
+    "severity": Severity.ERROR.value,
     "signature": "xid_79",
     "evidence_line": "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, GPU has fallen off the bus.",
     "evidence_excerpt": "…",
@@ -101,7 +125,7 @@ ANOMALY: dict[str, Any] = {
     "details": {},
     "evidence_at": "2026-11-29T03:14:10Z",
     "detected_at": "2026-11-29T03:14:12Z",
-    "confirmation": "confirmed",
+    "confirmation": Confirmation.CONFIRMED.value,
     "confirmation_at": "2026-11-29T03:14:12Z",
     "confirmation_reason": "the node's kernel log",
     "decided_at": "2026-11-29T03:14:17Z",
@@ -115,15 +139,15 @@ RECOMMENDATION: dict[str, Any] = {
     "workload": 41,
     "attempt_number": 1,
     "anomaly": 630,
-    "action": "restart_excluding",
+    "action": RecommendationAction.RESTART_EXCLUDING.value,
     "excluded_nodes": ["gpu-a100-007"],
     "reason": "Xid 79 (GPU fell off the bus) on gpu-a100-007",
-    "status": "executed",
-    "decided_by": "olivia",
+    "status": RecommendationStatus.EXECUTED.value,
+    "decided_by": operator_actor("olivia"),
     "decided_at": "2026-11-29T03:14:40Z",
     "decision_note": "",
     "idempotency_key": "policy:lab:48213:1:gpu_hardware",
-    "lease_owner": "controller:slurm-advisor-1",
+    "lease_owner": controller_actor("slurm-advisor-1"),
     "lease_expires_at": None,
     "expires_at": "2026-11-29T03:44:15Z",
     "result": {"outcome": "executed", "converged": True},
@@ -139,7 +163,7 @@ AUDIT_EVENT: dict[str, Any] = {
     "workload": 41,
     "job_id": "48213",
     "attempt": 1,
-    "kind": "approved",
-    "actor": "olivia",
+    "kind": AuditKind.APPROVED.value,
+    "actor": operator_actor("olivia"),
     "payload": {"recommendation": 812, "note": "go"},
 }

@@ -19,7 +19,6 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from recovery.audit import trail as audit_trail
-from recovery.models import AuditEvent
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -47,8 +46,12 @@ class ResourcePagination(CursorPagination):
         return min(int(raw), self.max_page_size)
 
     def paginate_queryset(
-        self, queryset: QuerySet[Any], request: Request, view: APIView | None = None
+        self,
+        queryset: QuerySet[Any] | Sequence[Any],
+        request: Request,
+        view: APIView | None = None,
     ) -> list[Any] | None:
+        assert isinstance(queryset, QuerySet), "a cursor page reads a queryset"
         self._model = queryset.model
         return super().paginate_queryset(queryset, request, view)
 
@@ -77,10 +80,13 @@ class AuditEventPagination(ResourcePagination):
     ordering = audit_trail.NEWEST_FIRST
 
     def paginate_queryset(
-        self, queryset: Any, request: Request, view: APIView | None = None
-    ) -> Sequence[AuditEvent]:
+        self,
+        queryset: QuerySet[Any] | Sequence[Any],
+        request: Request,
+        view: APIView | None = None,
+    ) -> list[Any] | None:
         self.request = request
-        self.base_url = request.build_absolute_uri()
+        self.base_url = self._page_url = request.build_absolute_uri()
         self.page_size = self.get_page_size(request)
         raw = request.query_params.get(self.cursor_query_param)
         cursor = None
@@ -97,7 +103,7 @@ class AuditEventPagination(ResourcePagination):
     def _link(self, cursor: str | None) -> str | None:
         if cursor is None:
             return None
-        return replace_query_param(self.base_url, self.cursor_query_param, cursor)
+        return replace_query_param(self._page_url, self.cursor_query_param, cursor)
 
     def get_next_link(self) -> str | None:
         return self._link(self._older)

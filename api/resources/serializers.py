@@ -21,7 +21,7 @@ def _node_names(help_text: str = "") -> serializers.ListField:
     return serializers.ListField(child=serializers.CharField(), read_only=True, help_text=help_text)
 
 
-class ClusterSerializer(serializers.ModelSerializer):
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     acts_automatically = serializers.BooleanField(
         read_only=True,
         help_text="Recommendations reach the scheduler without an operator's approval.",
@@ -47,7 +47,7 @@ class ClusterSerializer(serializers.ModelSerializer):
         ]
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(serializers.ModelSerializer[Node]):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     excluded = serializers.SerializerMethodField(
         help_text="Recovery keeps restarts off this node until excluded_until."
@@ -83,7 +83,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return node.suspect_since is not None
 
 
-class WorkloadSerializer(serializers.ModelSerializer):
+class WorkloadSerializer(serializers.ModelSerializer[Workload]):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
 
     class Meta:
@@ -114,7 +114,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         ]
 
 
-class AttemptSerializer(serializers.ModelSerializer):
+class AttemptSerializer(serializers.ModelSerializer[Attempt]):
     nodes = _node_names("Node names, expanded.")
     excluded_nodes = _node_names("Nodes this attempt was asked to avoid.")
 
@@ -134,7 +134,7 @@ class AttemptSerializer(serializers.ModelSerializer):
         ]
 
 
-class VerdictSerializer(serializers.ModelSerializer):
+class VerdictSerializer(serializers.ModelSerializer[Verdict]):
     implicated_nodes = _node_names()
     detail = serializers.DictField(read_only=True)
 
@@ -152,7 +152,7 @@ class VerdictSerializer(serializers.ModelSerializer):
         ]
 
 
-class AnomalySerializer(serializers.ModelSerializer):
+class AnomalySerializer(serializers.ModelSerializer[Anomaly]):
     cluster = serializers.IntegerField(source="workload.cluster_id", read_only=True)
     attempt_number = serializers.IntegerField(
         source="attempt.number", read_only=True, allow_null=True, default=None
@@ -202,7 +202,7 @@ class AnomalySerializer(serializers.ModelSerializer):
         ]
 
 
-class RecommendationSerializer(serializers.ModelSerializer):
+class RecommendationSerializer(serializers.ModelSerializer[Recommendation]):
     cluster = serializers.IntegerField(source="workload.cluster_id", read_only=True)
     attempt_number = serializers.IntegerField(
         source="attempt.number", read_only=True, allow_null=True, default=None
@@ -238,7 +238,7 @@ class RecommendationSerializer(serializers.ModelSerializer):
         ]
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     job_id = serializers.CharField(
         source="workload.job_id", read_only=True, allow_null=True, default=None

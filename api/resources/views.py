@@ -1,14 +1,16 @@
 """Read-only resources under /api/v1/: what the Console shows, for integrations.
 
-Every list is a cursor page, newest first, filtered by validated query parameters (see
-``filters``). Reading needs the model's view permission, which every Console role has; a person
-authenticates with a session (the Console) or a personal token (``Bearer wrp_…``).
+Every list is a cursor page, newest first, filtered by validated query parameters: the list's
+FilterSet (``recovery.read.filters``, which the Console's pages read too) through
+``filters.ListFilterBackend``. Reading needs the model's view permission, which every Console
+role has; a person authenticates with a session (the Console) or a personal token
+(``Bearer wrp_…``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
@@ -27,7 +29,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.errors import ERROR_SCHEMA
-from api.resources import examples, filters
+from api.resources import examples
+from api.resources.filters import ListFilterBackend, validated
 from api.resources.pagination import AuditEventPagination, ResourcePagination
 from api.resources.serializers import (
     AnomalySerializer,
@@ -50,6 +53,17 @@ from recovery.models import (
     Recommendation,
     Verdict,
     Workload,
+)
+from recovery.read.filters import (
+    AnomalyFilterSet,
+    AttemptFilterSet,
+    AuditEventFilterSet,
+    ClusterFilterSet,
+    ListFilterSet,
+    NodeFilterSet,
+    RecommendationFilterSet,
+    VerdictFilterSet,
+    WorkloadFilterSet,
 )
 
 
@@ -87,17 +101,16 @@ _DETAIL_ERRORS = {404: OpenApiResponse(ERROR_SCHEMA, description="No such id."),
 def _documented(
     tag: str,
     noun: str,
-    serializer: type[serializers.Serializer],
-    filter_serializer: type[serializers.Serializer],
+    serializer: type[serializers.Serializer[Any]],
     example: dict[str, Any],
 ) -> Callable[[type], type]:
-    """List and detail in the schema: tag, summaries, filters, errors and an example."""
+    """List and detail in the schema: tag, summaries, errors and an example (the filters come
+    from the view's FilterSet)."""
     sample = OpenApiExample(noun, value=example, response_only=True, status_codes=["200"])
     return extend_schema_view(
         list=extend_schema(
             tags=[tag],
             summary=f"List {noun}s, newest first",
-            parameters=[filter_serializer],
             responses={200: serializer(many=True), **_LIST_ERRORS},
             examples=[sample],
         ),
@@ -111,96 +124,80 @@ def _documented(
     )
 
 
-class ResourceViewSet(viewsets.ReadOnlyModelViewSet):
+class ResourceViewSet(viewsets.ReadOnlyModelViewSet[Any]):
     # The token comes first so that a caller without credentials gets 401 and the
     # WWW-Authenticate header saying how to authenticate, rather than a bare 403.
     authentication_classes = [PersonalTokenAuthentication, SessionAuthentication]
     permission_classes = [CanViewModel]
     pagination_class = ResourcePagination
     lookup_value_regex = r"[0-9]{1,19}"
-    filter_serializer: ClassVar[type[serializers.Serializer]]
-    apply_filters: ClassVar[Callable[[QuerySet[Any], dict[str, Any]], QuerySet[Any]]]
-    cursor_ordering: ClassVar[tuple[str, ...]] = ("-id",)
+    filter_backends = [ListFilterBackend]
+    filterset_class: type[ListFilterSet]
+    cursor_ordering: tuple[str, ...] = ("-id",)
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # A detail is found by its id alone: list parameters sent along are not checked.
         if self.action != "list":
             return queryset
-        params = self.filter_serializer(data=self.request.query_params)
-        params.is_valid(raise_exception=True)
-        return type(self).apply_filters(queryset, dict(params.validated_data))
+        return super().filter_queryset(queryset)
 
 
-@_documented("clusters", "cluster", ClusterSerializer, filters.ClusterFilter, examples.CLUSTER)
+@_documented("clusters", "cluster", ClusterSerializer, examples.CLUSTER)
 class ClusterViewSet(ResourceViewSet):
     queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
-    filter_serializer = filters.ClusterFilter
-    apply_filters = staticmethod(filters.filter_clusters)
+    filterset_class = ClusterFilterSet
 
 
-@_documented("nodes", "node", NodeSerializer, filters.NodeFilter, examples.NODE)
+@_documented("nodes", "node", NodeSerializer, examples.NODE)
 class NodeViewSet(ResourceViewSet):
     queryset = Node.objects.select_related("cluster")
     serializer_class = NodeSerializer
-    filter_serializer = filters.NodeFilter
-    apply_filters = staticmethod(filters.filter_nodes)
+    filterset_class = NodeFilterSet
 
 
-@_documented("workloads", "workload", WorkloadSerializer, filters.WorkloadFilter, examples.WORKLOAD)
+@_documented("workloads", "workload", WorkloadSerializer, examples.WORKLOAD)
 class WorkloadViewSet(ResourceViewSet):
     queryset = Workload.objects.select_related("cluster")
     serializer_class = WorkloadSerializer
-    filter_serializer = filters.WorkloadFilter
-    apply_filters = staticmethod(filters.filter_workloads)
+    filterset_class = WorkloadFilterSet
     cursor_ordering = ("-submit_time", "-id")
 
 
-@_documented("workloads", "attempt", AttemptSerializer, filters.AttemptFilter, examples.ATTEMPT)
+@_documented("workloads", "attempt", AttemptSerializer, examples.ATTEMPT)
 class AttemptViewSet(ResourceViewSet):
     queryset = Attempt.objects.all()
     serializer_class = AttemptSerializer
-    filter_serializer = filters.AttemptFilter
-    apply_filters = staticmethod(filters.filter_attempts)
+    filterset_class = AttemptFilterSet
 
 
-@_documented("anomalies", "anomaly", AnomalySerializer, filters.AnomalyFilter, examples.ANOMALY)
+@_documented("anomalies", "anomaly", AnomalySerializer, examples.ANOMALY)
 class AnomalyViewSet(ResourceViewSet):
     queryset = Anomaly.objects.select_related("workload", "attempt").prefetch_related(
         Prefetch("verdicts", queryset=Verdict.objects.order_by("-created_at", "-id"))
     )
     serializer_class = AnomalySerializer
-    filter_serializer = filters.AnomalyFilter
-    apply_filters = staticmethod(filters.filter_anomalies)
+    filterset_class = AnomalyFilterSet
     cursor_ordering = ("-detected_at", "-id")
 
 
-@_documented("anomalies", "verdict", VerdictSerializer, filters.VerdictFilter, examples.VERDICT)
+@_documented("anomalies", "verdict", VerdictSerializer, examples.VERDICT)
 class VerdictViewSet(ResourceViewSet):
     queryset = Verdict.objects.all()
     serializer_class = VerdictSerializer
-    filter_serializer = filters.VerdictFilter
-    apply_filters = staticmethod(filters.filter_verdicts)
+    filterset_class = VerdictFilterSet
     cursor_ordering = ("-created_at", "-id")
 
 
-@_documented(
-    "recommendations",
-    "recommendation",
-    RecommendationSerializer,
-    filters.RecommendationFilter,
-    examples.RECOMMENDATION,
-)
+@_documented("recommendations", "recommendation", RecommendationSerializer, examples.RECOMMENDATION)
 class RecommendationViewSet(ResourceViewSet):
     queryset = Recommendation.objects.select_related("workload", "attempt")
     serializer_class = RecommendationSerializer
-    filter_serializer = filters.RecommendationFilter
-    apply_filters = staticmethod(filters.filter_recommendations)
+    filterset_class = RecommendationFilterSet
     cursor_ordering = ("-created_at", "-id")
 
 
-@_documented(
-    "audit", "audit event", AuditEventSerializer, filters.AuditEventFilter, examples.AUDIT_EVENT
-)
+@_documented("audit", "audit event", AuditEventSerializer, examples.AUDIT_EVENT)
 class AuditEventViewSet(ResourceViewSet):
     """The append-only audit trail, newest first (by occurred_at, then id).
 
@@ -212,12 +209,11 @@ class AuditEventViewSet(ResourceViewSet):
     serializer_class = AuditEventSerializer
     pagination_class = AuditEventPagination
     cursor_ordering = audit_trail.NEWEST_FIRST
-    filter_serializer = filters.AuditEventFilter
+    filterset_class = AuditEventFilterSet
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        params = filters.AuditEventFilter(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        self.audit_filters = filters.audit_filters(params.validated_data)
+        filterset = validated(self.filterset_class(request.query_params, request=request))
+        self.audit_filters = filterset.audit_filters()
         page = self.paginate_queryset(self.get_queryset())
         assert page is not None
         return self.get_paginated_response(self.get_serializer(page, many=True).data)

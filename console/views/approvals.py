@@ -16,6 +16,7 @@ from console.access import console_view
 from console.forms import DecisionForm
 from recovery.loop import recommendations
 from recovery.models import Cluster, Recommendation
+from recovery.read.filters import ApprovalQueueFilterSet
 from recovery.read.queries import pending_approvals
 from recovery.roles import actor_name, can_decide
 
@@ -24,12 +25,11 @@ APPROVALS_PAGE_SIZE = 50
 
 @console_view("recovery.view_recommendation", "Viewing the approval queue")
 def approvals(request: HttpRequest) -> HttpResponse:
-    cluster = request.GET.get("cluster", "").strip()
-    ignored = ""
-    if cluster and not Cluster.objects.filter(name=cluster).exists():
-        ignored = f"No cluster is called “{cluster}”: showing every cluster."
-        cluster = ""
-    queue = pending_approvals(cluster=cluster)
+    filterset = ApprovalQueueFilterSet(request.GET, queryset=pending_approvals())
+    queue = filterset.qs
+    chosen = filterset.value("cluster")
+    cluster = chosen.name if chosen else ""
+    ignored = " ".join(problem.message for problem in filterset.problems)
     page = Paginator(queue, APPROVALS_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,

@@ -6,50 +6,78 @@ from dataclasses import replace
 from urllib.parse import urlencode
 
 from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
 from console.access import console_view
+from console.formatting import datetime_local, payload_items, pretty_payload, trail_query_params
+from recovery.audit.export import acsv_lines, csv_filename, csv_lines
 from recovery.audit.trail import (
     QUICK_RANGES,
     AuditFilters,
     Cursor,
     InvalidCursor,
     WorkloadRef,
-    acsv_lines,
-    csv_filename,
-    csv_lines,
     cursor_at,
     decode_cursor,
     events_page,
     find_event,
     neighbours,
-    parse_filters,
-    payload_items,
-    pretty_payload,
 )
 from recovery.choices import AuditKind
 from recovery.models import Cluster
+from recovery.read.filters import AuditTrailFilterSet
+from recovery.read.filters.fields import parse_instant
 
 VIEW_AUDIT_PERMISSION = "recovery.view_auditevent"
 
 
 def _trail_url(filters: AuditFilters, cursor: str | None = None, *, view: str = "audit") -> str:
-    params = filters.query_params()
+    params = trail_query_params(filters)
     if cursor:
         params.append(("cursor", cursor))
     query = urlencode(params)
     return reverse(f"console:{view}") + (f"?{query}" if query else "")
 
 
+def _form_values(params: QueryDict, filters: AuditFilters) -> dict[str, object]:
+    """What the filter form shows again: the typed text even when it was ignored, so it can be
+    fixed, and a valid date and time as the datetime-local input writes it."""
+
+    def text(name: str) -> str:
+        value = params.get(name, "")
+        return value.strip() if isinstance(value, str) else ""
+
+    def instant(name: str) -> str:
+        typed = text(name)
+        try:
+            parsed = parse_instant(typed) if typed else None
+        except ValueError:
+            return typed
+        if parsed is None or filters.quick_range:  # a quick range replaces From and To
+            return ""
+        return datetime_local(parsed)
+
+    return {
+        "cluster": filters.cluster,
+        "workload": text("workload"),
+        "kinds": filters.kinds,
+        "actor": text("actor"),
+        "from": instant("from"),
+        "to": instant("to"),
+        "range": filters.quick_range,
+    }
+
+
 @console_view(VIEW_AUDIT_PERMISSION, "Reading the audit trail")
 def audit_trail(request: HttpRequest) -> HttpResponse:
     """Every event, newest first, filtered and paged by keyset; live on the newest page."""
     clusters = list(Cluster.objects.order_by("name").values_list("name", flat=True))
-    parsed = parse_filters(request.GET, now=timezone.now(), known_clusters=clusters)
-    filters = parsed.filters
+    filterset = AuditTrailFilterSet(request.GET, now=timezone.now())
+    filters = filterset.audit_filters()
     cursor: Cursor | None = None
     cursor_problem = ""
     if token := request.GET.get("cursor", "").strip():
@@ -68,9 +96,11 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         request,
         "console/audit.html",
         {
-            "parsed": parsed,
+            "problems": filterset.problems,
+            "invalid_fields": filterset.invalid_fields,
+            "notes": filterset.notes,
             "filters": filters,
-            "form": parsed.form,
+            "form": _form_values(request.GET, filters),
             "cursor_problem": cursor_problem,
             "page": page,
             "clusters": clusters,
@@ -89,20 +119,19 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
 
 
 @console_view(VIEW_AUDIT_PERMISSION, "Reading the audit trail")
-def audit_csv(request: HttpRequest) -> HttpResponse:
+def audit_csv(request: HttpRequest) -> HttpResponseBase:
     """The events the trail's filters select, as a CSV file, streamed in bounded batches."""
     now = timezone.now()
-    clusters = Cluster.objects.values_list("name", flat=True)
-    parsed = parse_filters(request.GET, now=now, known_clusters=set(clusters))
-    if parsed.problems:
+    filterset = AuditTrailFilterSet(request.GET, now=now)
+    if problems := filterset.problems:
         # An export wider than asked for would be worse than none: say what to fix instead.
         # (The page's own "Export CSV" link carries only filters that parsed.)
         lines = ["The export was not made; fix these filters and try again:"]
-        lines += [f"- {problem.message}" for problem in parsed.problems]
+        lines += [f"- {problem.message}" for problem in problems]
         return HttpResponse(
             "\n".join(lines) + "\n", status=400, content_type="text/plain; charset=utf-8"
         )
-    filters = parsed.filters
+    filters = filterset.audit_filters()
     if filters.quick_range:
         # Pin the end of a relative range, so the rows and the filename agree.
         filters = replace(filters, until=now)

@@ -8,25 +8,14 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from console.access import console_view
-from recovery.choices import FailureCategory, WorkloadState
-from recovery.models import Cluster
+from recovery.choices import WorkloadState
+from recovery.models import Cluster, Workload
+from recovery.read.filters import ANOMALY_CHOICES, FleetFilterSet
 from recovery.read.goodput import goodput_of_workloads
 from recovery.read.insights import latest_snapshots
-from recovery.read.queries import (
-    ANY_ANOMALY,
-    DEFAULT_FLEET_SORT,
-    FLEET_SORTS,
-    NO_ANOMALY,
-    fleet_rows,
-    fleet_workloads,
-)
+from recovery.read.queries import fleet_rows
 
 FLEET_PAGE_SIZE = 50
-ANOMALY_CHOICES = [
-    (ANY_ANOMALY, "Any anomaly"),
-    (NO_ANOMALY, "No anomaly"),
-    *FailureCategory.choices,
-]
 # Columns the reader can sort by, in table order; the others are computed per row.
 SORTABLE_COLUMNS = {
     "job": "Job",
@@ -42,14 +31,22 @@ SORTABLE_COLUMNS = {
 
 @console_view("recovery.view_workload", "Viewing the fleet")
 def fleet(request: HttpRequest) -> HttpResponse:
-    filters, ignored = _fleet_filters(request)
-    selection = fleet_workloads(**filters).values_list("pk", flat=True)
+    filterset = FleetFilterSet(request.GET, queryset=Workload.objects.all())
+    filters = {
+        "cluster": filterset.value("cluster") or "",
+        "state": filterset.value("state") or "",
+        "search": filterset.value("q") or "",
+        "user": filterset.value("user") or "",
+        "anomaly": filterset.value("anomaly") or "",
+        "sort": filterset.sort_key,
+    }
+    selection = filterset.qs.values_list("pk", flat=True)
     page = Paginator(selection, FLEET_PAGE_SIZE).get_page(request.GET.get("page"))
     rows = fleet_rows(list(page))
     figures = dict(goodput_of_workloads([w.pk for w in rows], now=timezone.now()))
     for workload in rows:
         figure = figures.get(workload.pk)
-        workload.ettr = figure.ettr if figure is not None else None
+        workload.ettr = figure.ettr if figure is not None else None  # type: ignore[attr-defined]
     clusters = list(Cluster.objects.order_by("name"))
     shown = [c for c in clusters if not filters["cluster"] or c.name == filters["cluster"]]
     snapshots = latest_snapshots(shown)
@@ -61,7 +58,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "rows": rows,
             "filters": filters,
             "filtered": any(value for key, value in filters.items() if key != "sort"),
-            "ignored": ignored,
+            "ignored": [problem.message for problem in filterset.problems],
             "clusters": [c.name for c in clusters],
             "states": WorkloadState.choices,
             "anomalies": ANOMALY_CHOICES,
@@ -69,29 +66,6 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "cluster_goodput": [(c, snapshots.get(c.pk)) for c in shown],
         },
     )
-
-
-def _fleet_filters(request: HttpRequest) -> tuple[dict[str, str], list[str]]:
-    """The fleet's filters from the query string, and why any value was ignored."""
-    ignored: list[str] = []
-    filters = {
-        "cluster": request.GET.get("cluster", "").strip(),
-        "state": request.GET.get("state", "").strip(),
-        "search": request.GET.get("q", "").strip()[:200],
-        "user": request.GET.get("user", "").strip()[:64],
-        "anomaly": request.GET.get("anomaly", "").strip(),
-        "sort": request.GET.get("sort", DEFAULT_FLEET_SORT).strip() or DEFAULT_FLEET_SORT,
-    }
-    if filters["state"] and filters["state"] not in WorkloadState.values:
-        ignored.append(f"Unknown state “{filters['state']}”: showing every state.")
-        filters["state"] = ""
-    if filters["anomaly"] and filters["anomaly"] not in dict(ANOMALY_CHOICES):
-        ignored.append(f"Unknown anomaly category “{filters['anomaly']}”: not filtering on it.")
-        filters["anomaly"] = ""
-    if filters["sort"].removeprefix("-") not in FLEET_SORTS:
-        ignored.append(f"Cannot sort by “{filters['sort']}”: newest first instead.")
-        filters["sort"] = DEFAULT_FLEET_SORT
-    return filters, ignored
 
 
 def _sort_links(current: str) -> dict[str, dict[str, str]]:

@@ -81,7 +81,7 @@ def _node_flags(cluster: Cluster, attempts: Iterable[Attempt], now: datetime) ->
         return NodeFlags({}, {})
     flagged = (
         Node.objects.filter(cluster=cluster, name__in=names)
-        .filter(Q(suspect_since__isnull=False) | Q(excluded_until__gt=now))
+        .filter(Q(suspect_since__isnull=False) | Node.excluded_at(now))
         .order_by()  # the default order joins the cluster table for nothing
     )
     suspect: dict[str, str] = {}

@@ -19,11 +19,13 @@ from django.utils import timezone
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import AnomalyKind, AuditKind, Confirmation
+from recovery.choices import AuditKind, Confirmation, Severity
 from recovery.detection.findings import Finding
 from recovery.detection.scanner import ScanResult
+from recovery.detection.signatures.base import GENERIC_EXCEPTION, SignatureRole
 from recovery.loop.attribution import attribute
 from recovery.loop.confirmation import (
+    NO_CONFIRMATION,
     FirstLook,
     ReadContext,
     first_look,
@@ -35,11 +37,6 @@ from recovery.loop.suspects import flag_suspect_nodes
 from recovery.models import Anomaly, Attempt, AuditEvent, ProgressSample, Workload
 from recovery.sources.schedulers.validation import MAX_NODE_NAME_LENGTH, name_problem, shown
 
-ANOMALY_KINDS = {
-    "crash": AnomalyKind.CRASH,
-    "hang": AnomalyKind.HANG,
-    "straggler": AnomalyKind.STRAGGLER,
-}
 # Detector details worth keeping on the anomaly (hang and straggler figures, job state facts).
 KEPT_DETAIL = frozenset(
     {
@@ -102,7 +99,7 @@ def attempt_writing(workload: Workload) -> Attempt | None:
 
 def _fingerprint(finding: Finding, scope: str) -> str:
     key = f"{scope}|{finding.signature}|{finding.detail.get('xid', '')}|{finding.category}"
-    if finding.signature == "python-exception":
+    if finding.signature == GENERIC_EXCEPTION:
         key += "|" + finding.evidence[:120]
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
@@ -123,13 +120,13 @@ def record_findings(
     """
     # Causes become anomalies; symptoms and wrappers (collective timeouts, "a child failed")
     # only when nothing better explains the read, and otherwise ride along as secondary.
-    failures = [f for f in result.findings if f.severity != "warning"]
+    failures = [f for f in result.findings if f.severity != Severity.WARNING]
     if failures and _requeued_by_us(workload, now):
         failures = [f for f in failures if not _is_requeue_notice(f)]
     if failures and attempt is not None and _acted_on(workload, attempt):
         # srun and slurmstepd reporting the steps our own restart stopped: not a new failure.
         failures = [f for f in failures if not f.detail.get("reports_exit")]
-    causes = [f for f in failures if f.detail.get("role") == "cause"]
+    causes = [f for f in failures if f.detail.get("role") == SignatureRole.CAUSE]
     recorded = causes or failures[:1]
     secondary = [
         {"signature": f.signature, "category": f.category, "count": f.count}
@@ -213,13 +210,13 @@ def record_anomalies(
         # The moment it is recorded, not the poll's start: a long poll must not make detection
         # look faster than it was.
         recorded_at = timezone.now()
-        settled = look.confirmation not in ("", Confirmation.SUSPECTED)
+        settled = look.confirmation not in (NO_CONFIRMATION, Confirmation.SUSPECTED)
         anomaly, created = Anomaly.objects.get_or_create(
             workload=workload,
             attempt=attempt_of_finding,
             fingerprint=_fingerprint(finding, scope),
             defaults={
-                "kind": ANOMALY_KINDS.get(finding.kind, AnomalyKind.CRASH),
+                "kind": finding.kind,
                 "category": finding.category,
                 "attribution": finding.attribution,
                 "severity": finding.severity,

@@ -29,7 +29,9 @@ from django.utils import timezone
 
 from recovery.audit.actors import Actor, attribution_actor
 from recovery.audit.record import record_event
-from recovery.choices import Attribution, AuditKind
+from recovery.choices import Attribution, AuditKind, FailureCategory
+from recovery.detection.signatures.base import SignatureRole
+from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.models import Anomaly, Verdict
 from recovery.read import health
 from recovery.sources.attribution_provider import (
@@ -53,16 +55,23 @@ MAX_REASON_CHARS = 200
 _ANNOUNCED_KEY = "wr:attribution:degraded-announced"
 # Categories a failing GPU, link or node shows up as in the program's own output.
 HARDWARE_SHOWS_AS = frozenset(
-    {"cuda_error_app", "nccl_error", "nccl_timeout", "segfault", "interconnect", ""}
+    {
+        FailureCategory.CUDA_ERROR_APP,
+        FailureCategory.NCCL_ERROR,
+        FailureCategory.NCCL_TIMEOUT,
+        FailureCategory.SEGFAULT,
+        FailureCategory.INTERCONNECT,
+        NO_CATEGORY,
+    }
 )
 
 
 def builtin_confidence(anomaly: Anomaly) -> float:
-    if anomaly.attribution == "unknown":
+    if anomaly.attribution == Attribution.UNKNOWN:
         return 0.4
-    if anomaly.attribution == "hardware" and anomaly.implicated_nodes:
+    if anomaly.attribution == Attribution.HARDWARE and anomaly.implicated_nodes:
         return 0.9
-    if anomaly.details.get("role") == "wrapper":
+    if anomaly.details.get("role") == SignatureRole.WRAPPER:
         return 0.5
     return 0.75
 
@@ -74,12 +83,14 @@ def hardware_behind(anomaly: Anomaly) -> tuple[list[str], str] | None:
     error or went down in the same attempt is that node's hardware failing, not the program:
     the node must be left out of the restart.
     """
-    if anomaly.category not in HARDWARE_SHOWS_AS or anomaly.attribution == "hardware":
+    if anomaly.category not in HARDWARE_SHOWS_AS or anomaly.attribution == Attribution.HARDWARE:
         return None
     if anomaly.attempt_id is None:
         return None
     others = Anomaly.objects.filter(
-        workload_id=anomaly.workload_id, attempt_id=anomaly.attempt_id, attribution="hardware"
+        workload_id=anomaly.workload_id,
+        attempt_id=anomaly.attempt_id,
+        attribution=Attribution.HARDWARE,
     ).exclude(pk=anomaly.pk)
     named = set(anomaly.implicated_nodes)
     for other in others.order_by("detected_at", "id"):

@@ -31,11 +31,24 @@ from django.utils import timezone
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import AnomalyKind, AttemptExitState, AuditKind, Confirmation, WorkloadState
-from recovery.detection.findings import CRASH, HANG, Finding
+from recovery.choices import (
+    AnomalyKind,
+    AttemptExitState,
+    Attribution,
+    AuditKind,
+    Confirmation,
+    Severity,
+    WorkloadState,
+)
+from recovery.detection.findings import CRASH, HANG, Finding, FindingSource
 from recovery.detection.hang import ProgressObservation, format_duration, median_step_time
 from recovery.detection.scanner import ProgressPoint
+from recovery.detection.signatures.base import SignatureRole
+from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.models import Anomaly, Attempt, Policy, ProgressSample, Workload
+
+# The confirmation of an anomaly that needs none (a hang, a straggler): stored blank.
+NO_CONFIRMATION = ""
 
 # Reads of something other than the job's own output: a node's kernel log is the node's word.
 TRUSTED_LOG_SCOPES = ("kernel:",)
@@ -46,6 +59,11 @@ SURVIVAL_STEPS = 2
 # How far back progress samples inform the median step time.
 STEP_TIME_LOOK_BACK = timedelta(minutes=30)
 MAX_STEP_SAMPLES = 2000
+# Why evidence from these signal families needs no confirmation, as the anomaly records it.
+TRUSTED_SOURCE_REASONS: dict[str, str] = {
+    FindingSource.SCHEDULER: "the scheduler's word",
+    FindingSource.METRICS: "GPU metrics",
+}
 SETTLED_EVENTS = {
     Confirmation.CONFIRMED: AuditKind.CONFIRMED,
     Confirmation.SURVIVED: AuditKind.SURVIVED,
@@ -91,7 +109,7 @@ def needs_confirmation(finding: Finding, scope: str) -> bool:
     """A crash line the job printed itself, other than a launcher's report that it ended."""
     return (
         finding.kind == CRASH
-        and finding.source == "log"
+        and finding.source == FindingSource.LOG
         and not scope.startswith(TRUSTED_LOG_SCOPES)
         and not finding.detail.get("reports_exit")
     )
@@ -111,7 +129,7 @@ def first_look(
 ) -> FirstLook:
     """The state to record ``finding`` in, settled at once when the same read settles it."""
     if finding.kind != CRASH:
-        return FirstLook("")
+        return FirstLook(NO_CONFIRMATION)
     if not needs_confirmation(finding, scope):
         return FirstLook(Confirmation.CONFIRMED, _trusted_reason(finding, scope))
     read = read or ReadContext()
@@ -226,17 +244,17 @@ def _stall(
     hang = Finding(
         kind=HANG,
         # A hang has no log category of its own: the error it followed is in its evidence.
-        category="",
-        attribution="unknown",
-        severity="error",
+        category=NO_CATEGORY,
+        attribution=Attribution.UNKNOWN,
+        severity=Severity.ERROR,
         signature="no-progress-after-error",
         evidence=f"no progress for {format_duration(silent)} after: {anomaly.evidence_line[:300]}",
-        source="progress",
+        source=FindingSource.PROGRESS,
         nodes=list(anomaly.implicated_nodes),
         ranks=list(anomaly.implicated_ranks),
         at=since + timedelta(seconds=window),
         detail={
-            "role": "cause",
+            "role": SignatureRole.CAUSE,
             "silent_seconds": silent,
             "allowed_seconds": window,
             "median_step_seconds": median,
@@ -333,9 +351,7 @@ def _trusted_reason(finding: Finding, scope: str) -> str:
         return "a launcher reported the exit"
     if scope.startswith(TRUSTED_LOG_SCOPES):
         return "the node's kernel log"
-    return {"scheduler": "the scheduler's word", "metrics": "GPU metrics"}.get(
-        finding.source, finding.source
-    )
+    return TRUSTED_SOURCE_REASONS.get(finding.source, finding.source)
 
 
 def _exit_reason(exit_finding: Finding) -> str:

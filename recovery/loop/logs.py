@@ -19,7 +19,7 @@ from typing import Protocol
 from django.db import transaction
 from django.utils import timezone
 
-from recovery.choices import AttemptExitState, NodeHealth, WorkloadState
+from recovery.choices import AttemptExitState, Attribution, NodeHealth, Severity, WorkloadState
 from recovery.detection.scanner import LogScanner, ScanResult
 from recovery.loop.anomalies import RECENT_END, record_findings, record_read
 from recovery.loop.patterns import active_signature_set
@@ -160,7 +160,9 @@ def attempts_on_node(
 
 def _mark_node(node: Node, result: ScanResult, now: datetime) -> None:
     hardware = [
-        f for f in result.findings if f.severity != "warning" and f.attribution == "hardware"
+        f
+        for f in result.findings
+        if f.severity != Severity.WARNING and f.attribution == Attribution.HARDWARE
     ]
     if not hardware:
         return

@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from recovery.choices import Confirmation, NodeHealth, WorkloadState
+from recovery.choices import Attribution, Confirmation, NodeHealth, WorkloadState
 from recovery.detection.findings import Finding
 from recovery.detection.hang import HangPolicy, ProgressObservation, detect_hang
 from recovery.detection.signals import finding_from_scheduler_state, node_state_finding
+from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.straggler import (
     StragglerPolicy,
     ThroughputObservation,
@@ -92,8 +93,8 @@ def check_job_ending(
         )
         if said.exists():
             return []  # the logs already said more than "it failed" (unless it was survived)
-        finding.detail.setdefault("role", "wrapper")
-    finding.detail.setdefault("role", "cause")
+        finding.detail.setdefault("role", SignatureRole.WRAPPER)
+    finding.detail.setdefault("role", SignatureRole.CAUSE)
     finding.detail.update({"state": job.state, "exit_code": job.exit_code, "reason": job.reason})
     return record_anomalies(workload, attempt, [finding], now, scope="scheduler")
 
@@ -116,7 +117,7 @@ def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
         finding = node_state_finding(node.name, "DOWN", node.state_reason or "Not responding")
     if finding is None:
         return []
-    hardware = finding.attribution == "hardware" and (gone or not_responding)
+    hardware = finding.attribution == Attribution.HARDWARE and (gone or not_responding)
     if hardware and node.health != NodeHealth.UNHEALTHY:
         node.health = NodeHealth.UNHEALTHY
         node.save(update_fields=["health", "updated_at"])
@@ -128,10 +129,10 @@ def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
             ).exists()
             if not_responding and not undecided:
                 continue
-            if not not_responding and (running or finding.attribution == "unknown"):
+            if not not_responding and (running or finding.attribution == Attribution.UNKNOWN):
                 continue
         node_finding = dataclasses.replace(
-            finding, nodes=[node.name], detail={**finding.detail, "role": "cause"}
+            finding, nodes=[node.name], detail={**finding.detail, "role": SignatureRole.CAUSE}
         )
         created += record_anomalies(
             workload, attempt, [node_finding], now, scope=f"node:{node.name}"
@@ -221,7 +222,9 @@ def _hang_evidence_time(finding: Finding) -> Finding:
     at = finding.at
     if at is not None and silent > allowed:
         at = at - timedelta(seconds=silent - allowed)
-    return dataclasses.replace(finding, at=at, detail={**finding.detail, "role": "cause"})
+    return dataclasses.replace(
+        finding, at=at, detail={**finding.detail, "role": SignatureRole.CAUSE}
+    )
 
 
 def out_of_service(state: str) -> bool:

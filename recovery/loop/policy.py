@@ -23,13 +23,16 @@ from recovery.audit.record import record_event
 from recovery.choices import (
     OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
+    Attribution,
     AuditKind,
     Confirmation,
+    FailureCategory,
     RecommendationAction,
     RecommendationStatus,
     StragglerAction,
     WorkloadState,
 )
+from recovery.detection.signatures.base import SignatureRole
 from recovery.loop.confirmation import attempt_ending
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendation, Workload
 
@@ -37,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 # Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
 # failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
-AWAITING_CAUSE_ROLES = frozenset({"symptom", "wrapper"})
+AWAITING_CAUSE_ROLES = frozenset({SignatureRole.SYMPTOM, SignatureRole.WRAPPER})
 # A policy engine failure is retried on later polls this many times, then left to the watchdog.
 MAX_POLICY_TRIES = 5
 POLICY_RETRY_SECONDS = 30
@@ -46,7 +49,13 @@ DECISION_HORIZON = timedelta(hours=6)
 # Crashes nothing may act on: not yet seen to end the process, or seen not to.
 UNCONFIRMED = frozenset({Confirmation.SUSPECTED, Confirmation.SURVIVED, Confirmation.STALLED})
 # Categories that say the program itself is wrong: a restart repeats them.
-APPLICATION_FAULTS = frozenset({"app_exception", "cuda_error_app", "nan_divergence"})
+APPLICATION_FAULTS = frozenset(
+    {
+        FailureCategory.APP_EXCEPTION,
+        FailureCategory.CUDA_ERROR_APP,
+        FailureCategory.NAN_DIVERGENCE,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +129,7 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
     if (
         policy.stop_on_application_fault
         and anomaly.category in APPLICATION_FAULTS
-        and anomaly.attribution == "application"
+        and anomaly.attribution == Attribution.APPLICATION
     ):
         return Decision(RecommendationAction.STOP, reason=f"{what}: an application fault")
     if history.attempts >= policy.max_attempts:

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -246,16 +247,25 @@ class NodeDown:
     reason: str = ""
 
 
+class HookStatus(StrEnum):
+    """What became of a pushed scheduler event; the hook endpoints answer with the value."""
+
+    # Written to the audit trail now.
+    RECORDED = "recorded"
+    # The same event was recorded before.
+    DUPLICATE = "duplicate"
+    # Nothing to record (the reason says why).
+    IGNORED = "ignored"
+
+
 @dataclass(frozen=True)
 class HookOutcome:
-    """What became of a pushed scheduler event.
+    """What became of a pushed scheduler event, and why.
 
-    ``recorded``: written to the audit trail now. ``duplicate``: the same event was recorded
-    before. ``ignored``: nothing to record (the reason says why). In every case but a job that
-    is not opted in, a poll of the cluster is asked for.
+    In every case but a job that is not opted in, a poll of the cluster is asked for.
     """
 
-    status: str
+    status: HookStatus
     reason: str
     poll_requested: bool
     workload: Workload | None = None
@@ -270,11 +280,11 @@ def record_job_ended(
         # Perhaps a job too short for any poll to have seen: the poll will find it if it is ours.
         poll = request_poll(cluster, queue_poll)
         return HookOutcome(
-            "ignored", f"job {ended.job_id} is not known on cluster {cluster.name}", poll
+            HookStatus.IGNORED, f"job {ended.job_id} is not known on cluster {cluster.name}", poll
         )
     if not workload.opted_in:
         return HookOutcome(
-            "ignored", f"job {ended.job_id} is not opted in to recovery", False, workload
+            HookStatus.IGNORED, f"job {ended.job_id} is not opted in to recovery", False, workload
         )
     key = f"job_ended:{ended.job_id}:{ended.restart_count}:{ended.state}:{ended.exit_code}"
     payload: dict[str, Any] = {
@@ -294,7 +304,7 @@ def record_job_ended(
         seen = AuditEvent.objects.filter(workload=workload, kind=HOOK_EVENT_KIND, payload__key=key)
         if seen.exists():
             return HookOutcome(
-                "duplicate",
+                HookStatus.DUPLICATE,
                 "this job end was recorded before",
                 request_poll(cluster, queue_poll),
                 workload,
@@ -308,7 +318,7 @@ def record_job_ended(
             payload=payload,
         )
         poll = request_poll(cluster, queue_poll)
-    return HookOutcome("recorded", "job end recorded", poll, workload, event)
+    return HookOutcome(HookStatus.RECORDED, "job end recorded", poll, workload, event)
 
 
 def record_node_down(
@@ -317,7 +327,7 @@ def record_node_down(
     node = Node.objects.filter(cluster=cluster, name=down.node).first()
     if node is None:
         return HookOutcome(
-            "ignored",
+            HookStatus.IGNORED,
             f"node {down.node} is not known on cluster {cluster.name}",
             request_poll(cluster, queue_poll),
         )
@@ -332,7 +342,7 @@ def record_node_down(
         )
         if recent.exists():
             return HookOutcome(
-                "duplicate",
+                HookStatus.DUPLICATE,
                 "this node state was recorded lately",
                 request_poll(cluster, queue_poll),
             )
@@ -352,7 +362,7 @@ def record_node_down(
             },
         )
         poll = request_poll(cluster, queue_poll)
-    return HookOutcome("recorded", "node state recorded", poll, event=event)
+    return HookOutcome(HookStatus.RECORDED, "node state recorded", poll, event=event)
 
 
 def request_poll(cluster: Cluster, queue_poll: QueuePoll) -> bool:

@@ -240,7 +240,7 @@ def _counts(now: datetime) -> dict[int, ClusterCounts]:
         .values_list("workload__cluster_id", "n")
     )
     suspect = Q(suspect_since__isnull=False)
-    excluded = Q(excluded_until__gt=now)
+    excluded = Node.excluded_at(now)
     nodes = {
         row["cluster_id"]: (row["suspect"], row["excluded"])
         for row in Node.objects.filter(suspect | excluded)

@@ -222,17 +222,32 @@ def _exchange(request: _Request, wording: Wording, error: type[HttpError]) -> Re
     except httpx.TimeoutException:
         raise _timed_out(request, error) from None
     except httpx.ProtocolError as exc:
-        raise error(
-            wording.not_http_kind,
-            f"{request.where} did not answer in HTTP ({type(exc).__name__}): {wording.not_http}",
-            reason=f"{type(exc).__name__}: {exc}",
-        ) from None
+        raise _not_http(exc, request, wording, error) from None
+    except (httpx.ReadError, httpx.WriteError) as exc:
+        # A peer that accepted the connection and then reset it, before any HTTP answer, is a
+        # port that does not speak HTTP (an SSH daemon reading a request it does not understand
+        # resets once the request arrives in more than one segment), not a network failure.
+        if isinstance(_root_cause(exc), ConnectionResetError | BrokenPipeError):
+            raise _not_http(exc, request, wording, error) from None
+        raise _network_error(exc, request, wording, error) from None
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         raise error(
             ErrorKind.INVALID_URL, f"{request.where}: not a usable URL ({exc})", reason=str(exc)
         ) from None
     except (httpx.TransportError, OSError) as exc:
         raise _network_error(exc, request, wording, error) from None
+
+
+def _not_http(
+    exc: BaseException, request: _Request, wording: Wording, error: type[HttpError]
+) -> HttpError:
+    cause = _root_cause(exc)
+    named = type(exc).__name__
+    return error(
+        wording.not_http_kind,
+        f"{request.where} did not answer in HTTP ({named}): {wording.not_http}",
+        reason=f"{named}: {cause if cause is not exc else exc}",
+    )
 
 
 def _read_bounded(

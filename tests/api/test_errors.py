@@ -14,8 +14,8 @@ from django.urls import path
 from pytest_django.fixtures import Settings as SettingsWrapper
 from rest_framework.test import APIClient
 
-from api.resources.views import ClusterViewSet
 from recovery.models import ControllerToken
+from recovery.read.filters import ClusterFilterSet
 from tests.factories import ClusterFactory
 from workload_recovery.urls import urlpatterns as project_urlpatterns
 
@@ -153,7 +153,7 @@ def test_500_is_generic_json_and_logged(
     def broken(*args: Any) -> Any:
         raise RuntimeError(SECRET)
 
-    monkeypatch.setattr(ClusterViewSet, "apply_filters", staticmethod(broken))
+    monkeypatch.setattr(ClusterFilterSet, "filter_queryset", broken)
     with caplog.at_level(logging.ERROR, logger="api.errors"):
         response = as_user(viewer).get("/api/v1/clusters/")
     body = assert_error(response, 500, "server_error")

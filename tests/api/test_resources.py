@@ -225,6 +225,11 @@ def test_nodes_filter_by_cluster_health_suspect_and_exclusion(viewer: User) -> N
         lapsed.pk,
     }
     assert ids(client.get("/api/v1/nodes/", {"excluded": "true"})) == [excluded.pk]
+    # Never excluded (no date at all) and no longer excluded both count as "not excluded".
+    assert set(ids(client.get("/api/v1/nodes/", {"excluded": "false"}))) == {
+        suspect.pk,
+        lapsed.pk,
+    }
     body = client.get(f"/api/v1/nodes/{excluded.pk}/").json()
     assert (body["excluded"], body["suspect"], body["cluster_name"]) == (True, False, "lab")
 

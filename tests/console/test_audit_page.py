@@ -20,23 +20,22 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 
+from console.formatting import trail_query_params
+from recovery.audit import export as audit_export
 from recovery.audit import trail as audit_trail
+from recovery.audit.export import acsv_lines, csv_lines, csv_row, guard_cell
 from recovery.audit.trail import (
     AuditFilters,
     Cursor,
     InvalidCursor,
     WorkloadRef,
-    acsv_lines,
-    csv_lines,
-    csv_row,
     decode_cursor,
     encode_cursor,
     events_page,
-    guard_cell,
-    parse_filters,
 )
 from recovery.choices import AuditKind
 from recovery.models import AuditEvent, Cluster, Workload
+from recovery.read.filters import AuditTrailFilterSet
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory, WorkloadFactory
 
@@ -473,7 +472,7 @@ def test_a_filtered_page_reads_the_audit_table_alone_through_the_filters_index(
 ) -> None:
     """MariaDB left to itself walks (cluster, occurred_at) by its first column only and skips
     every newer row one by one; the page names the index, and joins nothing."""
-    filters = parse_filters(QueryDict("cluster=lab&actor=otto"), now=T0).filters
+    filters = AuditTrailFilterSet(QueryDict("cluster=lab&actor=otto"), now=T0).audit_filters()
     approved = trail["events"]["approved"]
     with CaptureQueriesContext(connection) as queries:
         page = events_page(filters, Cursor("older", approved.occurred_at, approved.pk + 1))
@@ -482,7 +481,7 @@ def test_a_filtered_page_reads_the_audit_table_alone_through_the_filters_index(
     assert "FORCE INDEX (`recovery_au_actor_b377f4_idx`, `recovery_au_cluster_829a6d_idx`)" in read
     assert "JOIN" not in read.upper()
     # Several kinds are left to the optimizer: the kind index would need a sort.
-    filters = parse_filters(QueryDict("kind=approved&kind=detected"), now=T0).filters
+    filters = AuditTrailFilterSet(QueryDict("kind=approved&kind=detected"), now=T0).audit_filters()
     with CaptureQueriesContext(connection) as queries:
         events_page(filters)
     assert not any("FORCE INDEX" in q["sql"] for q in queries.captured_queries)
@@ -668,7 +667,7 @@ def test_a_quick_range_export_names_the_range_it_covers(
     start, end = re.findall(r"(\d{8}T\d{6}Z)", response["Content-Disposition"])
     parse = lambda text: datetime.strptime(text, "%Y%m%dT%H%M%SZ")  # noqa: E731
     assert parse(end) - parse(start) == timedelta(hours=24)
-    assert read_csv(response) == [list(audit_trail.CSV_COLUMNS)]
+    assert read_csv(response) == [list(audit_export.CSV_COLUMNS)]
 
 
 @pytest.mark.parametrize(
@@ -703,7 +702,7 @@ def test_the_export_reads_in_bounded_batches(
     """GIVEN more events than one batch holds
     WHEN they are exported
     THEN each query reads at most one batch, and every event comes out once, newest first."""
-    monkeypatch.setattr(audit_trail, "CSV_BATCH_SIZE", 4)
+    monkeypatch.setattr(audit_export, "CSV_BATCH_SIZE", 4)
     client = logged_in(viewer)
     response = client.get(EXPORT)
     with CaptureQueriesContext(connection) as queries:
@@ -747,20 +746,21 @@ def test_csv_rows_format_times_in_utc_with_a_z() -> None:
     ]
 
 
-# ---------- parsing without HTTP ----------
+# ---------- the filters without HTTP ----------
 
 
-def test_parse_filters_reads_every_filter() -> None:
-    parsed = parse_filters(
+def test_the_filterset_reads_every_filter() -> None:
+    ClusterFactory(name="lab")
+    filterset = AuditTrailFilterSet(
         QueryDict(
             "cluster=lab&workload=lab:40001&kind=approved&kind=detected,stopped&actor=otto"
             "&from=2025-03-14T09:00&to=2025-03-14T10:00:30"
         ),
         now=T0,
-        known_clusters={"lab"},
     )
-    assert parsed.problems == []
-    assert parsed.filters == AuditFilters(
+    assert filterset.problems == []
+    filters = filterset.audit_filters()
+    assert filters == AuditFilters(
         cluster="lab",
         workload=WorkloadRef(cluster="lab", job_id="40001"),
         kinds=("detected", "approved", "stopped"),
@@ -768,7 +768,7 @@ def test_parse_filters_reads_every_filter() -> None:
         since=T0,
         until=datetime(2025, 3, 14, 10, 0, 30, tzinfo=UTC),
     )
-    assert parsed.filters.query_params() == [
+    assert trail_query_params(filters) == [
         ("cluster", "lab"),
         ("workload", "lab:40001"),
         ("kind", "detected"),
@@ -780,21 +780,21 @@ def test_parse_filters_reads_every_filter() -> None:
     ]
 
 
-def test_parse_filters_turns_a_quick_range_into_a_start() -> None:
-    parsed = parse_filters(QueryDict("range=7d"), now=T0)
-    assert parsed.filters.since == T0 - timedelta(days=7)
-    assert parsed.filters.until is None
-    assert parsed.filters.query_params() == [("range", "7d")]
+def test_the_filterset_turns_a_quick_range_into_a_start() -> None:
+    filters = AuditTrailFilterSet(QueryDict("range=7d"), now=T0).audit_filters()
+    assert filters.since == T0 - timedelta(days=7)
+    assert filters.until is None
+    assert trail_query_params(filters) == [("range", "7d")]
 
 
-def test_parse_filters_reports_without_raising() -> None:
-    parsed = parse_filters(
+def test_the_filterset_reports_without_raising() -> None:
+    filterset = AuditTrailFilterSet(
         QueryDict("workload=abc&kind=nope&from=2025-03-14T10:00&to=2025-03-14T09:00&range=2w"),
         now=T0,
     )
-    assert parsed.filters == AuditFilters()
-    assert parsed.invalid_fields == {"workload", "kind", "to", "range"}
-    assert parsed.form["workload"] == "abc"
+    assert filterset.audit_filters() == AuditFilters()
+    assert filterset.invalid_fields == {"workload", "kind", "to", "range"}
+    assert filterset.form["workload"].value() == "abc"
 
 
 def test_the_navigation_links_the_audit_trail(viewer: User) -> None:

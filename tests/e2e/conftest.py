@@ -7,7 +7,7 @@ others are skipped with that reason, to keep ``make test`` within its time on tw
 
 Every scenario records one row of figures in ``var/e2e/report.json`` (``WR_E2E_REPORT`` moves
 it), written at the end of the session and printed by ``tests/e2e/report.py``. The harness is
-in tests/e2e/harness.py.
+in tests/e2e/harness.py, its parts beside it (job, procs, slurm_view, loop, figures).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import HERE, REPORT, Harness, Report
+from tests.e2e.figures import REPORT, Report
+from tests.e2e.harness import Harness
+from tests.e2e.job import HERE
 from tests.slurm_fixtures import SlurmCluster
 
 SCENARIOS_2411 = os.environ.get("WR_E2E_2411_SCENARIOS", "1 2 4 8").replace(",", " ").split()

@@ -7,62 +7,49 @@ own Cluster row (its mode, its policies, its kernel-log folder) on the shared Sl
 its version, reached as the project reaches it (local commands for 22.05, SSH for 24.11);
 jobs of other scenarios and tests, still in Slurm's memory, fall under a record-only default
 policy so nothing acts on them.
+
+The parts, by topic: ``job`` (the training job and its files), ``procs`` (its processes, for
+faults), ``slurm_view`` (Slurm read directly, and the timeline), ``loop`` (the poller and
+controller threads) and ``figures`` (the report row's figures and the report).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from recovery.choices import (
-    AuditKind,
-    ClusterMode,
-    Confirmation,
-    RecommendationStatus,
-    WorkloadState,
-)
+from recovery.choices import AuditKind, ClusterMode, WorkloadState
 from recovery.controller.client import AdvisorClient
 from recovery.controller.controller import AdvisorController
-from recovery.loop.poll import adapter_for, poll_cluster
-from recovery.models import (
-    Anomaly,
-    AuditEvent,
-    Cluster,
-    ControllerToken,
-    Policy,
-    Recommendation,
-    Workload,
+from recovery.loop.poll import adapter_for
+from recovery.models import Anomaly, AuditEvent, Cluster, ControllerToken, Policy, Workload
+from tests.e2e.figures import Report, scenario_figures
+from tests.e2e.job import (
+    CKPT_EVERY,
+    JOB_SCRIPT,
+    NODES_PER_JOB,
+    PROGRAM,
+    STEP_SECONDS,
+    E2EJob,
+    Injection,
 )
-from tests.slurm_fixtures import REPO, SlurmCluster
+from tests.e2e.loop import Loop
+from tests.e2e.procs import Proc, all_procs, job_procs, read_proc
+from tests.e2e.slurm_view import Timeline, node_states, slurm
+from tests.slurm_fixtures import SlurmCluster
 
-HERE = Path(__file__).resolve().parent
-JOB_SCRIPT = HERE / "jobs" / "ddp_train.sh"
-PROGRAM = HERE / "jobs" / "ddp_train.py"
-REPORT = Path(os.environ.get("WR_E2E_REPORT", str(REPO / "var" / "e2e" / "report.json")))
-POLL_SECONDS = 1.0
-CONTROLLER_SECONDS = 0.5
-NODES_PER_JOB = 3
-STEP_SECONDS = 0.3
-CKPT_EVERY = 5
 # Slurm's job states after which the job does not run again unless someone requeues it.
 FINAL_JOB_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL"}
@@ -70,278 +57,8 @@ FINAL_JOB_STATES = frozenset(
 FINAL_WORKLOAD_STATES = frozenset(
     {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.CANCELLED, WorkloadState.STOPPED}
 )
-STEP = re.compile(r"\bstep: (\d+)\b")
 
 T = TypeVar("T")
-
-
-# ------------------------------------------------------------------------------------------
-# The report
-
-
-class Report:
-    """Rows of figures, one per scenario, written as JSON when the session ends."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        order = {row["scenario"]: i for i, row in enumerate(self.rows)}
-        rows = sorted(self.rows, key=lambda row: order[row["scenario"]])
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps(rows, indent=2, default=str) + "\n")
-        partial.replace(path)
-
-
-# ------------------------------------------------------------------------------------------
-# Processes of a job on this machine
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    comm: str
-    cmdline: str
-    env: dict[str, str]
-
-
-def read_proc(pid: int) -> Proc | None:
-    base = Path("/proc") / str(pid)
-    try:
-        stat = (base / "stat").read_text()
-        environ = (base / "environ").read_bytes()
-        cmdline = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return None  # gone, or not ours to read
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-    ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-    env = {}
-    for item in environ.split(b"\0"):
-        name, sep, value = item.decode(errors="replace").partition("=")
-        if sep:
-            env[name] = value
-    return Proc(pid, ppid, comm, cmdline, env)
-
-
-def all_procs() -> list[Proc]:
-    procs = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            proc = read_proc(int(entry.name))
-            if proc is not None:
-                procs.append(proc)
-    return procs
-
-
-def job_procs(job_id: str) -> list[Proc]:
-    """Every process of the job: the batch script, srun, the ranks (Slurm sets their env)."""
-    return [p for p in all_procs() if p.env.get("SLURM_JOB_ID") == job_id]
-
-
-def rank_procs(job_id: str) -> dict[int, Proc]:
-    return {
-        int(p.env["SLURM_PROCID"]): p
-        for p in job_procs(job_id)
-        if p.comm.startswith("python") and "ddp_train.py" in p.cmdline
-    }
-
-
-# ------------------------------------------------------------------------------------------
-# The loop under test
-
-
-def _watchdog() -> Callable[[], object] | None:
-    if importlib.util.find_spec("recovery.loop.watchdog") is None:
-        return None
-    return getattr(importlib.import_module("recovery.loop.watchdog"), "run_watchdog", None)
-
-
-class Loop:
-    """The poller (and watchdog) thread and, optionally, the Advisor Controller thread."""
-
-    def __init__(self, cluster: Cluster, controller: AdvisorController | None) -> None:
-        self.cluster_id = cluster.pk
-        self.controller = controller
-        self.errors: list[str] = []
-        self.outcomes: list[tuple[float, int, str]] = []
-        self.polls = 0
-        self.watchdog = _watchdog()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._poll, name="e2e-poller", daemon=True)]
-        if controller is not None:
-            self._threads.append(
-                threading.Thread(target=self._control, name="e2e-controller", daemon=True)
-            )
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
-
-    def _every(self, seconds: float, work: Callable[[], None]) -> None:
-        try:
-            while not self._stop.is_set():
-                began = time.monotonic()
-                try:
-                    work()
-                except Exception:
-                    # Kept and shown by the test: a loop that raises is a finding.
-                    self.errors.append(traceback.format_exc())
-                    close_old_connections()
-                self._stop.wait(max(0.0, seconds - (time.monotonic() - began)))
-        finally:
-            connection.close()
-
-    def _poll(self) -> None:
-        def once() -> None:
-            cluster = Cluster.objects.get(pk=self.cluster_id)
-            poll_cluster(cluster)
-            self.polls += 1
-            if self.watchdog is not None:
-                self.watchdog()
-
-        self._every(POLL_SECONDS, once)
-
-    def _control(self) -> None:
-        assert self.controller is not None
-        controller = self.controller
-
-        def once() -> None:
-            for recommendation_id, outcome in controller.run_once():
-                self.outcomes.append((time.time(), recommendation_id, outcome))
-
-        self._every(CONTROLLER_SECONDS, once)
-
-
-# ------------------------------------------------------------------------------------------
-# Slurm, read directly (the harness's own view, independent of the code under test)
-
-
-def slurm(
-    cluster: SlurmCluster, *args: str, timeout: float = 30, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return cluster.run(list(args), timeout=timeout, env=env)
-
-
-def job_fields(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
-    """``scontrol show job -o`` as a dict; the comment may hold spaces, so split on known keys."""
-    shown = slurm(cluster, "scontrol", "show", "job", "-o", job_id)
-    if shown.returncode != 0:
-        return {}
-    fields: dict[str, str] = {}
-    for match in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z:/]*)=(\S*)", shown.stdout):
-        fields.setdefault(match.group(1), match.group(2))
-    return fields
-
-
-def node_states(cluster: SlurmCluster) -> dict[str, str]:
-    listed = slurm(cluster, "sinfo", "-h", "-N", "-o", "%N %T")
-    states: dict[str, str] = {}
-    for line in listed.stdout.splitlines():
-        name, _, state = line.partition(" ")
-        states[name] = state.strip()
-    return states
-
-
-def expand_nodes(cluster: SlurmCluster, nodelist: str) -> list[str]:
-    if not nodelist or nodelist == "(null)":
-        return []
-    shown = slurm(cluster, "scontrol", "show", "hostnames", nodelist)
-    return shown.stdout.split()
-
-
-class Timeline:
-    """Changes of the job's and the nodes' states as Slurm reports them, with wall-clock times."""
-
-    def __init__(self, cluster: SlurmCluster, job_id: str, started: float) -> None:
-        self.cluster = cluster
-        self.job_id = job_id
-        self.started = started
-        self.entries: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="e2e-timeline", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def note(self, what: str) -> None:
-        self.entries.append({"t": round(time.time() - self.started, 2), "event": what})
-
-    def _watch(self) -> None:
-        last_job = ""
-        last_nodes: dict[str, str] = {}
-        while not self._stop.is_set():
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                fields = job_fields(self.cluster, self.job_id)
-                job = " ".join(
-                    f"{key}={fields.get(key, '')}"
-                    for key in ("JobState", "Reason", "Restarts", "NodeList", "ExcNodeList")
-                )
-                if job != last_job:
-                    self.note(f"job {job}")
-                    last_job = job
-                nodes = node_states(self.cluster)
-                if not last_nodes:
-                    self.note("nodes " + " ".join(f"{n}={s}" for n, s in sorted(nodes.items())))
-                    last_nodes = dict(nodes)
-                for name, state in sorted(nodes.items()):
-                    if last_nodes.get(name) != state:
-                        self.note(f"node {name} {state}")
-                        last_nodes[name] = state
-            self._stop.wait(0.5)
-
-
-# ------------------------------------------------------------------------------------------
-# A scenario's job
-
-
-@dataclass
-class E2EJob:
-    job_id: str
-    workdir: Path
-    output: Path
-    ckpt_dir: Path
-    control: Path
-    cluster: SlurmCluster
-
-    def log(self) -> str:
-        try:
-            return self.output.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def last_step(self) -> int:
-        """The highest step any rank has printed so far."""
-        return max((int(m.group(1)) for m in STEP.finditer(self.log())), default=0)
-
-    def set_faults(self, **faults: Any) -> None:
-        partial = self.control.with_suffix(".tmp")
-        partial.write_text(json.dumps(faults))
-        partial.replace(self.control)  # the program never reads half a file
-
-    def slurm_state(self) -> dict[str, str]:
-        return job_fields(self.cluster, self.job_id)
-
-    def ranks(self) -> dict[int, Proc]:
-        return rank_procs(self.job_id)
-
-
-@dataclass
-class Injection:
-    at: datetime
-    attempt: int
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 class Harness:
@@ -645,131 +362,8 @@ class Harness:
     # ------------------------------------------------------------------ figures
 
     def figures(self, job: E2EJob, *, anomaly_kind: str | None = None) -> dict[str, Any]:
-        """The report row's figures, from the audit trail and the anomaly rows.
-
-        A crash read from a log is only a suspect until the process is seen to end, so two
-        latencies are kept: ``suspect_latency_s``, from the injection to the first anomaly of
-        any kind, and ``detection_latency_s``, to the moment the loop had an anomaly it may act
-        on (of ``anomaly_kind`` when given): a confirmed one when it was confirmed, one that needs
-        no confirmation (a hang, a straggler) when it was recorded. ``action_latency_s`` runs
-        from that moment to the first scheduler action.
-        """
-        workload = self.workload(job)
-        injection = self.injection
-        if workload is None or injection is None:
-            return {}
-        # A poll that began just before the injection may record what the fault printed.
-        since = injection.at - timedelta(seconds=2 * POLL_SECONDS)
-        recent = Anomaly.objects.filter(workload=workload, detected_at__gte=since)
-        anomalies = recent.filter(kind=anomaly_kind) if anomaly_kind else recent
-        suspect = recent.order_by("detected_at", "pk").first()
-        first = anomalies.order_by("detected_at", "pk").first()
-        actionable = min(
-            (at for at in map(actionable_at, anomalies) if at is not None), default=None
-        )
-        events = AuditEvent.objects.filter(workload=workload).order_by("occurred_at", "pk")
-        actions = list(events.filter(kind=AuditKind.SCHEDULER_ACTION))
-        checkpoint = (
-            events.filter(kind=AuditKind.CHECKPOINT_SAVED, attempt__gt=injection.attempt)
-            .order_by("occurred_at", "pk")
-            .first()
-        )
-        recommendations = list(
-            Recommendation.objects.filter(workload=workload).order_by("created_at", "pk")
-        )
-        acted = [
-            r
-            for r in recommendations
-            if r.status in {RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED}
-        ]
-        basis = next((r.anomaly for r in acted if r.anomaly is not None), None) or next(
-            (r.anomaly for r in recommendations if r.anomaly is not None), None
-        )
-        action_after = [a for a in actions if actionable is not None and a.occurred_at >= since]
-        per_recommendation: dict[Any, int] = {}
-        for action in actions:
-            key = action.payload.get("recommendation")
-            per_recommendation[key] = per_recommendation.get(key, 0) + 1
-
-        def after_injection(at: datetime | None) -> float | None:
-            if at is None:
-                return None
-            return round(max(0.0, (at - injection.at).total_seconds()), 2)
-
-        figures: dict[str, Any] = {
-            "suspect_latency_s": after_injection(suspect.detected_at if suspect else None),
-            "detection_latency_s": after_injection(actionable),
-            "action_latency_s": None
-            if actionable is None or not action_after
-            else round((action_after[0].occurred_at - actionable).total_seconds(), 2),
-            "time_to_new_checkpoint_s": None
-            if checkpoint is None
-            else round((checkpoint.occurred_at - injection.at).total_seconds(), 2),
-            "attribution": (basis or first).attribution if (basis or first) else None,
-            "acted_on": None
-            if basis is None
-            else {"kind": basis.kind, "confirmation": basis.confirmation},
-            "scheduler_actions": len(actions),
-            "duplicate_actions": sum(n - 1 for n in per_recommendation.values()),
-        }
-        node = injection.detail.get("node")
-        if node:
-            implicating = next(
-                (a for a in anomalies.order_by("detected_at", "pk") if node in a.implicated_nodes),
-                None,
-            )
-            figures["node_implicated_after_s"] = (
-                None
-                if implicating is None
-                else round((implicating.detected_at - injection.at).total_seconds(), 2)
-            )
-        figures["details"] = {
-            "fault": injection.detail,
-            "anomalies": [
-                {
-                    "kind": a.kind,
-                    "category": a.category,
-                    "attribution": a.attribution,
-                    "signature": a.signature,
-                    "nodes": a.implicated_nodes,
-                    "ranks": a.implicated_ranks,
-                    "attempt": a.attempt.number if a.attempt else None,
-                    "after_injection_s": round((a.detected_at - injection.at).total_seconds(), 2),
-                    "confirmation": a.confirmation,
-                    "confirmed_after_s": None
-                    if a.confirmation_at is None
-                    else round((a.confirmation_at - injection.at).total_seconds(), 2),
-                    "confirmation_reason": a.confirmation_reason[:200],
-                    "evidence": a.evidence_line[:200],
-                }
-                for a in Anomaly.objects.filter(workload=workload).order_by("detected_at", "pk")
-            ],
-            "recommendations": [
-                {
-                    "id": r.pk,
-                    "action": r.action,
-                    "status": r.status,
-                    "excluded_nodes": r.excluded_nodes,
-                    "reason": r.reason[:300],
-                    "anomaly": r.anomaly_id,
-                }
-                for r in recommendations
-            ],
-            "events": [
-                {
-                    "t": round((e.occurred_at - injection.at).total_seconds(), 2),
-                    "attempt": e.attempt,
-                    "kind": e.kind,
-                    "actor": e.actor,
-                    "summary": _summary(e),
-                }
-                for e in events
-                if e.kind not in {AuditKind.CHECKPOINT_SAVED}
-                or e.attempt is None
-                or e.attempt > injection.attempt
-            ][:80],
-        }
-        return figures
+        """The report row's figures of ``job``: see ``scenario_figures``."""
+        return scenario_figures(self.workload(job), self.injection, anomaly_kind=anomaly_kind)
 
     def record(self, **extra: Any) -> None:
         self.row.update(extra)
@@ -809,23 +403,3 @@ class Harness:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGCONT)
             slurm(self.slurm, "scancel", job.job_id)
-
-
-def actionable_at(anomaly: Anomaly) -> datetime | None:
-    """When the loop could act on ``anomaly``: a crash once it was confirmed (never while only
-    suspected, nor when it was survived or stalled), an anomaly that needs no confirmation (a
-    hang, a straggler) once recorded."""
-    if anomaly.confirmation == Confirmation.CONFIRMED:
-        return anomaly.confirmation_at or anomaly.detected_at
-    if not anomaly.confirmation:
-        return anomaly.detected_at
-    return None
-
-
-def _summary(event: AuditEvent) -> str:
-    payload = event.payload or {}
-    if event.kind == AuditKind.SCHEDULER_ACTION:
-        commands = " ; ".join(" ".join(c.get("argv", [])[:3]) for c in payload.get("commands", []))
-        return f"{payload.get('action')} {payload.get('excluded_nodes')}: {commands}"
-    keys = ("to", "category", "attribution", "nodes", "action", "excluded_nodes", "step", "reason")
-    return ", ".join(f"{k}={payload[k]}" for k in keys if k in payload)[:300]

@@ -30,7 +30,9 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.models import Anomaly, AuditEvent, Node, Policy, Recommendation
-from tests.e2e.harness import E2EJob, Harness, expand_nodes
+from tests.e2e.harness import Harness
+from tests.e2e.job import E2EJob
+from tests.e2e.slurm_view import expand_nodes
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -10,10 +10,9 @@ import pytest
 
 from recovery.sources.schedulers import optin
 from recovery.sources.schedulers.optin import (
-    ACT,
     MAX_COMMENT_LENGTH,
-    OBSERVE,
     OptIn,
+    OptInMode,
     parse_job_comment,
 )
 
@@ -43,7 +42,7 @@ def test_it_reads_the_lab_example() -> None:
     assert result == OptIn(
         opted_in=True,
         environment="prod",
-        mode=OBSERVE,
+        mode=OptInMode.OBSERVE,
         settings={"environment": "prod", "mode": "observe"},
     )
     assert result.reason == ""
@@ -53,14 +52,14 @@ def test_it_reads_act_mode() -> None:
     result = parse_job_comment(comment({"nvidia-recovery": {"environment": "prod", "mode": "act"}}))
 
     assert result.opted_in
-    assert result.mode == ACT
+    assert result.mode == OptInMode.ACT
 
 
 def test_it_observes_when_the_mode_is_missing() -> None:
     result = parse_job_comment(comment({"nvidia-recovery": {"environment": "staging"}}))
 
     assert result.opted_in
-    assert result.mode == OBSERVE
+    assert result.mode == OptInMode.OBSERVE
     assert result.environment == "staging"
 
 
@@ -68,7 +67,7 @@ def test_it_accepts_the_short_recovery_key() -> None:
     result = parse_job_comment(comment({"recovery": {"environment": "dev", "mode": "act"}}))
 
     assert result.opted_in
-    assert (result.environment, result.mode) == ("dev", ACT)
+    assert (result.environment, result.mode) == ("dev", OptInMode.ACT)
 
 
 def test_it_prefers_the_nvidia_recovery_key_when_both_are_there() -> None:
@@ -79,7 +78,7 @@ def test_it_prefers_the_nvidia_recovery_key_when_both_are_there() -> None:
 
     result = parse_job_comment(comment(both))
 
-    assert (result.environment, result.mode) == ("prod", OBSERVE)
+    assert (result.environment, result.mode) == ("prod", OptInMode.OBSERVE)
 
 
 def test_it_does_not_fall_back_to_recovery_when_nvidia_recovery_is_bad() -> None:
@@ -122,7 +121,7 @@ def test_it_tolerates_quotes_and_whitespace_slurm_leaves_around_the_comment(text
 def test_it_accepts_json_with_spaces_inside() -> None:
     text = '{ "nvidia-recovery" : { "environment" : "prod" , "mode" : "act" } }'
 
-    assert parse_job_comment(text).mode == ACT
+    assert parse_job_comment(text).mode == OptInMode.ACT
 
 
 @pytest.mark.parametrize(
@@ -312,7 +311,7 @@ def test_an_opt_in_is_immutable_and_hashable() -> None:
     result = parse_job_comment(LAB_COMMENT)
 
     with pytest.raises(AttributeError):
-        result.mode = ACT  # type: ignore[misc]
+        result.mode = OptInMode.ACT  # type: ignore[misc]
     assert hash(result) == hash(parse_job_comment(LAB_COMMENT))
 
 
@@ -329,7 +328,7 @@ def test_changing_the_settings_does_not_change_a_later_parse() -> None:
 def assert_well_formed(result: OptIn) -> None:
     assert isinstance(result, OptIn)
     if result.opted_in:
-        assert result.mode in (OBSERVE, ACT)
+        assert result.mode in (OptInMode.OBSERVE, OptInMode.ACT)
         assert isinstance(result.environment, str)
         assert result.reason == ""
     else:

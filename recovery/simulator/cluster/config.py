@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recovery.simulator import logtext
+from recovery.sources.schedulers.optin import OptInMode
 
 STATE_VERSION = 1
 # A failure's text spans the seconds before the attempt ends (first error to srun's last word).
@@ -47,7 +48,7 @@ class SimConfig:
     requeue_delay_seconds: float = 6.0
     faults_per_job_hour: float = 2.0
     environment: str = "demo"
-    mode: str = "act"
+    mode: str = OptInMode.ACT
     node_prefix: str = "gpu-"
     partitions: tuple[str, ...] = ("batch",)
     nodes_per_job: tuple[int, int] = (2, 4)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from recovery.detection.findings import CRASH, Finding
+from recovery.detection.findings import CRASH, Finding, FindingSource
 from recovery.detection.signals import (
     ECC_DBE_METRIC,
     GPU_UTIL_METRIC,
@@ -27,6 +27,7 @@ from recovery.detection.signals import (
     MetricSample,
     findings_from_gpu_metrics,
 )
+from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 from recovery.sources.metrics.base import MetricSource
 from recovery.sources.metrics.prometheus import LABEL_NAME, promql_string
 
@@ -400,12 +401,12 @@ def _nvlink_findings(
         findings.append(
             Finding(
                 kind=CRASH,
-                category="interconnect",
-                attribution="hardware",
-                severity="warning",
+                category=FailureCategory.INTERCONNECT,
+                attribution=Attribution.HARDWARE,
+                severity=Severity.WARNING,
                 signature="nvlink-errors-increase",
                 evidence=f"{node} GPU {gpu}: {total:g} new NVLink errors ({parts})",
-                source="metrics",
+                source=FindingSource.METRICS,
                 count=int(total),
                 nodes=[node],
                 at=first,
@@ -432,12 +433,12 @@ def _sbe_findings(rises: Mapping[GpuKey, tuple[float, datetime]], allowed: float
         findings.append(
             Finding(
                 kind=CRASH,
-                category="gpu_hardware",
-                attribution="hardware",
-                severity="warning",
+                category=FailureCategory.GPU_HARDWARE,
+                attribution=Attribution.HARDWARE,
+                severity=Severity.WARNING,
                 signature="ecc-sbe-increase",
                 evidence=f"{node} GPU {gpu}: {total:g} new corrected (single-bit) ECC errors",
-                source="metrics",
+                source=FindingSource.METRICS,
                 count=int(total),
                 nodes=[node],
                 at=first,

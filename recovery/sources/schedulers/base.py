@@ -11,6 +11,7 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 from recovery.sources.schedulers.optin import OptIn
@@ -43,6 +44,21 @@ class CommandResult:
         output = (self.stderr or self.stdout).strip().splitlines()
         said = output[-1][:300] if output else "no output"
         return f"`{' '.join(self.argv)}` exited {self.returncode}: {said}"
+
+
+class Connection(StrEnum):
+    """How a cluster's scheduler is reached: a cluster's ``connection``, the registry's key.
+
+    The one definition of these values: ``recovery.choices.Connection`` wraps it for the models
+    and forms. Stored with every cluster: the values must not change.
+    """
+
+    # Slurm's commands run on this host.
+    LOCAL = "local"
+    # Slurm's commands run on a login node over SSH.
+    SSH = "ssh"
+    # A simulation stands in for the scheduler (or a recorded demo history, never polled).
+    SIMULATED = "simulated"
 
 
 class Transport(Protocol):

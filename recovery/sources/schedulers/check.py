@@ -13,6 +13,7 @@ from recovery.models import Cluster
 from recovery.models.cluster import scheduler_cluster_name
 from recovery.sources.schedulers.base import (
     ACTIONABLE_FIELDS,
+    Connection,
     JobInfo,
     NodeInfo,
     SchedulerAdapter,
@@ -54,12 +55,12 @@ def connection_description(cluster: Cluster) -> str:
     """How the scheduler is reached, in words (never the key's contents)."""
     settings = cluster.connection_settings or {}
     conf = f" with SLURM_CONF={settings['slurm_conf']}" if settings.get("slurm_conf") else ""
-    if cluster.connection == "ssh":
+    if cluster.connection == Connection.SSH:
         where = (
             f"{settings.get('user', '?')}@{settings.get('host', '?')}:{settings.get('port', 22)}"
         )
         return f"SSH to {where}, host key checked against {settings.get('known_hosts', '?')}{conf}"
-    if cluster.connection == "local":
+    if cluster.connection == Connection.LOCAL:
         return f"commands run on this host{conf}"
     return f"{cluster.connection} connection"
 

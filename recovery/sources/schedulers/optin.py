@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from recovery.sources.schedulers.validation import name_problem, shown
 
-OBSERVE = "observe"
-ACT = "act"
-MODES = (OBSERVE, ACT)
+
+class OptInMode(StrEnum):
+    """The ``mode`` a job's opt-in asks for.
+
+    The one definition of these values: ``recovery.choices.OptInMode`` wraps it for the models
+    and forms. Declared here, Django-free, because the Advisor Controller reads opt-ins on login
+    nodes. The values are what users write in their job comments: they must not change.
+    """
+
+    OBSERVE = "observe"
+    ACT = "act"
+
 
 # The first key present wins, so a job carrying both is read by its specific key.
 COMMENT_KEYS = ("nvidia-recovery", "recovery")
@@ -36,7 +46,7 @@ class OptIn:
 
     opted_in: bool
     environment: str = ""
-    mode: str = OBSERVE
+    mode: OptInMode = OptInMode.OBSERVE
     # The raw object under the key, unknown keys included; excluded from hashing as it is a dict.
     settings: dict[str, Any] = field(default_factory=dict, hash=False)
     reason: str = ""
@@ -110,9 +120,11 @@ def parse_job_comment(comment: str | None) -> OptIn:
     if not isinstance(settings, dict):
         return _not_opted_in(f"'{keys[0]}' must be an object, got {_json_type(settings)}")
 
-    mode = settings.get("mode", OBSERVE)
-    if not isinstance(mode, str) or mode not in MODES:
-        return _not_opted_in(f"mode must be {OBSERVE} or {ACT}, got {shown(mode)}")
+    mode = settings.get("mode", OptInMode.OBSERVE)
+    if not isinstance(mode, str) or mode not in tuple(OptInMode):
+        return _not_opted_in(
+            f"mode must be {OptInMode.OBSERVE} or {OptInMode.ACT}, got {shown(mode)}"
+        )
     # Without an environment the job takes its cluster's (and that environment's policies).
     environment = settings.get("environment", "")
     if not isinstance(environment, str):
@@ -120,4 +132,6 @@ def parse_job_comment(comment: str | None) -> OptIn:
     problem = name_problem(environment, max_length=MAX_ENVIRONMENT_LENGTH) if environment else None
     if problem is not None:
         return _not_opted_in(f"environment {shown(environment)} {problem}")
-    return OptIn(opted_in=True, environment=environment, mode=mode, settings=dict(settings))
+    return OptIn(
+        opted_in=True, environment=environment, mode=OptInMode(mode), settings=dict(settings)
+    )

@@ -1,6 +1,6 @@
 """Scheduler adapters by connection kind: how a cluster's settings become a ``SchedulerAdapter``.
 
-``ADAPTERS`` maps a kind (a cluster's ``connection``: "local", "ssh", "simulated") to a builder
+``ADAPTERS`` maps a kind (a cluster's ``connection``, a ``Connection`` member) to a builder
 that takes the cluster's plain ``connection_settings`` dict; ``build_adapter`` calls it. Pure
 Python: the Advisor Controller uses this on login nodes without Django, so nothing here imports
 Django or a model at module level (the simulator's builder imports what it needs when called).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
+from recovery.sources.schedulers.base import Connection, SchedulerAdapter, SchedulerError
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
 
@@ -26,10 +26,11 @@ class NotPolled(SchedulerError):
     """No scheduler stands behind these settings (a recorded demo history, say)."""
 
 
+# Keyed by ``Connection`` members; looked up with the plain string a cluster row holds.
 ADAPTERS: dict[str, AdapterBuilder] = {}
 
 
-def register(kind: str) -> Callable[[AdapterBuilder], AdapterBuilder]:
+def register(kind: Connection) -> Callable[[AdapterBuilder], AdapterBuilder]:
     """Make the decorated builder the one for ``kind``."""
 
     def add(builder: AdapterBuilder) -> AdapterBuilder:
@@ -61,13 +62,13 @@ def slurm_env(settings: Mapping[str, Any]) -> dict[str, str]:
     return {"SLURM_CONF": str(settings["slurm_conf"])} if settings.get("slurm_conf") else {}
 
 
-@register("local")
+@register(Connection.LOCAL)
 def local_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
     """Slurm's commands run on this host."""
     return SlurmAdapter(LocalTransport(env=slurm_env(settings)))
 
 
-@register("ssh")
+@register(Connection.SSH)
 def ssh_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
     """Slurm's commands run on a login node over SSH."""
     try:
@@ -84,11 +85,11 @@ def ssh_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
     return SlurmAdapter(transport)
 
 
-@register("simulated")
+@register(Connection.SIMULATED)
 def simulated(settings: Mapping[str, Any]) -> SchedulerAdapter:
     """A running simulation, shared through Redis; none behind a recorded demo history."""
     if "simulator" not in settings:
-        raise NotPolled("simulated")
+        raise NotPolled(Connection.SIMULATED)
     from django.conf import settings as django_settings
 
     from recovery.simulator.adapter import SimulatedAdapter

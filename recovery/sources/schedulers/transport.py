@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from recovery.sources.schedulers.base import CommandResult, SchedulerError
+from recovery.sources.schedulers.base import CommandResult, Connection, SchedulerError
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
@@ -21,7 +21,7 @@ MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 class LocalTransport:
     """Runs commands as subprocesses of this process (a login or controller node)."""
 
-    name = "local"
+    name: str = Connection.LOCAL
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self._env = {**os.environ, **(env or {})}
@@ -77,7 +77,7 @@ class SSHTransport:
     (``scontrol requeue`` must not run twice).
     """
 
-    name = "ssh"
+    name: str = Connection.SSH
     ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
     READ_CHUNK = 64 * 1024
     SFTP_TIMEOUT = 30.0

@@ -1,0 +1,204 @@
+"""What ``make bench-scale`` prints: the per-step tables, one poll taken apart, the verdict.
+
+The verdict names the largest step within the latency targets and what saturates first; the
+scaling-out notes follow it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bench.scaling.steps import (
+    MIN_SAMPLES,
+    TARGET_MEDIAN_S,
+    TARGET_P95_S,
+    Step,
+    StepResult,
+    median,
+    percentile,
+    seconds,
+)
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    return " ".join(f"{role.split()[0]} {value:.0f}%" for role, value in cpu.items())
+
+
+def print_table(results: list[StepResult], poll_seconds: int) -> None:
+    print()
+    header = (
+        f"{'jobs':>5} {'nodes':>5} {'run':>4} {'written':>8} {'ingested':>8} {'backlog':>8} "
+        f"{'poll s':>11} {'polls':>13} {'lag s':>10} {'LLEN':>7} {'sim lag':>8} "
+        f"{'latency s':>11} {'n':>4} {'db q/s':>7}"
+    )
+    print(header)
+    print(
+        f"{'':>5} {'':>5} {'jobs':>4} {'lines/s':>8} {'lines/s':>8} {'lines':>8} "
+        f"{'med/p95':>11} {'ok/skip/exp':>13} {'med/max':>10} {'med/max':>7} {'med s':>8} "
+        f"{'med/p95':>11} {'':>4} {'':>7}"
+    )
+    for r in results:
+        runtimes = r.poll_runtimes
+        lags = r.queue_lags
+        poll = f"{median(runtimes):.1f}/{percentile(runtimes, 95):.1f}" if runtimes else "-"
+        lag = f"{median(lags):.1f}/{max(lags):.1f}" if lags else "-"
+        llen = f"{median(r.queue_lengths):.0f}/{max(r.queue_lengths)}" if r.queue_lengths else "-"
+        lat = (
+            f"{seconds(median(r.latencies))}/{seconds(percentile(r.latencies, 95))}"
+            if r.latencies
+            else "-"
+        )
+        print(
+            f"{r.step.jobs:>5} {r.step.nodes:>5} {r.jobs_running:>4.0f} {r.written_lines_s:>8,.0f} "
+            f"{r.ingested_lines_s:>8,.0f} {r.backlog_lines:>8,} {poll:>11} "
+            f"{f'{r.polls_done}/{r.polls_skipped}/{r.polls_expired}':>13} {lag:>10} {llen:>7} "
+            f"{median(r.sim_lags):>8.1f} {lat:>11} {len(r.latencies):>4} {r.db_queries_s:>7,.0f}"
+        )
+    print(
+        f"(poll every {poll_seconds} s; 'polls' ok/skipped by the cluster's poll lock/expired "
+        "in the queue; latency: crashes whose evidence is a log line, evidence → 'detected' audit event)"
+    )
+    print()
+    print(f"{'jobs':>5} {'nodes':>5}  CPU % of one core over the window, and other figures")
+    for r in results:
+        anomalies = ", ".join(f"{count} {label}" for label, count in sorted(r.anomalies.items()))
+        print(
+            f"{r.step.jobs:>5} {r.step.nodes:>5}  {cpu_text(r.cpu)}; machine {r.machine_busy:.0f}% "
+            f"of {100 * (os.cpu_count() or 1)}%"
+        )
+        print(
+            f"{'':>13}ingest {r.ingested_mb_s:.2f} MB/s; sim state {r.state_kb:,.0f} KB; "
+            f"anomalies: {anomalies or 'none'}; {r.undetected_note}"
+        )
+        if r.stamp_early:
+            print(
+                f"{'':>13}Anomaly.detected_at is {median(r.stamp_early):.1f} s (median; max "
+                f"{max(r.stamp_early):.1f} s) earlier than the detection was recorded"
+            )
+
+
+def print_profile(step: Step, runs: list[dict[str, tuple[float, int]]], top: str) -> None:
+    print()
+    print(f"One poll taken apart: {step.jobs} jobs on {step.nodes} nodes, in this process")
+    labels = [label for label in runs[0] if label not in {"total", "summary"}]
+    timed = runs[:-1] or runs
+    total = median([run["total"][0] for run in timed])
+    print(f"{'phase':<44}{'median s':>9}{'share':>7}{'queries':>9}{'ms/query':>9}")
+    for label in sorted(labels, key=lambda name: -median([run[name][0] for run in timed])):
+        spent = median([run[label][0] for run in timed])
+        queries = median([run[label][1] for run in timed])
+        per_query = f"{spent / queries * 1000:.2f}" if queries else ""
+        print(f"{label:<44}{spent:>9.2f}{spent / total:>7.0%}{queries:>9,.0f}{per_query:>9}")
+    queries = median([run["total"][1] for run in timed])
+    log_bytes = median([run["summary"][0] for run in timed])
+    print(
+        f"{'whole poll':<44}{total:>9.2f}{1:>7.0%}{queries:>9,.0f}   "
+        f"({log_bytes / 1e3:,.0f} KB of new output, {step.nodes:,} nodes, "
+        f"{median([run['summary'][1] for run in timed]):.0f} jobs)"
+    )
+    print("\ncProfile of one more poll (top by own time):")
+    lines = [line for line in top.splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+    for line in lines[start:]:
+        print("  " + line.strip()[:150])
+
+
+def verdict(
+    results: list[StepResult],
+    reference: dict[str, float] | None,
+    profiles: list[tuple[Step, list[dict[str, tuple[float, int]]], str]],
+    poll_seconds: int,
+) -> None:
+    print()
+    passing = [r for r in results if r.passed]
+    if passing:
+        best = max(passing, key=lambda r: (r.ingested_lines_s, r.step.jobs))
+        print(
+            f"Sustained: {best.step.jobs} jobs on {best.step.nodes} nodes, "
+            f"{best.ingested_lines_s:,.0f} log lines/s ingested, detection latency median "
+            f"{seconds(median(best.latencies))} s / p95 "
+            f"{seconds(percentile(best.latencies, 95))} s "
+            f"(targets < {TARGET_MEDIAN_S:g} s / < {TARGET_P95_S:g} s, "
+            f"{len(best.latencies)} crashes)."
+        )
+    else:
+        print(
+            f"No step kept the detection latency within median < {TARGET_MEDIAN_S:g} s and "
+            f"p95 < {TARGET_P95_S:g} s."
+        )
+    for r in results:
+        state = "within" if r.passed else "MISSES"
+        why = []
+        if r.poll_runtimes and median(r.poll_runtimes) >= poll_seconds:
+            why.append(
+                f"a poll takes {median(r.poll_runtimes):.1f} s, "
+                f"{median(r.poll_runtimes) / poll_seconds:.1f}x the {poll_seconds} s interval"
+            )
+        if r.polls_sent and (r.polls_skipped + r.polls_expired) / r.polls_sent > 0.3:
+            why.append(
+                f"{r.polls_skipped + r.polls_expired} of {r.polls_sent} polls skipped or expired"
+            )
+        if r.written_lines_s and r.ingested_lines_s < 0.9 * r.written_lines_s:
+            why.append(
+                f"ingests {r.ingested_lines_s / r.written_lines_s:.0%} of the lines written "
+                f"({r.backlog_lines:,} lines behind at the end)"
+            )
+        if r.sim_lags and median(r.sim_lags) > 2.5:
+            why.append(f"the simulator's clock lags {median(r.sim_lags):.1f} s")
+        if r.queue_lags and median(r.queue_lags) > poll_seconds:
+            why.append(f"polls wait {median(r.queue_lags):.1f} s in the queue")
+        if r.cpu.get("mariadb", 0) > 80:
+            why.append(f"MariaDB uses {r.cpu['mariadb']:.0f}% of a core")
+        if r.missed:
+            why.append(f"{r.missed} crashes never read before the drain ended")
+        if len(r.latencies) < MIN_SAMPLES:
+            why.append(f"only {len(r.latencies)} crashes measured")
+        print(
+            f"  {r.step.jobs:>5} jobs / {r.step.nodes:>5} nodes: {state} targets"
+            + (f" - {'; '.join(why)}" if why else "")
+        )
+    if reference is not None and results:
+        print()
+        print(
+            f"Reference, the detector alone on one core, on the largest step's logs "
+            f"({reference['files']:.0f} files, {reference['mb']:.1f} MB, {reference['lines']:,.0f} "
+            f"lines): {reference['whole_lines_s']:,.0f} lines/s ({reference['whole_mb_s']:.1f} "
+            f"MB/s) as one stream; {reference['per_file_lines_s']:,.0f} lines/s scanning file by "
+            f"file as ingestion does ({reference['per_file_ms']:.1f} ms per file)."
+        )
+        for r in results:
+            print(
+                f"  {r.step.jobs:>5} jobs / {r.step.nodes:>5} nodes: the system ingests "
+                f"{r.ingested_lines_s:,.0f} lines/s = {r.ingested_lines_s / reference['whole_lines_s']:.3f}x "
+                f"the detector alone"
+            )
+    for profile_step, profile_runs, _ in profiles:
+        timed = profile_runs[:-1] or profile_runs
+        total = median([run["total"][0] for run in timed])
+        nodes = median([run.get("sync nodes", (0.0, 0))[0] for run in timed])
+        jobs_part = total - nodes
+        jobs = profile_step.jobs
+        per_node = nodes / profile_step.nodes
+        per_job = jobs_part / max(1, jobs)
+        print()
+        print(
+            f"Where a poll's time goes at {jobs} jobs / {profile_step.nodes} nodes: "
+            f"{nodes:.2f} s syncing nodes ({per_node * 1000:.2f} ms a node, every poll, changed "
+            f"or not) and {jobs_part:.2f} s for the jobs ({per_job * 1000:.1f} ms a job: sync, "
+            f"log ingestion, monitors; it grows with the stored progress samples). One "
+            f"cluster's poll runs serially (its Redis poll lock), so this whole time is added "
+            f"to a detection once the poll is longer than the {poll_seconds} s interval."
+        )
+
+
+def scale_out_notes(results: list[StepResult], poll_seconds: int) -> None:
+    print()
+    print(
+        "Scaling out: poll_cluster holds a per-cluster Redis lock, so one cluster's poll never "
+        "runs on two workers at once - more workers or a higher concurrency raise the number of "
+        "clusters polled in parallel (one core each on this machine), not the size of the "
+        "cluster one poll covers; extra polls of the same cluster come back 'skipped'. A "
+        "cluster larger than one poll can cover needs its poll split: node sync as one task, "
+        "and log ingestion + monitors partitioned by workload onto their own queue (routing "
+        "key per cluster or per workload hash), which the workers then run in parallel."
+    )
