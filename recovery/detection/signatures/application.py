@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of the training program itself: losses that turn NaN or diverge, loss-scale
 collapse, and Python exceptions and tracebacks.
 """

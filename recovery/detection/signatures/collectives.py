@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of the collective layer: NCCL errors and warnings, collective and rendezvous
 timeouts, and c10d or gloo losing a peer.
 

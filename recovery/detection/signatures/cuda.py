@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of CUDA errors the application meets: device-side asserts, kernel errors, driver and
 library mismatches, GPUs that are busy or missing, and running out of GPU memory.
 """

@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of failing GPU hardware: NVIDIA driver Xid reports, a GPU off the bus or lost,
 uncorrectable ECC errors, PCIe AER reports, thermal and power slowdowns.
 

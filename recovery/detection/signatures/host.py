@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of the host under the job: host memory exhausted (the kernel OOM killer, Slurm's
 cgroup, DataLoader workers), storage errors, and processes killed by a signal.
 """

@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of the fabric between GPUs and nodes: InfiniBand verbs and Mellanox driver errors,
 libfabric (NET/OFI), NVLink and NVSwitch faults, and NCCL saying a peer or the network failed.
 """

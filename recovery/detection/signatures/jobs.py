@@ -1,5 +1,3 @@
-# Example lines are quoted verbatim from real logs.
-# ruff: noqa: E501
 """Signatures of a job's life as the scheduler and launchers report it: Slurm's time limit,
 preemption, node failure and cancel notices, submitit, torchrun's and srun's reports that a child
 process ended, and a job told to stop by a signal.
