@@ -280,6 +280,7 @@ def seed(workload_count: int, event_count: int) -> None:
                 )
             )
         if w.state == WorkloadState.RUNNING:
+            assert w.last_progress_at is not None  # every bench workload is made with one
             base = w.last_progress_at - timedelta(hours=1)
             samples += [
                 ProgressSample(

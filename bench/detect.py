@@ -169,10 +169,10 @@ def main() -> int:
     for name in ("hyperscan", "re2", "grep"):
         median = statistics.median(results[name])
         label = "scanner (" + name + ")" if name != "grep" else "grep -E -c -f"
-        peak = f"{peaks[name] / 1024:.0f}" if name in peaks else ""
+        peak_text = f"{peaks[name] / 1024:.0f}" if name in peaks else ""
         print(
             f"{label:<22}{median:>10.2f}{mb / median:>10.1f}{lines / median:>14,.0f}"
-            f"{grep_median / median:>9.2f}x{peak:>10}"
+            f"{grep_median / median:>9.2f}x{peak_text:>10}"
         )
     print(
         f"peak memory of the scanner: {small_peak / 1024:.0f} MB on {small.stat().st_size / 1e6:.0f} MB, "

@@ -64,4 +64,5 @@ def base_layout(**overrides: Any) -> dict[str, Any]:
 
 def figure_payload(figure: go.Figure) -> dict[str, Any]:
     """The figure as data for ``json_script``: plotly's own encoding, then plain JSON types."""
-    return json.loads(pio.to_json(figure, validate=True, remove_uids=True))
+    payload: dict[str, Any] = json.loads(pio.to_json(figure, validate=True, remove_uids=True))
+    return payload

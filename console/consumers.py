@@ -17,8 +17,7 @@ from recovery.audit.live import FLEET_GROUP, AuditEventMessage, SnapshotMessage,
 UNAUTHORISED_CLOSE_CODE = 4401
 
 
-# channels ships no type information (no stubs are pinned): its base class and decorator are Any.
-class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class LiveConsumer(AsyncJsonWebsocketConsumer):
     """Streams audit events (the whole fleet, or one workload when the URL names it) and, on the
     fleet channel, news of fresh goodput figures."""
 
@@ -54,7 +53,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         await self.send_json(message)
 
-    @database_sync_to_async  # type: ignore[untyped-decorator]
+    @database_sync_to_async
     def _user_is_active(self) -> bool:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import overload
+from typing import NotRequired, TypedDict, overload
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -100,7 +100,22 @@ _ENGINES = {
 }
 
 
-def parse_database_url(url: str, *, base_dir: Path) -> dict[str, object]:
+class DatabaseSettings(TypedDict):
+    """One entry of ``DATABASES``: what ``parse_database_url`` fills in."""
+
+    ENGINE: str
+    NAME: str
+    OPTIONS: dict[str, object]
+    USER: NotRequired[str]
+    PASSWORD: NotRequired[str]
+    HOST: NotRequired[str]
+    PORT: NotRequired[str]
+    CONN_MAX_AGE: NotRequired[int]
+    CONN_HEALTH_CHECKS: NotRequired[bool]
+    TEST: NotRequired[dict[str, str]]
+
+
+def parse_database_url(url: str, *, base_dir: Path) -> DatabaseSettings:
     """Turn ``sqlite:///path`` or ``mysql://user:pass@host:port/name?opt=v`` into a DATABASES entry.
 
     A relative SQLite path is resolved against ``base_dir``.

@@ -23,7 +23,7 @@ MAX_STEP = 2**62
 STATE_ALIASES = {"OOM": "OUT_OF_MEMORY", "NF": "NODE_FAIL", "TO": "TIMEOUT", "F": "FAILED"}
 
 
-class ClusterScoped(serializers.Serializer):
+class ClusterScoped(serializers.Serializer[None]):
     """``cluster`` may be left out; when sent it must name the token's own cluster."""
 
     cluster = serializers.CharField(
@@ -142,7 +142,7 @@ class LogBatchRequest(JobScoped):
         ]
     }
 )
-class NodeListField(serializers.Field):
+class NodeListField(serializers.Field[list[str], Any, list[str], Any]):
     """A Slurm hostlist expression (``node[001-004]``) or a list of node names."""
 
     default_error_messages = {"invalid": "Send a hostlist expression or a list of node names."}

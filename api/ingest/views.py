@@ -403,7 +403,7 @@ def logs(request: Request) -> Response:
 # --- scheduler hooks ----------------------------------------------------------------------
 
 
-def _hook_result_fields() -> dict[str, serializers.Field]:
+def _hook_result_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
     return {
         "status": serializers.CharField(help_text="`recorded`, `duplicate` or `ignored`."),
         "reason": serializers.CharField(),

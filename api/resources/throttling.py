@@ -12,7 +12,7 @@ throttling protects the service, it must not be the reason the service is down.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from django.core.cache import BaseCache, caches
 from django.core.cache.backends.base import InvalidCacheBackendError
@@ -24,20 +24,26 @@ if TYPE_CHECKING:
     # DRF imports the throttle classes while it defines APIView: import nothing that needs it.
     from rest_framework.views import APIView
 
+    from api.authentication import ControllerPrincipal
+
 logger = logging.getLogger(__name__)
 
 THROTTLE_CACHE = "throttle"
 
 
-def _is_controller(user: object) -> bool:
+def _is_controller(user: object) -> TypeGuard[ControllerPrincipal]:
     from api.authentication import ControllerPrincipal  # imports APIView: see above
 
     return isinstance(user, ControllerPrincipal)
 
 
 class _SharedCacheThrottle(SimpleRateThrottle):
-    @property  # type: ignore[override]
-    def cache(self) -> BaseCache:
+    # Every concrete throttle names its scope (DRF's base allows none).
+    scope: str
+
+    # DRF's stubs declare a writable attribute; a property is read-only, on purpose (see below).
+    @property
+    def cache(self) -> BaseCache:  # type: ignore[override]
         # Looked up per request: tests (and settings overrides) replace the cache handlers.
         try:
             return caches[THROTTLE_CACHE]
@@ -46,7 +52,9 @@ class _SharedCacheThrottle(SimpleRateThrottle):
 
     def get_rate(self) -> str | None:
         # DRF reads the rates once, at import; reading them here lets settings overrides apply.
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        # DRF's stubs type the rates as numbers; they are "N/period" strings, as parse_rate expects.
+        rates = cast("dict[str, str | None]", api_settings.DEFAULT_THROTTLE_RATES)
+        return rates.get(self.scope)
 
     def allow_request(self, request: Request, view: APIView) -> bool:
         try:

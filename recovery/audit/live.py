@@ -74,6 +74,7 @@ def publish(groups: list[str], message: AuditEventMessage | SnapshotMessage) -> 
         return
     try:
         for group in groups:
-            async_to_sync(layer.group_send)(group, message)
+            # Channels' stubs ask for a dict where any mapping does; a TypedDict is a dict.
+            async_to_sync(layer.group_send)(group, message)  # type: ignore[arg-type]
     except Exception:
         logger.warning("live update not delivered: %s", message["type"], exc_info=True)

@@ -153,8 +153,10 @@ def _cache_path(expressions: list[bytes], ids: list[int], flags: list[int]) -> P
 
     root = os.environ.get("WR_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
     base = Path(root) if root else Path.home() / ".cache"
+    # hyperscan's stub file (__init__.pyi) leaves out the module's __version__.
+    version: str = hyperscan.__version__  # type: ignore[attr-defined]
     digest = hashlib.sha256(
-        repr((hyperscan.__version__, platform.machine(), expressions, ids, flags)).encode()
+        repr((version, platform.machine(), expressions, ids, flags)).encode()
     ).hexdigest()[:32]
     return base / "workload-recovery" / f"hyperscan-{digest}.db"
 

@@ -22,7 +22,7 @@ class PatternError(ValueError):
     """A pattern that cannot be used, with a message meant for the person who wrote it."""
 
 
-def compile_linear(pattern: str) -> re2._Regexp:
+def compile_linear(pattern: str) -> re2._Regexp[str]:
     """Compile ``pattern`` with RE2 or raise ``PatternError`` explaining why it cannot be."""
     if not pattern or not pattern.strip():
         raise PatternError("The pattern is empty.")
@@ -49,7 +49,7 @@ class ExampleMismatch:
 
 
 def check_examples(
-    compiled: re2._Regexp, examples: Iterable[str], counter_examples: Iterable[str]
+    compiled: re2._Regexp[str], examples: Iterable[str], counter_examples: Iterable[str]
 ) -> list[ExampleMismatch]:
     """Return every example the pattern misses and every counter-example it matches."""
     mismatches = [
@@ -65,7 +65,7 @@ def check_examples(
     return mismatches
 
 
-def healthy_lines_matched(compiled: re2._Regexp) -> list[str]:
+def healthy_lines_matched(compiled: re2._Regexp[str]) -> list[str]:
     """The ordinary healthy lines a failure pattern would fire on (it must fire on none)."""
     from recovery.detection.healthy_lines import HEALTHY_LINES
 
@@ -77,7 +77,7 @@ def example_lines(text: str) -> list[str]:
     return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
-def compile_linear_bytes(pattern: str) -> re2._Regexp:
+def compile_linear_bytes(pattern: str) -> re2._Regexp[bytes]:
     """Compile ``pattern`` with RE2 for searching bytes (chunks of log files)."""
     compile_linear(pattern)  # the same checks and messages as for text
     return re2.compile(pattern.encode(), _OPTIONS)

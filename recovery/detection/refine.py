@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from recovery.detection.facts.xid import XID_MEANINGS, xid_meaning
 from recovery.detection.linear_regex import compile_linear
-from recovery.detection.signals.xid import XID_MEANINGS, xid_meaning
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
 from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 

@@ -21,7 +21,7 @@ class SignatureSet:
         if duplicates:
             raise ValueError(f"duplicate signature names: {sorted(duplicates)}")
         self.signatures: list[Signature] = list(signatures)
-        self.compiled: list[re2._Regexp] = [compile_linear(re2_source(s)) for s in signatures]
+        self.compiled: list[re2._Regexp[str]] = [compile_linear(re2_source(s)) for s in signatures]
         self.by_name = {s.name: s for s in signatures}
         self._locators: dict[tuple[str, tuple[LocatorPattern, ...]], Locator] = {}
 

@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from recovery.choices import Attribution, Confirmation, NodeHealth, WorkloadState
+from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
 from recovery.detection.findings import Finding
 from recovery.detection.hang import HangPolicy, ProgressObservation, detect_hang
-from recovery.detection.signals import finding_from_scheduler_state, node_state_finding
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.straggler import (
     StragglerPolicy,
@@ -71,6 +71,8 @@ def check_job_ending(
     workload: Workload, attempt: Attempt, job: JobInfo, now: datetime
 ) -> list[Anomaly]:
     """Record what the scheduler says about an attempt that ended abnormally."""
+    # The poller passes only the jobs it synced, and it syncs none whose state is unknown.
+    assert job.state is not None
     # Implicate only the nodes the scheduler took out, not a whole allocation that ended.
     out = {
         node.name

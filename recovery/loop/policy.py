@@ -121,9 +121,11 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
     if anomaly.kind == AnomalyKind.STRAGGLER:
         if policy.straggler_action == StragglerAction.RECORD or not implicated:
             return Decision(RecommendationAction.NONE, reason="straggler recorded")
-        nodes = sorted(history.previously_excluded | set(implicated))
+        excluded = sorted(history.previously_excluded | set(implicated))
         return Decision(
-            RecommendationAction.RESTART_EXCLUDING, nodes, f"straggler on {', '.join(implicated)}"
+            RecommendationAction.RESTART_EXCLUDING,
+            excluded,
+            f"straggler on {', '.join(implicated)}",
         )
     what = f"{anomaly.get_kind_display().lower()} ({anomaly.category or 'no log category'})"
     if (

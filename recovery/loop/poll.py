@@ -516,6 +516,8 @@ def _is_another_job(workload: Workload, job: JobInfo) -> bool:
 
 
 def _workload_state(job: JobInfo) -> str:
+    # Only synced jobs come here, and a job with unknown facts (FACTS_FOR_SYNC) is never synced.
+    assert job.state is not None and job.restart_count is not None
     state = WORKLOAD_STATES.get(job.state, WorkloadState.UNKNOWN)
     if state == WorkloadState.PENDING and job.held:
         return WorkloadState.HELD
@@ -525,6 +527,7 @@ def _workload_state(job: JobInfo) -> str:
 
 
 def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
+    assert job.state is not None  # a job with unknown facts is never synced
     # Right after a requeue the job is still COMPLETING its previous allocation, with the
     # restart count already raised: until it starts again, its nodes and start time are the
     # previous attempt's.

@@ -242,7 +242,8 @@ def _not_held_by(controller: str, recommendation_id: int) -> str:
     )
 
 
-REPORT_OUTCOMES = {
+# Keyed by the outcome a controller reports, a plain string (ActionReport.outcome).
+REPORT_OUTCOMES: dict[str, AuditKind] = {
     RecommendationStatus.EXECUTED: AuditKind.SCHEDULER_ACTION,
     RecommendationStatus.SKIPPED: AuditKind.ACTION_SKIPPED,
     RecommendationStatus.FAILED: AuditKind.ACTION_FAILED,

@@ -27,7 +27,9 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
     def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
         raise AppendOnlyError(_REFUSAL)
 
-    def update_or_create(self, *args: Any, **kwargs: Any) -> Any:
+    def update_or_create(
+        self, defaults: Any = None, create_defaults: Any = None, **kwargs: Any
+    ) -> Any:
         raise AppendOnlyError(_REFUSAL)
 
     def _update(self, values: Any) -> int:

@@ -35,7 +35,7 @@ def config_from_settings(settings: dict[str, Any]) -> SimConfig:
     if unknown:
         raise SchedulerError(f"unknown simulator settings: {', '.join(unknown)}")
     # JSON turned the ranges (tuples) into lists.
-    values = {
+    values: dict[str, Any] = {
         name: tuple(value) if isinstance(value, list) else value for name, value in settings.items()
     }
     try:

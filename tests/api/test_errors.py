@@ -56,7 +56,7 @@ def as_user(user: User | None) -> APIClient:
 def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status
     assert response["Content-Type"] == "application/json"
-    body = response.json()
+    body: dict[str, Any] = response.json()
     assert body["code"] == code
     assert isinstance(body["error"], str) and body["error"]
     assert body["detail"] == body["error"]

@@ -70,7 +70,7 @@ def client(cluster: Cluster) -> APIClient:
 
 
 @pytest.fixture
-def poll_queue(settings: SettingsWrapper) -> Iterator[Callable[[], list[tuple[str, str]]]]:
+def poll_queue(settings: SettingsWrapper) -> Iterator[Callable[[], list[tuple[str, int]]]]:
     """A Celery queue of this test's own in the real Redis broker; lists (task, args) queued."""
     queue = f"wr-test-ingest-{uuid.uuid4().hex[:8]}"
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
@@ -78,7 +78,7 @@ def poll_queue(settings: SettingsWrapper) -> Iterator[Callable[[], list[tuple[st
     for key in connection.scan_iter("wr:hook-poll:*"):
         connection.delete(key)
 
-    def queued() -> list[tuple[str, str]]:
+    def queued() -> list[tuple[str, int]]:
         messages = [json.loads(raw) for raw in connection.lrange(queue, 0, -1)]
         return [
             (m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0][0]) for m in messages
@@ -341,7 +341,7 @@ def test_logs_of_an_unknown_job_are_404(client: APIClient) -> None:
 def test_a_job_end_is_recorded_once_and_asks_for_a_poll(
     client: APIClient,
     workload: Workload,
-    poll_queue: Callable[[], list[tuple[str, str]]],
+    poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     """
@@ -378,7 +378,7 @@ def test_a_job_end_is_recorded_once_and_asks_for_a_poll(
 def test_hooks_in_a_burst_queue_one_poll(
     client: APIClient,
     cluster: Cluster,
-    poll_queue: Callable[[], list[tuple[str, str]]],
+    poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     for job in range(5):
@@ -391,7 +391,7 @@ def test_hooks_in_a_burst_queue_one_poll(
 def test_a_job_end_of_an_unknown_job_is_ignored_but_polled(
     client: APIClient,
     cluster: Cluster,
-    poll_queue: Callable[[], list[tuple[str, str]]],
+    poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
@@ -443,7 +443,7 @@ def test_an_invalid_job_end_lists_the_field(
 def test_node_down_is_recorded_per_node_and_once(
     client: APIClient,
     cluster: Cluster,
-    poll_queue: Callable[[], list[tuple[str, str]]],
+    poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     """

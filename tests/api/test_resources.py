@@ -441,7 +441,8 @@ def test_audit_event_pages_keep_ties_in_id_order(viewer: User) -> None:
     same_time = [event(cluster, AuditKind.DETECTED, T0) for _ in range(3)]
     earlier = event(cluster, AuditKind.DETECTED, T0 - timedelta(seconds=1))
     client = as_user(viewer)
-    first = client.get("/api/v1/audit-events/", {"page_size": 2, "cluster": cluster.name})
+    query: dict[str, str | int] = {"page_size": 2, "cluster": cluster.name}
+    first = client.get("/api/v1/audit-events/", query)
     assert ids(first) == [same_time[2].pk, same_time[1].pk]
     assert first.json()["previous"] is None
     second = client.get(first.json()["next"])

@@ -35,6 +35,7 @@ from playwright.sync_api import (
     Playwright,
     Request,
     Response,
+    ViewportSize,
     expect,
     sync_playwright,
 )
@@ -53,7 +54,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-quic",
 ]
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 HERE = Path(__file__).resolve().parent
 BASE_DIR = Path(settings.BASE_DIR)
 # Each run has its own folder (static files, logs): runs beside each other must not share them.

@@ -178,7 +178,8 @@ class BrowserStack:
     def _web_answers(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.base_url}/accounts/login/", timeout=2) as reply:
-                return reply.status == 200
+                status: int = reply.status
+                return status == 200
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 

@@ -30,7 +30,9 @@ def awaiting_approval() -> Recommendation:
     )
 
 
-def form_fields(page: Page, recommendation: Recommendation, decision: str) -> tuple[str, dict]:
+def form_fields(
+    page: Page, recommendation: Recommendation, decision: str
+) -> tuple[str, dict[str, str | float | bool]]:
     """The decision form's action and fields, as the browser would send them."""
     form = page.locator(f'#recommendation-{recommendation.pk} form[action$="/{decision}/"]')
     action = form.get_attribute("action")

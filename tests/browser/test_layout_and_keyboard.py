@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -56,7 +57,7 @@ FOCUSED = """() => {
 NAV_LINKS = ["Fleet", "Approvals", "Nodes", "Insights", "Audit trail", "Clusters"]
 
 
-def layout_shift(page: Page) -> tuple[float, list[dict]]:
+def layout_shift(page: Page) -> tuple[float, list[dict[str, Any]]]:
     # Layout-shift entries arrive after the frame that moved things: let two frames pass.
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     page.wait_for_timeout(300)

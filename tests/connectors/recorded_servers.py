@@ -141,7 +141,8 @@ def _text(status: int, text: str) -> tuple[int, str, bytes]:
 def _go_unquote(quoted: str) -> str:
     body = quoted[1:-1]
     body = re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: f"\\u00{m.group(1)}", body)
-    return json.loads(f'"{body}"')
+    unquoted: str = json.loads(f'"{body}"')
+    return unquoted
 
 
 # ---------------------------------------------------------------- Loki
@@ -225,7 +226,7 @@ def _parse_time(text: str) -> int:
     return int(moment.timestamp()) * 1_000_000_000 + int(fraction.ljust(9, "0"))
 
 
-def victorialogs(rows: list[dict[str, str]]) -> RecordedServer:
+def victorialogs(rows: list[dict[str, Any]]) -> RecordedServer:
     """``rows`` are stored logs: ``_time`` in ns (an int), ``_msg``, ``_stream``, fields."""
 
     def handle(path: str, params: dict[str, str]) -> tuple[int, str, bytes]:

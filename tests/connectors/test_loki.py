@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -43,7 +44,9 @@ NCCL_ERROR = (
 )
 
 
-def entry(ts: int, line: str, job: str = "4242", host: str = "gpu-001", rank: str = "0"):
+def entry(
+    ts: int, line: str, job: str = "4242", host: str = "gpu-001", rank: str = "0"
+) -> LokiEntry:
     return LokiEntry({"slurm_job_id": job, "host": host, "rank": rank}, ts, line)
 
 
@@ -58,7 +61,7 @@ def server(entries: list[LokiEntry]) -> Iterator[RecordedServer]:
         yield running
 
 
-def source(server: RecordedServer, mapping: LabelMapping = MAPPING, **options) -> LokiSource:
+def source(server: RecordedServer, mapping: LabelMapping = MAPPING, **options: Any) -> LokiSource:
     http_options = {k: options.pop(k) for k in list(options) if k in ("timeout", "headers")}
     http_options.update({k: options.pop(k) for k in list(options) if k.startswith("max_resp")})
     return LokiSource(HttpSettings(server.url, **http_options), mapping, **options)

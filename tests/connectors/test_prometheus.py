@@ -15,6 +15,7 @@ import pytest
 from recovery.sources.metrics import (
     DcgmLabels,
     ErrorKind,
+    MetricSource,
     MetricsSourceError,
     PrometheusSource,
     gpu_health,
@@ -47,7 +48,7 @@ def now() -> datetime:
     return datetime.now(tz=UTC)
 
 
-def wait_until_scraped(source: PrometheusSource, query: str, what: str) -> None:
+def wait_until_scraped(source: MetricSource, query: str, what: str) -> None:
     wait_for(lambda: source.instant(query), what, timeout=15)
 
 

@@ -41,7 +41,9 @@ NCCL_ERROR = (
 )
 
 
-def row(ts: int, msg: str, job: str = "4242", host: str = "gpu-001", rank: str = "0"):
+def row(
+    ts: int, msg: str, job: str = "4242", host: str = "gpu-001", rank: str = "0"
+) -> dict[str, Any]:
     return {
         "_time": ts,
         "_msg": msg,
@@ -63,7 +65,9 @@ def server(rows: list[dict[str, Any]]) -> Iterator[RecordedServer]:
         yield running
 
 
-def source(server: RecordedServer, mapping: LabelMapping = MAPPING, **options: Any):
+def source(
+    server: RecordedServer, mapping: LabelMapping = MAPPING, **options: Any
+) -> VictoriaLogsSource:
     timeout = options.pop("timeout", 10.0)
     return VictoriaLogsSource(HttpSettings(server.url, timeout=timeout), mapping, **options)
 

@@ -84,6 +84,13 @@ def link(body: str, rel: str) -> str | None:
     return found.group(1).replace("&amp;", "&") if found else None
 
 
+def required_link(body: str, rel: str) -> str:
+    """The page's ``rel`` link, to follow; the test fails when the page has none."""
+    href = link(body, rel)
+    assert href is not None, f"no {rel} link"
+    return href
+
+
 @pytest.fixture
 def trail() -> dict[str, Any]:
     """Two clusters, three workloads and a handful of events over two hours."""
@@ -396,14 +403,14 @@ def test_the_page_links_older_and_newer_with_an_opaque_cursor(
 
     body = client.get(older).content.decode()
     assert row_ids(body) == [e.pk for e in tied_events[4:8]]
-    body = client.get(link(body, "next")).content.decode()
+    body = client.get(required_link(body, "next")).content.decode()
     assert row_ids(body) == [e.pk for e in tied_events[8:]]
     assert link(body, "next") is None
 
-    body = client.get(link(body, "prev")).content.decode()
+    body = client.get(required_link(body, "prev")).content.decode()
     assert row_ids(body) == [e.pk for e in tied_events[4:8]]
     # Back at the top the cursor goes, so the live refresh keeps following the newest events.
-    response = client.get(link(body, "prev"))
+    response = client.get(required_link(body, "prev"))
     assert response.status_code == 302
     assert response["Location"] == f"{AUDIT}?cluster=lab"
     body = client.get(response["Location"]).content.decode()
@@ -421,7 +428,7 @@ def test_only_the_newest_page_is_live(
     assert '<tbody id="audit-trail" data-live-refresh>' in body
     assert 'id="audit-pagination" class="pagination" aria-label="Pages" data-live-refresh' in body
 
-    body = client.get(link(body, "next")).content.decode()
+    body = client.get(required_link(body, "next")).content.decode()
     assert "data-live-url" not in body
     assert 'id="audit-trail"' not in body
     assert "Live updates pause on older pages." in body
@@ -460,7 +467,7 @@ def test_the_page_reads_a_bounded_number_of_rows_whatever_the_table_holds(
         body = client.get(AUDIT).content.decode()
     assert len(row_ids(body)) == audit_trail.PAGE_SIZE
     with django_assert_max_num_queries(len(few.captured_queries)) as many:
-        client.get(link(body, "next"))
+        client.get(required_link(body, "next"))
     # No query counts the table.
     assert not any("COUNT(" in query["sql"].upper() for query in many.captured_queries)
     assert any("LIMIT 101" in query["sql"] for query in many.captured_queries)
@@ -665,7 +672,10 @@ def test_a_quick_range_export_names_the_range_it_covers(
 ) -> None:
     response = logged_in(viewer).get(EXPORT, {"range": "24h"})
     start, end = re.findall(r"(\d{8}T\d{6}Z)", response["Content-Disposition"])
-    parse = lambda text: datetime.strptime(text, "%Y%m%dT%H%M%SZ")  # noqa: E731
+
+    def parse(text: str) -> datetime:
+        return datetime.strptime(text, "%Y%m%dT%H%M%SZ")
+
     assert parse(end) - parse(start) == timedelta(hours=24)
     assert read_csv(response) == [list(audit_export.CSV_COLUMNS)]
 

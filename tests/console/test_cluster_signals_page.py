@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -33,7 +33,7 @@ def loki_server() -> Iterator[RecordedServer]:
 
 
 @pytest.fixture
-def admin_user(make_user) -> User:  # type: ignore[no-untyped-def]
+def admin_user(make_user: Callable[..., User]) -> User:
     return make_user("ada", ADMIN, is_staff=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -62,12 +63,13 @@ def snapshot(cluster: Cluster, minutes_ago: float = 1, **fields: object) -> Clus
     )
 
 
-def figure(body: str, chart_id: str) -> dict:
+def figure(body: str, chart_id: str) -> dict[str, Any]:
     match = re.search(
         rf'<script id="{chart_id}" type="application/json">(.*?)</script>', body, re.S
     )
     assert match, f"no figure {chart_id}"
-    return json.loads(match.group(1))
+    document: dict[str, Any] = json.loads(match.group(1))
+    return document
 
 
 def region(body: str, region_id: str) -> str:

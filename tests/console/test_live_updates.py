@@ -36,12 +36,13 @@ def private_channel_prefix(settings: SettingsWrapper) -> None:
     channel_layers.backends.clear()
 
 
-def connect_and_collect(path: str, user: Any, emit: Any) -> tuple[bool, Any, list[dict]]:
-    async def run() -> tuple[bool, Any, list[dict]]:
+def connect_and_collect(path: str, user: Any, emit: Any) -> tuple[bool, Any, list[dict[str, Any]]]:
+    async def run() -> tuple[bool, Any, list[dict[str, Any]]]:
         communicator = WebsocketCommunicator(application, path)
-        communicator.scope["user"] = user
+        # What AuthMiddlewareStack would put there; types-channels' test scope has no such key.
+        communicator.scope["user"] = user  # type: ignore[typeddict-unknown-key]
         connected, code = await communicator.connect(timeout=5)
-        received: list[dict] = []
+        received: list[dict[str, Any]] = []
         if connected:
             await emit()
             received.append(await communicator.receive_json_from(timeout=5))
@@ -110,7 +111,7 @@ def test_a_deactivated_user_stops_receiving(operator: User) -> None:
         from channels.db import database_sync_to_async
 
         communicator = WebsocketCommunicator(application, "/ws/live/")
-        communicator.scope["user"] = operator
+        communicator.scope["user"] = operator  # type: ignore[typeddict-unknown-key]
         connected, _ = await communicator.connect(timeout=5)
         assert connected
         await database_sync_to_async(User.objects.filter(pk=operator.pk).update)(is_active=False)

@@ -18,11 +18,20 @@ POLICY = HangPolicy()  # floor 30 min, factor 10, start-up grace 15 min, checkpo
 
 
 def steps_every(
-    seconds: float, count: int, *, first_step: int = 1, begin: datetime = START, **member: object
+    seconds: float,
+    count: int,
+    *,
+    first_step: int = 1,
+    begin: datetime = START,
+    rank: int | None = None,
+    node: str | None = None,
 ) -> list[ProgressObservation]:
     return [
         ProgressObservation(
-            at=begin + timedelta(seconds=seconds * index), step=first_step + index, **member
+            at=begin + timedelta(seconds=seconds * index),
+            step=first_step + index,
+            rank=rank,
+            node=node,
         )
         for index in range(count)
     ]

@@ -372,8 +372,10 @@ NOT_CHECKPOINT = [
 ]
 
 
-def _line(param: object) -> str:
-    return param.values[0]  # type: ignore[attr-defined]
+def _line(param: pytest.ParameterSet) -> str:
+    line = param.values[0]
+    assert isinstance(line, str)
+    return line
 
 
 # --- progress: built-in shapes -----------------------------------------------------------

@@ -12,7 +12,7 @@ def test_detection_imports_no_django() -> None:
     code = (
         "import sys\n"
         "import recovery.detection.cli, recovery.detection.classify, recovery.detection.hang\n"
-        "import recovery.detection.straggler, recovery.detection.signals\n"
+        "import recovery.detection.straggler, recovery.detection.facts\n"
         "assert not [m for m in sys.modules if m == 'django' or m.startswith('django.')], "
         "'django imported'\n"
     )

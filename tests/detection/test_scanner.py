@@ -133,7 +133,8 @@ def test_the_checkpoint_hint_covers_every_line_the_parser_accepts() -> None:
     hint = compile_linear(CHECKPOINT_SAVE_HINT)
     parser = ProgressParser()
     lines = [
-        case.values[0] for case in test_progress.CHECKPOINT_SAVED + test_progress.CHECKPOINT_STARTED
+        str(case.values[0])
+        for case in test_progress.CHECKPOINT_SAVED + test_progress.CHECKPOINT_STARTED
     ]
     assert lines
     for line in lines:

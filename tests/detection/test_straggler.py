@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,7 +18,11 @@ POLICY = StragglerPolicy()  # 20 %, 10 min window, 30 min baseline before it, 3 
 
 
 def samples(
-    value_at: object, *, node: str | None = None, rank: int | None = None, minutes: int = 40
+    value_at: Callable[[int], float],
+    *,
+    node: str | None = None,
+    rank: int | None = None,
+    minutes: int = 40,
 ) -> list[ThroughputObservation]:
     """One sample a minute over the last ``minutes``; ``value_at(minutes_ago)`` gives each."""
     return [
@@ -28,11 +33,13 @@ def samples(
     ]
 
 
-def constant(value: float) -> object:
+def constant(value: float) -> Callable[[int], float]:
     return lambda ago: value
 
 
-def drops_to(value: float, *, before: float = 100.0, minutes_ago: int = 9) -> object:
+def drops_to(
+    value: float, *, before: float = 100.0, minutes_ago: int = 9
+) -> Callable[[int], float]:
     return lambda ago: value if ago <= minutes_ago else before
 
 

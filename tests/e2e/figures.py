@@ -95,7 +95,7 @@ def scenario_figures(
         "time_to_new_checkpoint_s": None
         if checkpoint is None
         else round((checkpoint.occurred_at - injection.at).total_seconds(), 2),
-        "attribution": (basis or first).attribution if (basis or first) else None,
+        "attribution": chosen.attribution if (chosen := basis or first) else None,
         "acted_on": None
         if basis is None
         else {"kind": basis.kind, "confirmation": basis.confirmation},

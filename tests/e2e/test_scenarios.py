@@ -220,7 +220,9 @@ def test_5_an_exception_on_every_attempt_stops_after_the_policy_budget(
         workload=workload, kind=AuditKind.CHECKPOINT_SAVED, attempt__gt=1
     ).exists()
     # The attempts after the fault resumed from the checkpoint attempt 1 had saved.
-    assert resumed_after(job, 2) == resumed_after(job, 1) >= before.last_checkpoint_step
+    resumed = resumed_after(job, 1)
+    assert resumed is not None and before.last_checkpoint_step is not None
+    assert resumed_after(job, 2) == resumed >= before.last_checkpoint_step
 
 
 def test_6_a_slowed_rank_is_flagged_as_a_straggler_on_its_node(scenario: Harness) -> None:

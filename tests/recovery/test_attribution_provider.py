@@ -363,7 +363,9 @@ def test_a_lasting_outage_is_announced_once_per_episode(
         "provider answered 500",
         "provider answered 500",
     ]
-    assert announced.first().payload["provider_host"] == provider.host
+    first = announced.first()
+    assert first is not None
+    assert first.payload["provider_host"] == provider.host
 
 
 def test_attributing_again_returns_the_deciding_verdict_without_calling_again(

@@ -79,6 +79,7 @@ def test_it_refuses_update_or_create(event: AuditEvent) -> None:
 
 
 def test_it_protects_events_from_cascading_deletes(event: AuditEvent) -> None:
+    assert event.workload is not None
     with pytest.raises(ProtectedError):
         event.workload.delete()
     with pytest.raises(ProtectedError):

@@ -186,7 +186,7 @@ def controller_for(
 ) -> AdvisorController:
     clock = clock or Clock()
     return AdvisorController(
-        api or FakeAPI(),  # type: ignore[arg-type]
+        api or FakeAPI(),
         slurm,
         poll_seconds=0.5,
         settle_seconds=5,
@@ -261,7 +261,8 @@ def test_a_requeue_moves_the_submit_time_and_it_is_still_the_same_job() -> None:
     first = controller_for(slurm).carry_out(restart(attempt=1))
     assert first.converged
     restarted_at = STARTED + timedelta(hours=2)
-    slurm.job = replace(slurm.job, state="RUNNING", nodes=["gpu-003"], start_time=restarted_at)  # type: ignore[arg-type]
+    assert slurm.job is not None
+    slurm.job = replace(slurm.job, state="RUNNING", nodes=["gpu-003"], start_time=restarted_at)
     second = controller_for(slurm).carry_out(
         restart(id=2, attempt=2, excluded_nodes=[], attempt_started_at=restarted_at)
     )

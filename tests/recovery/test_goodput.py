@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def trail(workload: Workload, events: list[tuple[float, str, int, dict]]) -> None:
+def trail(workload: Workload, events: list[tuple[float, str, int | None, dict[str, Any]]]) -> None:
     for seconds, kind, attempt, payload in events:
         record_event(
             cluster=workload.cluster,

@@ -142,4 +142,5 @@ def test_output_read_before_a_requeued_job_starts_again_belongs_to_the_old_attem
     workload.refresh_from_db()
     write(workload, XID)
     ingest_workload_logs(workload, LocalTransport())
-    assert Anomaly.objects.get().attempt.number == 1
+    attempt = Anomaly.objects.get().attempt
+    assert attempt is not None and attempt.number == 1

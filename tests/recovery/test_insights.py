@@ -300,7 +300,9 @@ def test_the_beat_schedule_takes_snapshots_at_the_configured_interval() -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["goodput-snapshots"]
     assert entry["task"] == "tasks.maintenance.take_goodput_snapshots"
     assert entry["schedule"] == float(settings.INSIGHTS_SECONDS)
-    assert entry["options"]["expires"] < entry["schedule"]
+    options = entry["options"]
+    assert isinstance(options, dict)
+    assert options["expires"] < entry["schedule"]
 
 
 def test_the_demo_seed_leaves_figures_for_the_insights_page() -> None:
@@ -356,9 +358,8 @@ def test_ettr_over_time_averages_snapshots_per_bucket() -> None:
     only_prod = ettr_over_time(
         since=start - timedelta(days=1), until=start + timedelta(days=1), bucket="day", cluster=prod
     )
-    assert [(p.at, p.ettr) for p in only_prod] == [
-        (start.replace(hour=0), pytest.approx(0.55)),
-    ]
+    expected: list[tuple[datetime, object]] = [(start.replace(hour=0), pytest.approx(0.55))]
+    assert [(p.at, p.ettr) for p in only_prod] == expected
 
 
 def test_anomalies_are_counted_per_bucket_and_category_in_one_query() -> None:

@@ -80,7 +80,7 @@ def test_a_hardware_fault_is_detected_and_the_job_restarts_without_the_bad_node(
         time.sleep(0.3)
 
     assert bad_node not in job.nodes
-    assert bad_node in job.excluded_nodes
+    assert job.excluded_nodes is not None and bad_node in job.excluded_nodes
     (executed,) = Recommendation.objects.filter(
         workload__job_id=victim.job_id, status=RecommendationStatus.EXECUTED
     )

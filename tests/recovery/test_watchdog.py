@@ -181,6 +181,7 @@ def test_an_approval_gives_the_advice_its_full_time_to_be_executed() -> None:
     )
     approve(recommendation.pk, operator="olivia")
     recommendation.refresh_from_db()
+    assert recommendation.expires_at is not None
     remaining = recommendation.expires_at - timezone.now()
     assert timedelta(minutes=29) < remaining <= timedelta(minutes=30)
     assert run_watchdog().expired == 0

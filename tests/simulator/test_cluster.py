@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery.detection.scanner import LogScanner
+from recovery.detection.scanner import LogScanner, ProgressPoint, ScanResult
 from recovery.detection.signature_set import SignatureSet
 from recovery.simulator.cluster import SimConfig, SimulatedCluster
-from recovery.sources.schedulers.base import SchedulerError
+from recovery.sources.schedulers.base import JobInfo, SchedulerError
 
 START = datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
 
@@ -55,6 +55,13 @@ def only_job(cluster: SimulatedCluster) -> str:
     return jobs[0].job_id
 
 
+def listed_job(cluster: SimulatedCluster, job_id: str) -> JobInfo:
+    """The job as the cluster lists it; the test fails if the cluster does not know it."""
+    job = cluster.get_job(job_id)
+    assert job is not None
+    return job
+
+
 def log_text(cluster: SimulatedCluster, job_id: str) -> str:
     return Path(cluster.log_path(job_id)).read_text()
 
@@ -66,10 +73,16 @@ def progress_steps(text: str) -> list[tuple[str, int]]:
     ]
 
 
-def scan(text: str):
+def scan(text: str) -> ScanResult:
     scanner = LogScanner(SignatureSet.builtin())
     scanner.feed(text.encode())
     return scanner.finish()
+
+
+def throughput(point: ProgressPoint) -> float:
+    """A progress line's throughput; the test fails if the line carried none."""
+    assert point.throughput is not None
+    return point.throughput
 
 
 # ---------------------------------------------------------------------- determinism and state
@@ -150,10 +163,11 @@ def test_requeuehold_makes_a_running_job_pending_held_with_restart_count_and_new
     assert job is not None
     assert (job.state, job.held, job.reason) == ("PENDING", True, "job_requeued_in_held_state")
     assert job.restart_count == 1 and job.nodes == []
-    assert job.submit_time is not None and job.submit_time > before.submit_time
+    assert job.submit_time is not None and before.submit_time is not None
+    assert job.submit_time > before.submit_time
     assert "DUE TO JOB REQUEUE" in log_text(cluster, job_id)
     run(cluster, 30)
-    assert cluster.get_job(job_id).state == "PENDING"  # held: never starts
+    assert listed_job(cluster, job_id).state == "PENDING"  # held: never starts
 
 
 def test_exclusions_are_accepted_only_while_pending_and_honoured_at_the_next_start(
@@ -162,7 +176,7 @@ def test_exclusions_are_accepted_only_while_pending_and_honoured_at_the_next_sta
     cluster = SimulatedCluster(quiet_config(tmp_path), now=START)
     run(cluster, 20)
     job_id = only_job(cluster)
-    first_nodes = cluster.get_job(job_id).nodes
+    first_nodes = listed_job(cluster, job_id).nodes
     with pytest.raises(
         SchedulerError, match=f"Job is no longer pending execution for job {job_id}"
     ):
@@ -172,10 +186,10 @@ def test_exclusions_are_accepted_only_while_pending_and_honoured_at_the_next_sta
     cluster.set_excluded_nodes(job_id, first_nodes)  # accepted during COMPLETING
     cluster.release(job_id)
     run(cluster, 2)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert job.excluded_nodes == first_nodes and not job.held and job.reason == "BeginTime"
     run(cluster, 10)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert job.state == "RUNNING"
     assert not set(job.nodes) & set(first_nodes)
 
@@ -186,9 +200,9 @@ def test_a_requeued_job_waits_for_the_requeue_delay(tmp_path: Path) -> None:
     job_id = only_job(cluster)
     cluster.requeue(job_id)
     run(cluster, 5.5, tick=0.25)
-    assert cluster.get_job(job_id).state == "PENDING"
+    assert listed_job(cluster, job_id).state == "PENDING"
     run(cluster, 1.0, tick=0.25)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert job.state == "RUNNING" and job.restart_count == 1
 
 
@@ -200,7 +214,7 @@ def test_clear_start_delay_lets_a_pending_job_start_at_once(tmp_path: Path) -> N
     run(cluster, 2)
     cluster.clear_start_delay(job_id)
     run(cluster, 1)
-    assert cluster.get_job(job_id).state == "RUNNING"
+    assert listed_job(cluster, job_id).state == "RUNNING"
 
 
 def test_refusals_carry_slurm_messages(tmp_path: Path) -> None:
@@ -228,7 +242,7 @@ def test_cancel_ends_a_running_job_and_is_quiet_about_unknown_ones(tmp_path: Pat
     job_id = only_job(cluster)
     cluster.disable_requeue(job_id)
     assert cluster.cancel(job_id).argv == ("scancel", job_id)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert (job.state, job.exit_signal, job.requeue_allowed) == ("CANCELLED", 15, False)
     assert all(node.state == "IDLE" for node in cluster.nodes())
     unknown = cluster.cancel("424242")
@@ -305,7 +319,7 @@ def test_a_job_completes_at_its_target_step(tmp_path: Path) -> None:
     cluster = SimulatedCluster(config, now=START)
     job_id = only_job(cluster)
     run(cluster, 20)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert (job.state, job.exit_code) == ("COMPLETED", 0)
     assert "training finished at iteration 120" in log_text(cluster, job_id)
     assert len(cluster.jobs()) == 2  # a new job replaces it
@@ -319,12 +333,12 @@ def test_an_application_bug_fails_every_attempt_at_the_same_step_without_new_che
     job_id = only_job(cluster)
     cluster.inject(job_id, "app_exception", 0, now.timestamp())
     run(cluster, 1)
-    assert cluster.get_job(job_id).state == "FAILED"
+    assert listed_job(cluster, job_id).state == "FAILED"
     for attempt in range(1, 4):
         cluster.requeue(job_id, hold=True)
         cluster.release(job_id)
         run(cluster, 30)
-        job = cluster.get_job(job_id)
+        job = listed_job(cluster, job_id)
         assert (job.state, job.exit_code, job.restart_count) == ("FAILED", 1, attempt)
     text = log_text(cluster, job_id)
     attempts = text.split("resuming from checkpoint")
@@ -340,12 +354,12 @@ def test_a_bad_node_keeps_failing_jobs_until_it_is_excluded(tmp_path: Path) -> N
     )
     cluster = SimulatedCluster(config, now=START)
     job_id = only_job(cluster)
-    bad = cluster.get_job(job_id).nodes[1]
+    bad = listed_job(cluster, job_id).nodes[1]
     cluster.nodes_by_name[bad].defect = "gpu_memory"
     cluster.requeue(job_id)
     for attempt in range(1, 3):
         run(cluster, 60)
-        job = cluster.get_job(job_id)
+        job = listed_job(cluster, job_id)
         assert job.state == "FAILED" and job.restart_count == attempt
         assert bad in log_text(cluster, job_id).split("restart")[-1]
         cluster.requeue(job_id, hold=True)
@@ -353,7 +367,7 @@ def test_a_bad_node_keeps_failing_jobs_until_it_is_excluded(tmp_path: Path) -> N
             cluster.set_excluded_nodes(job_id, [bad])
         cluster.release(job_id)
     run(cluster, 60)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert job.state == "RUNNING" and bad not in job.nodes
 
 
@@ -361,22 +375,22 @@ def test_a_dead_node_goes_down_and_slurm_requeues_the_job(tmp_path: Path) -> Non
     cluster = SimulatedCluster(quiet_config(tmp_path), now=START)
     now = run(cluster, 10)
     job_id = only_job(cluster)
-    victim = cluster.get_job(job_id).nodes[1]
+    victim = listed_job(cluster, job_id).nodes[1]
     cluster.inject(job_id, "node_death", 1, now.timestamp())
     run(cluster, 11)
-    assert cluster.get_job(job_id).state == "RUNNING"
+    assert listed_job(cluster, job_id).state == "RUNNING"
     steps_before = len(progress_steps(log_text(cluster, job_id)))
     run(cluster, 2)
     node = {node.name: node for node in cluster.nodes()}[victim]
     assert (node.state, node.flags, node.reason) == ("DOWN", ["NOT_RESPONDING"], "Not responding")
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert job.state in {"COMPLETING", "PENDING"} and job.restart_count == 1
     text = log_text(cluster, job_id)
     assert f"srun: error: Node failure on {victim}" in text
     assert re.search(rf"\*\*\* JOB {job_id} ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", text)
     assert len(progress_steps(text)) == steps_before  # nothing trained while it was dead
     run(cluster, 10)
-    job = cluster.get_job(job_id)
+    job = listed_job(cluster, job_id)
     assert job.state == "RUNNING" and victim not in job.nodes
     cluster.repair_node(victim)
     assert {node.name: node for node in cluster.nodes()}[victim].state == "IDLE"
@@ -386,10 +400,10 @@ def test_a_hang_stops_progress_one_rank_first_and_keeps_the_job_running(tmp_path
     cluster = SimulatedCluster(quiet_config(tmp_path), now=START)
     now = run(cluster, 10)
     job_id = only_job(cluster)
-    hung = cluster.get_job(job_id).nodes[0]
+    hung = listed_job(cluster, job_id).nodes[0]
     cluster.inject(job_id, "hang", 0, now.timestamp())
     run(cluster, 60)
-    assert cluster.get_job(job_id).state == "RUNNING"
+    assert listed_job(cluster, job_id).state == "RUNNING"
     steps = progress_steps(log_text(cluster, job_id))
     last = {host: max(step for name, step in steps if name == host) for host, _ in steps}
     other = next(host for host in last if host != hung)
@@ -405,14 +419,14 @@ def test_a_straggling_node_reports_lower_throughput_and_slows_the_job(tmp_path: 
     cluster = SimulatedCluster(quiet_config(tmp_path), now=START)
     now = run(cluster, 10)
     job_id = only_job(cluster)
-    slow = cluster.get_job(job_id).nodes[1]
+    slow = listed_job(cluster, job_id).nodes[1]
     before = len(progress_steps(log_text(cluster, job_id)))
     cluster.inject(job_id, "gpu_thermal", 1, now.timestamp())
     run(cluster, 30)
     result = scan(log_text(cluster, job_id))
     recent = [point for point in result.progress if point.at and point.at > now]
-    slow_rates = [point.throughput for point in recent if point.node == slow]
-    other_rates = [point.throughput for point in recent if point.node != slow]
+    slow_rates = [throughput(point) for point in recent if point.node == slow]
+    other_rates = [throughput(point) for point in recent if point.node != slow]
     assert slow_rates and other_rates
     assert max(slow_rates) < 0.7 * min(other_rates)
     assert {point.rank for point in recent if point.node == slow} == {8}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-# Re-exported: the tests here import these names from this module.
-from tests.slurm_fixtures import (  # noqa: F401
+# Re-exported (see __all__): the tests here import these names from this module.
+from tests.slurm_fixtures import (
     CLUSTER_DIR,
     CLUSTER_DIR_2411,
     CLUSTER_ENV,
@@ -29,6 +29,25 @@ from tests.slurm_fixtures import (  # noqa: F401
     SSHLogin,
     SubmittedJob,
 )
+
+__all__ = [
+    "CLUSTER_DIR",
+    "CLUSTER_DIR_2411",
+    "CLUSTER_ENV",
+    "CLUSTER_ENVS",
+    "CLUSTER_ENV_2411",
+    "DEFAULT_COMMENT",
+    "DOWN",
+    "REPO",
+    "START_TIMEOUT",
+    "TRAIN",
+    "UP",
+    "VERSIONS",
+    "SSHLogin",
+    "SlurmCluster",
+    "SubmittedJob",
+    "only_22_05",
+]
 
 HERE = Path(__file__).resolve().parent
 

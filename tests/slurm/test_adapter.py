@@ -4,14 +4,14 @@ commands for 22.05, SSH to the chroot's login node for 24.11)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.base import JobInfo, SchedulerError
+from recovery.sources.schedulers.base import CommandResult, JobInfo, SchedulerError, Transport
 from recovery.sources.schedulers.slurm import SlurmAdapter
-from tests.slurm.conftest import SlurmCluster, only_22_05
+from tests.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -80,7 +80,7 @@ def test_a_held_requeue_with_exclusions_restarts_elsewhere(
     )
     assert pending.restart_count == 1
     adapter.set_excluded_nodes(str(submitted.job_id), first_nodes)
-    wait_for(adapter, str(submitted.job_id), lambda j: j.is_pending and j.held)
+    wait_for(adapter, str(submitted.job_id), lambda j: j.is_pending and j.held is True)
     adapter.release(str(submitted.job_id))
     adapter.clear_start_delay(str(submitted.job_id))
     restarted = wait_for(adapter, str(submitted.job_id), lambda j: j.is_running, seconds=60)
@@ -135,19 +135,42 @@ def test_bad_node_names_are_refused_before_any_command(bad: str) -> None:
         SlurmAdapter(Refusing()).set_excluded_nodes("42", [bad])  # type: ignore[arg-type]
 
 
+class RefusingJson:
+    """A Slurm whose squeue and scontrol refuse --json, as before 21.08; the rest runs."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.refused: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> CommandResult:
+        if "--json" in argv:
+            self.refused.append(tuple(argv))
+            return CommandResult(tuple(argv), 1, "", f"{argv[0]}: unrecognized option '--json'")
+        return self.inner.run(argv, timeout=timeout)
+
+    def read_file(self, path: str, offset: int, limit: int) -> bytes:
+        return self.inner.read_file(path, offset, limit)
+
+    def file_size(self, path: str) -> int | None:
+        return self.inner.file_size(path)
+
+
 def test_the_fixed_format_fallback_reads_the_same_job(
     adapter: SlurmAdapter, submit_job: Any, slurm_cluster: SlurmCluster
 ) -> None:
-    """Where squeue has no --json, the fixed format (unit-separated, comment last) is used."""
-    only_22_05(slurm_cluster, "the fallback is for Slurm without squeue --json (before 21.08)")
+    """Where squeue and scontrol refuse --json (Slurm before 21.08, or a JSON answer that cannot
+    be used), the fixed format (unit-separated, comment last) reads the same job."""
     submitted = submit_job(comment='{"nvidia-recovery":{"mode":"observe","note":"a b|c"}}')
     from_json = wait_for(adapter, str(submitted.job_id), lambda j: j.is_running)
-    adapter._json = False
-    from_text = adapter.get_job(str(submitted.job_id))
+    refusing = RefusingJson(adapter.transport)
+    without_json = SlurmAdapter(refusing)
+    from_text = without_json.get_job(str(submitted.job_id))
+    assert refusing.refused, "the JSON commands were never tried"
     assert from_text is not None
     assert from_text.state == "RUNNING"
     assert from_text.nodes == from_json.nodes
     assert from_text.partition == from_json.partition
     assert from_text.opt_in.opted_in and from_text.opt_in.mode == "observe"
     assert from_text.comment == from_json.comment
-    assert any(job.job_id == from_json.job_id for job in adapter.list_jobs())
+    assert any(job.job_id == from_json.job_id for job in without_json.list_jobs())

@@ -117,6 +117,7 @@ def test_an_action_mode_restart_happens_once_and_resumes_elsewhere(
 
     restarted = wait_for(adapter, job.job_id, lambda j: j.is_running and j.restart_count == 1)
     assert not set(restarted.nodes) & set(job.nodes)
+    assert restarted.excluded_nodes is not None
     assert set(job.nodes) <= set(restarted.excluded_nodes)
     deadline = time.monotonic() + 30
     while not RESUMED.search(submitted.output.read_text()):

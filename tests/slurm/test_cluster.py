@@ -159,7 +159,9 @@ def test_cluster_has_four_idle_nodes_and_two_partitions(slurm_cluster: SlurmClus
 
     config = slurm("scontrol", "show", "config").stdout
     assert re.search(r"^AuthInfo\s+= cred_expire=5$", config, re.MULTILINE)
-    first_job_id = int(re.search(r"^FirstJobId\s+= (\d+)$", config, re.MULTILINE)[1])
+    first_job = re.search(r"^FirstJobId\s+= (\d+)$", config, re.MULTILINE)
+    assert first_job is not None
+    first_job_id = int(first_job[1])
     assert first_job_id > 1  # ids do not restart at 1 after a fresh start
 
 

@@ -157,7 +157,7 @@ def test_the_adapter_over_ssh_lists_a_job_and_restarts_it_on_other_nodes(
     requeued = wait_for(adapter, job_id, lambda j: j.state in {"PENDING", "COMPLETING"})
     assert requeued.restart_count == 1
     adapter.set_excluded_nodes(job_id, first_nodes)
-    wait_for(adapter, job_id, lambda j: j.is_pending and j.held)
+    wait_for(adapter, job_id, lambda j: j.is_pending and j.held is True)
     adapter.release(job_id)
     # No clear_start_delay: the requeue delay (cred_expire + 1 s) keeps Slurm from starting the
     # job where slurmd still holds its revoked credential (see wait_until_pending).

@@ -30,7 +30,7 @@ IGNORED = "ignored"
 # (pattern, outcome, framework), tried in order; the first that matches decides. A save that the
 # framework later confirms with its own line is "started" here, so that a job killed in the
 # middle of a save is not credited with that checkpoint.
-_CHECKPOINT_SHAPES: tuple[tuple[CompiledPattern, str, str], ...] = (
+_CHECKPOINT_SHAPES: tuple[tuple[CompiledPattern[str], str, str], ...] = (
     (
         compile_linear(
             r"(?i)successfully saved checkpoint (?:from|at) iteration\s+(?P<step>\d+)\s+to\s+"

@@ -68,7 +68,7 @@ def to_int(text: str | None) -> int | None:
     return int(value)
 
 
-def search_value(pattern: CompiledPattern, text: str, group: str = "value") -> str | None:
+def search_value(pattern: CompiledPattern[str], text: str, group: str = "value") -> str | None:
     match = pattern.search(text)
     return match.group(group) if match else None
 

@@ -25,7 +25,7 @@ _CHECKPOINT_OVERRIDE_GROUPS = frozenset({"step", "path"})
 
 def _compile_override(
     pattern: str, allowed: frozenset[str], required: str | None
-) -> CompiledPattern:
+) -> CompiledPattern[str]:
     compiled = compile_linear(pattern)
     names = set(compiled.groupindex)
     if required and required not in names:

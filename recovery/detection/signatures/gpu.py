@@ -2,7 +2,7 @@
 uncorrectable ECC errors, PCIe AER reports, thermal and power slowdowns.
 
 The Xid code on a ``nvidia-xid`` line decides its category and attribution (``refine``, from
-``XID_MEANINGS`` in ``recovery.detection.signals``); the signature only finds the line.
+``XID_MEANINGS`` in ``recovery.detection.facts``); the signature only finds the line.
 """
 
 from __future__ import annotations

@@ -98,6 +98,7 @@ class Command(BaseCommand):
         jobs = cluster.jobs()
         states: dict[str, int] = {}
         for job in jobs:
+            assert job.state is not None  # the simulator always knows its jobs' states
             states[job.state] = states.get(job.state, 0) + 1
         down = sum(1 for node in cluster.nodes() if node.unavailable)
         summary = ", ".join(f"{count} {state.lower()}" for state, count in sorted(states.items()))

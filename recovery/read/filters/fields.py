@@ -115,29 +115,29 @@ class InstantField(forms.Field):
             raise ValidationError(self.error_messages["overflow"], code="overflow") from None
 
 
-class TextFilter(django_filters.CharFilter):  # type: ignore[misc]
+class TextFilter(django_filters.CharFilter):
     field_class = TextField
 
 
-class IdFilter(django_filters.Filter):  # type: ignore[misc]
+class IdFilter(django_filters.Filter):
     field_class = IdField
 
 
-class FlagFilter(django_filters.Filter):  # type: ignore[misc]
+class FlagFilter(django_filters.Filter):
     field_class = FlagField
 
 
-class InstantFilter(django_filters.Filter):  # type: ignore[misc]
+class InstantFilter(django_filters.Filter):
     field_class = InstantField
 
 
-class EnumFilter(django_filters.ChoiceFilter):  # type: ignore[misc]
+class EnumFilter(django_filters.ChoiceFilter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("error_messages", CHOICE_ERRORS)
         super().__init__(*args, **kwargs)
 
 
-class EnumListFilter(django_filters.MultipleChoiceFilter):  # type: ignore[misc]
+class EnumListFilter(django_filters.MultipleChoiceFilter):
     """Several values: repeat the parameter."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -157,7 +157,7 @@ def shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class TrimmedChoiceField(FilterChoiceField):  # type: ignore[misc]
+class TrimmedChoiceField(FilterChoiceField):
     """A choice, read from text that may carry spaces around it."""
 
     def to_python(self, value: Any) -> str:
@@ -317,33 +317,33 @@ class QuickRangeField(forms.CharField):
         return key
 
 
-class TrimmedChoiceFilter(django_filters.ChoiceFilter):  # type: ignore[misc]
+class TrimmedChoiceFilter(django_filters.ChoiceFilter):
     field_class = TrimmedChoiceField
 
 
-class PlainTextFilter(django_filters.CharFilter):  # type: ignore[misc]
+class PlainTextFilter(django_filters.CharFilter):
     field_class = PlainTextField
 
 
-class ClippedTextFilter(django_filters.CharFilter):  # type: ignore[misc]
+class ClippedTextFilter(django_filters.CharFilter):
     field_class = ClippedTextField
 
 
-class ClusterFilter(django_filters.Filter):  # type: ignore[misc]
+class ClusterFilter(django_filters.Filter):
     field_class = ClusterField
 
 
-class WorkloadRefFilter(django_filters.Filter):  # type: ignore[misc]
+class WorkloadRefFilter(django_filters.Filter):
     field_class = WorkloadRefField
 
 
-class KindsFilter(django_filters.Filter):  # type: ignore[misc]
+class KindsFilter(django_filters.Filter):
     field_class = KindsField
 
 
-class TypedInstantFilter(django_filters.Filter):  # type: ignore[misc]
+class TypedInstantFilter(django_filters.Filter):
     field_class = TypedInstantField
 
 
-class QuickRangeFilter(django_filters.Filter):  # type: ignore[misc]
+class QuickRangeFilter(django_filters.Filter):
     field_class = QuickRangeField

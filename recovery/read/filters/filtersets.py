@@ -80,7 +80,7 @@ class FilterProblem:
     message: str
 
 
-class ListFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+class ListFilterSet(django_filters.FilterSet):
     """A list's query parameters. ``now`` is the instant that time filters count from."""
 
     def __init__(
@@ -162,7 +162,8 @@ class ClusterFilterSet(ListFilterSet):
 
 
 class NodeFilterSet(ListFilterSet):
-    cluster = _cluster_name("cluster__name")
+    # Typed as any filter: the nodes page's filter set below replaces it.
+    cluster: django_filters.Filter = _cluster_name("cluster__name")
     health = EnumFilter(choices=NodeHealth.choices)
     suspect = FlagFilter(
         method="filter_suspect", help_text="Only nodes flagged as suspect (true) or not (false)."
@@ -185,10 +186,11 @@ class NodeFilterSet(ListFilterSet):
 
 
 class WorkloadFilterSet(ListFilterSet):
-    cluster = _cluster_name("cluster__name")
-    state = EnumFilter(choices=WorkloadState.choices)
-    user = TextFilter(max_length=64)
-    job_id = TextFilter(max_length=64)
+    # Typed as any filter (or none): the fleet page's filter set below replaces or drops them.
+    cluster: django_filters.Filter = _cluster_name("cluster__name")
+    state: django_filters.Filter = EnumFilter(choices=WorkloadState.choices)
+    user: django_filters.Filter = TextFilter(max_length=64)
+    job_id: django_filters.Filter | None = TextFilter(max_length=64)
 
     class Meta:
         model = Workload
@@ -233,8 +235,9 @@ class VerdictFilterSet(ListFilterSet):
 
 
 class RecommendationFilterSet(ListFilterSet):
-    status = EnumFilter(choices=RecommendationStatus.choices)
-    cluster = _cluster_name("workload__cluster__name")
+    # Typed as any filter (or none): the approval queue's filter set below drops or replaces them.
+    status: django_filters.Filter | None = EnumFilter(choices=RecommendationStatus.choices)
+    cluster: django_filters.Filter = _cluster_name("workload__cluster__name")
     workload = _workload()
 
     class Meta:
@@ -246,14 +249,17 @@ class AuditEventFilterSet(ListFilterSet):
     """The audit trail's filters. They are read as ``AuditFilters`` by the trail's own query
     (``recovery.audit.trail``), which picks the index that serves them."""
 
-    since = _since("occurred_at")
-    until = _until("occurred_at")
-    cluster = _cluster_name("cluster__name")
-    workload = _workload()
-    kind = EnumListFilter(
+    # Typed as any filter (or none): the audit page's filter set below replaces or drops them.
+    since: django_filters.Filter | None = _since("occurred_at")
+    until: django_filters.Filter | None = _until("occurred_at")
+    cluster: django_filters.Filter = _cluster_name("cluster__name")
+    workload: django_filters.Filter = _workload()
+    kind: django_filters.Filter = EnumListFilter(
         choices=AuditKind.choices, help_text="Repeat the parameter for several kinds."
     )
-    actor = TextFilter(max_length=150, help_text="Exact: policy, watchdog, a user name, …")
+    actor: django_filters.Filter = TextFilter(
+        max_length=150, help_text="Exact: policy, watchdog, a user name, …"
+    )
 
     class Meta:
         model = AuditEvent
@@ -299,7 +305,7 @@ class FleetFilterSet(WorkloadFilterSet):
         error_messages={"invalid_choice": "Unknown state “%(value)s”: showing every state."},
     )
     user = ClippedTextFilter(max_length=64)
-    job_id = None  # type: ignore[assignment]  # the search finds job ids
+    job_id = None  # the search finds job ids
     q = ClippedTextFilter(max_length=200, method="filter_search")
     anomaly = TrimmedChoiceFilter(
         choices=ANOMALY_CHOICES,
@@ -389,7 +395,7 @@ class ApprovalQueueFilterSet(RecommendationFilterSet):
     """The approval queue: the recommendations' filters, with a cluster that must exist. The
     queue holds only recommendations awaiting approval, so it takes no status."""
 
-    status = None  # type: ignore[assignment]
+    status = None
     cluster = ClusterFilter(
         field_name="workload__cluster",
         error_messages={
@@ -446,8 +452,8 @@ class AuditTrailFilterSet(AuditEventFilterSet):
             "ignored."
         },
     )
-    since = None  # type: ignore[assignment]
-    until = None  # type: ignore[assignment]
+    since = None
+    until = None
     # "from" is a Python keyword, so both bounds are declared through the class namespace.
     vars()["from"] = TypedInstantFilter(label="From")
     vars()["to"] = TypedInstantFilter(label="To")

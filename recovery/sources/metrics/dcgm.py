@@ -1,7 +1,7 @@
 """GPU health of a set of nodes over a time window, from NVIDIA DCGM exporter metrics in Prometheus.
 
 The metrics are read with a few bounded queries (one range query per metric, aggregated per
-node and GPU) and handed to the detectors' own rules in ``recovery.detection.signals``, so a
+node and GPU) and handed to the detectors' own rules in ``recovery.detection.facts``, so a
 GPU metric gives the same finding whether it arrives here or through another path. Findings
 this module adds itself: NVLink error counters rising and (opt-in) corrected ECC errors.
 
@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from recovery.detection.findings import CRASH, Finding, FindingSource
-from recovery.detection.signals import (
+from recovery.detection.facts import (
     ECC_DBE_METRIC,
     GPU_UTIL_METRIC,
     ROW_REMAP_FAILURE_METRIC,
@@ -27,6 +26,7 @@ from recovery.detection.signals import (
     MetricSample,
     findings_from_gpu_metrics,
 )
+from recovery.detection.findings import CRASH, Finding, FindingSource
 from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 from recovery.sources.metrics.base import MetricSource
 from recovery.sources.metrics.prometheus import LABEL_NAME, promql_string

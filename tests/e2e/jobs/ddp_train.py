@@ -90,7 +90,8 @@ def read_faults(control: Path | None) -> dict[str, Any]:
 
 def selects(spec: dict[str, Any], rank: int, node: str) -> bool:
     if "node" in spec:
-        return spec["node"] == node
+        wanted: str = spec["node"]
+        return wanted == node
     return int(spec.get("rank", 0)) == rank
 
 
@@ -285,7 +286,7 @@ def main() -> None:
             wanted = target(inputs)
         loss = torch.nn.functional.mse_loss(model(inputs), wanted)
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # unannotated in torch
         # The step's compute stands for a GPU's forward and backward pass.
         time.sleep(step_seconds * factor)
         compute = time.monotonic() - began

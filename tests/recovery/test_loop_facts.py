@@ -5,8 +5,9 @@ The scheduler here is scripted; tests/slurm and tests/e2e run the same code on r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -30,13 +31,14 @@ from recovery.models import (
     Anomaly,
     Attempt,
     AuditEvent,
+    Cluster,
     Node,
     Policy,
     ProgressSample,
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.base import NodeInfo
+from recovery.sources.schedulers.base import JobInfo, NodeInfo
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
 from tests.fakes import Scripted, job
 
@@ -106,20 +108,22 @@ DIED = ReadContext(
 
 
 @pytest.fixture
-def acting_cluster():  # type: ignore[no-untyped-def]
+def acting_cluster() -> Cluster:
     cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
     Policy.objects.create(name="lab", cluster=cluster, blast_radius_percent=100)
     return cluster
 
 
-def running_workload(cluster, nodes=NODES):  # type: ignore[no-untyped-def]
+def running_workload(
+    cluster: Cluster, nodes: Sequence[str] = NODES
+) -> tuple[JobInfo, Workload, Attempt]:
     running = job(nodes=list(nodes))
     poll_cluster(cluster, Scripted([running], healthy()))
     return running, Workload.objects.get(cluster=cluster), Attempt.objects.get()
 
 
 def test_a_symptom_waits_and_a_node_that_stops_responding_supplies_the_cause(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     running, workload, attempt = running_workload(acting_cluster)
     record_anomalies(workload, attempt, [symptom()], timezone.now())
@@ -131,13 +135,14 @@ def test_a_symptom_waits_and_a_node_that_stops_responding_supplies_the_cause(
     recommendation = Recommendation.objects.get()
     assert recommendation.action == RecommendationAction.RESTART_EXCLUDING
     assert recommendation.excluded_nodes == ["node002"]
+    assert recommendation.anomaly is not None
     assert recommendation.anomaly.attribution == "hardware"
     assert not Anomaly.objects.filter(decided_at__isnull=True).exists()
     assert Node.objects.get(name="node002").health == "unhealthy"
 
 
 def test_a_node_not_responding_under_a_healthy_job_is_not_a_failure(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     running, _, _ = running_workload(acting_cluster)
     lost = NodeInfo("node002", "ALLOCATED", flags=["NOT_RESPONDING"])
@@ -146,7 +151,7 @@ def test_a_node_not_responding_under_a_healthy_job_is_not_a_failure(
 
 
 def test_a_node_going_down_under_a_running_job_is_a_failure_on_that_node(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     running, _, _ = running_workload(acting_cluster)
     down = NodeInfo("node003", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
@@ -159,7 +164,7 @@ def test_a_node_going_down_under_a_running_job_is_a_failure_on_that_node(
 
 
 def test_an_operator_draining_a_node_under_a_running_job_changes_nothing(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     running, _, _ = running_workload(acting_cluster)
     drained = NodeInfo("node001", "MIXED", flags=["DRAIN"], reason="kernel upgrade")
@@ -167,7 +172,7 @@ def test_an_operator_draining_a_node_under_a_running_job_changes_nothing(
     assert not Anomaly.objects.exists()
 
 
-def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster: Cluster) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     record_anomalies(workload, attempt, [symptom()], timezone.now())
     failed = job(nodes=NODES, state="FAILED", exit_code=1, end_time=timezone.now())
@@ -179,7 +184,7 @@ def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster) -> None:  # 
     assert Anomaly.objects.count() == 1
 
 
-def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster: Cluster) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
     record_anomalies(workload, attempt, [symptom()], now, read=DIED)
@@ -189,7 +194,7 @@ def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster) -> 
 
 
 def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     xid = xid_79("node002")
@@ -202,7 +207,7 @@ def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
 
 
 def test_a_bare_failed_state_is_an_anomaly_when_the_logs_said_nothing(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     running_workload(acting_cluster)
     failed = job(nodes=NODES, state="FAILED", exit_code=3, end_time=timezone.now())
@@ -214,7 +219,7 @@ def test_a_bare_failed_state_is_an_anomaly_when_the_logs_said_nothing(
     assert Recommendation.objects.get().action == RecommendationAction.RESTART
 
 
-def test_node_fail_implicates_the_node_that_went_down(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_node_fail_implicates_the_node_that_went_down(acting_cluster: Cluster) -> None:
     running_workload(acting_cluster)
     down = NodeInfo("node002", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
     ended = job(nodes=NODES, state="NODE_FAIL", reason="NodeDown", end_time=timezone.now())
@@ -225,8 +230,16 @@ def test_node_fail_implicates_the_node_that_went_down(acting_cluster) -> None:  
 
 
 def progress(
-    workload, attempt, *, start, seconds, every=5.0, nodes=NODES, slow=None, slow_from=None
-):  # type: ignore[no-untyped-def]
+    workload: Workload,
+    attempt: Attempt,
+    *,
+    start: datetime,
+    seconds: float,
+    every: float = 5.0,
+    nodes: Sequence[str] = NODES,
+    slow: str | None = None,
+    slow_from: datetime | None = None,
+) -> None:
     samples = []
     count = int(seconds / every)
     for index in range(count):
@@ -322,7 +335,7 @@ def test_a_node_behind_failures_of_several_workloads_is_flagged_suspect_once() -
 
 
 def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
@@ -346,7 +359,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
     assert Recommendation.objects.get().action == RecommendationAction.RESTART
 
 
-def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster: Cluster) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
     first = app_exception("ValueError: bad batch")
@@ -363,7 +376,7 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster) -> No
 
 
 def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     xid = xid_79("node002")
@@ -388,7 +401,7 @@ def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
 
 
 def test_an_application_exception_stays_the_applications_beside_an_xid(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     xid = xid_79("node002")
@@ -400,7 +413,7 @@ def test_an_application_exception_stays_the_applications_beside_an_xid(
 
 
 def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     from recovery.audit.record import record_event
     from recovery.loop.anomalies import record_findings
@@ -424,7 +437,7 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
     assert not Anomaly.objects.exists()
 
 
-def test_a_symptom_followed_by_more_training_is_no_failure(acting_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_a_symptom_followed_by_more_training_is_no_failure(acting_cluster: Cluster) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
     ProgressSample.objects.create(workload=workload, attempt=1, step=119, at=now)
@@ -458,7 +471,7 @@ def test_a_job_younger_than_the_straggler_window_is_not_judged_yet() -> None:
 
 
 def test_a_node_failure_read_after_the_job_runs_elsewhere_belongs_to_the_old_attempt(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     _, workload, first = running_workload(acting_cluster)
     second = AttemptFactory(workload=workload, number=2, nodes=["node004", "node005"])
@@ -480,7 +493,7 @@ def test_a_node_failure_read_after_the_job_runs_elsewhere_belongs_to_the_old_att
 
 
 def test_a_requeued_job_still_completing_lends_its_old_nodes_to_no_new_attempt(
-    acting_cluster,  # type: ignore[no-untyped-def]
+    acting_cluster: Cluster,
 ) -> None:
     running, _, _ = running_workload(acting_cluster)
     completing = replace(running, state="COMPLETING", restart_count=1)

@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recovery.detection.findings import ATTRIBUTIONS, CATEGORIES, SEVERITIES
-from recovery.detection.signals import (
+from recovery.detection.facts import (
     ECC_DBE_METRIC,
     GPU_UTIL_METRIC,
     ROW_REMAP_FAILURE_METRIC,
@@ -21,6 +20,7 @@ from recovery.detection.signals import (
     normalise_job_state,
     xid_meaning,
 )
+from recovery.detection.findings import ATTRIBUTIONS, CATEGORIES, SEVERITIES
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 

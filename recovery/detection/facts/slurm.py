@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from recovery.detection.facts.xid import xid_meaning
 from recovery.detection.findings import CRASH, Finding
 from recovery.detection.linear_regex import compile_linear
-from recovery.detection.signals.xid import xid_meaning
 from recovery.detection.taxonomy import NO_CATEGORY, Attribution, FailureCategory, Severity
 
 # squeue's short codes, for callers that read %t instead of %T.

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from recovery.detection.facts.xid import XID_MEANINGS, xid_meaning
 from recovery.detection.findings import CRASH, STRAGGLER, Finding
 from recovery.detection.hang import format_duration
-from recovery.detection.signals.xid import XID_MEANINGS, xid_meaning
 from recovery.detection.taxonomy import NO_CATEGORY, Attribution, FailureCategory, Severity
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
