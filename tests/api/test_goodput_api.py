@@ -10,7 +10,7 @@ from django.urls import reverse
 from recovery.choices import AuditKind, WorkloadState
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory, WorkloadFactory
-from tests.recovery.test_goodput import failed_once_and_recovered, trail
+from tests.read.test_goodput import failed_once_and_recovered, trail
 
 pytestmark = pytest.mark.django_db
 

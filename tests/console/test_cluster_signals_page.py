@@ -13,8 +13,8 @@ from django.urls import reverse
 from recovery.roles import ADMIN
 from recovery.sources.logs.base import to_ns
 from tests.conftest import TEST_PASSWORD
-from tests.connectors.recorded_servers import LokiEntry, RecordedServer, loki, serving
 from tests.factories import ClusterFactory
+from tests.sources.recorded_servers import LokiEntry, RecordedServer, loki, serving
 
 pytestmark = pytest.mark.django_db
 

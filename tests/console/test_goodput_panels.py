@@ -15,7 +15,7 @@ from recovery.choices import WorkloadState
 from recovery.read.insights import take_goodput_snapshots
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory, WorkloadFactory
-from tests.recovery.test_goodput import at, failed_once_and_recovered
+from tests.read.test_goodput import at, failed_once_and_recovered
 
 pytestmark = pytest.mark.django_db
 

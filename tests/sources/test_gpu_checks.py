@@ -11,11 +11,11 @@ from recovery.choices import FailureCategory
 from recovery.loop.gpu_checks import metric_store_of
 from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly
-from tests.connectors.conftest import FakeDcgmExporter, PrometheusProcess
-from tests.connectors.recorded_servers import closed_port_url
-from tests.connectors.test_prometheus import XID, wait_until_scraped
 from tests.factories import ClusterFactory
 from tests.fakes import Scripted, job
+from tests.sources.conftest import FakeDcgmExporter, PrometheusProcess
+from tests.sources.recorded_servers import closed_port_url
+from tests.sources.test_prometheus import XID, wait_until_scraped
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from recovery.sources.metrics import (
     gpu_health,
 )
 from recovery.sources.metrics.dcgm import ESSENTIAL_METRICS
-from tests.connectors.conftest import (
+from tests.sources.conftest import (
     CannedAnswer,
     CannedRequest,
     CannedServer,

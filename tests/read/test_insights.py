@@ -34,7 +34,7 @@ from recovery.read.insights import (
 from tasks import maintenance
 from tests.conftest import TEST_PASSWORD
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
-from tests.recovery.test_goodput import at, failed_once_and_recovered, trail
+from tests.read.test_goodput import at, failed_once_and_recovered, trail
 
 pytestmark = pytest.mark.django_db
 

@@ -11,15 +11,15 @@ from recovery.choices import FailureCategory
 from recovery.loop.poll import log_store_of, poll_cluster
 from recovery.models import Anomaly
 from recovery.sources.logs.base import to_ns
-from tests.connectors.recorded_servers import (
+from tests.factories import ClusterFactory
+from tests.fakes import SUBMITTED, Scripted, job
+from tests.sources.recorded_servers import (
     LokiEntry,
     RecordedServer,
     closed_port_url,
     loki,
     serving,
 )
-from tests.factories import ClusterFactory
-from tests.fakes import SUBMITTED, Scripted, job
 
 pytestmark = pytest.mark.django_db
 

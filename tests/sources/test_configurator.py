@@ -13,8 +13,9 @@ from django.core.management import CommandError, call_command
 from recovery.loop.poll import log_store_of
 from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
 from recovery.sources.logs.base import to_ns
-from tests.connectors.conftest import PrometheusProcess
-from tests.connectors.recorded_servers import (
+from tests.factories import ClusterFactory
+from tests.sources.conftest import PrometheusProcess
+from tests.sources.recorded_servers import (
     LokiEntry,
     RecordedServer,
     closed_port_url,
@@ -22,7 +23,6 @@ from tests.connectors.recorded_servers import (
     serving,
     victorialogs,
 )
-from tests.factories import ClusterFactory
 
 pytestmark = pytest.mark.django_db
 

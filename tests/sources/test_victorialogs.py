@@ -23,14 +23,14 @@ from recovery.sources.logs import (
 )
 from recovery.sources.logs.base import to_ns
 from recovery.sources.logs.victorialogs import format_ns, parse_rfc3339_ns, parse_stream
-from tests.connectors.recorded_servers import (
+from tests.factories import AttemptFactory, WorkloadFactory
+from tests.sources.recorded_servers import (
     Fault,
     RecordedServer,
     closed_port_url,
     serving,
     victorialogs,
 )
-from tests.factories import AttemptFactory, WorkloadFactory
 
 T0 = 1_717_000_000_123_456_789
 QUERY = "/select/logsql/query"

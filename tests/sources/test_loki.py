@@ -24,7 +24,8 @@ from recovery.sources.logs import (
     build_source,
 )
 from recovery.sources.logs.base import MAX_LINE_CHARS, TRUNCATION_MARK, to_ns
-from tests.connectors.recorded_servers import (
+from tests.factories import AttemptFactory, WorkloadFactory
+from tests.sources.recorded_servers import (
     Fault,
     LokiEntry,
     RecordedServer,
@@ -32,7 +33,6 @@ from tests.connectors.recorded_servers import (
     loki,
     serving,
 )
-from tests.factories import AttemptFactory, WorkloadFactory
 
 T0 = 1_717_000_000_000_000_000
 QUERY_RANGE = "/loki/api/v1/query_range"
