@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from recovery.choices import RecommendationStatus
 from recovery.models import Anomaly, AuditEvent, Recommendation, Workload
@@ -36,42 +36,6 @@ def fleet_ordering(sort: str) -> list[str]:
     return [f"-{field}" if descending else field for field in fields]
 
 
-def fleet_workloads(
-    *,
-    cluster: str = "",
-    state: str = "",
-    search: str = "",
-    user: str = "",
-    anomaly: str = "",
-    sort: str = DEFAULT_FLEET_SORT,
-) -> QuerySet[Workload]:
-    """Monitored workloads matching the fleet's filters, in the chosen order.
-
-    ``anomaly`` keeps workloads that had an anomaly of that category (``"any"``: any anomaly,
-    ``"none"``: none at all). Paginate this, then read the page's rows with ``fleet_rows``: the
-    per-row figures are correlated subqueries, cheap for one page, not for 10,000 rows.
-    """
-    workloads = Workload.objects.order_by(*fleet_ordering(sort))
-    if cluster:
-        workloads = workloads.filter(cluster__name=cluster)
-    if state:
-        workloads = workloads.filter(state=state)
-    if user:
-        workloads = workloads.filter(user=user.strip())
-    if anomaly:
-        any_anomaly = Anomaly.objects.filter(workload=OuterRef("pk"))
-        if anomaly == NO_ANOMALY:
-            workloads = workloads.filter(~Exists(any_anomaly))
-        elif anomaly == ANY_ANOMALY:
-            workloads = workloads.filter(Exists(any_anomaly))
-        else:
-            workloads = workloads.filter(Exists(any_anomaly.filter(category=anomaly)))
-    if search:
-        term = search.strip()
-        workloads = workloads.filter(Q(job_id=term) | Q(name__icontains=term))
-    return workloads
-
-
 def fleet_rows(workload_ids: Sequence[int]) -> list[Workload]:
     """The fleet rows of these workloads, in the given order, with their latest anomaly and
     pending recommendation (one query)."""
@@ -90,16 +54,14 @@ def fleet_rows(workload_ids: Sequence[int]) -> list[Workload]:
     return [by_id[pk] for pk in workload_ids if pk in by_id]
 
 
-def pending_approvals(*, cluster: str = "") -> QuerySet[Recommendation]:
-    """Recommendations awaiting an operator, oldest first; of one cluster when named."""
-    pending = (
+def pending_approvals() -> QuerySet[Recommendation]:
+    """Recommendations awaiting an operator, oldest first (the approvals page's filterset
+    narrows them)."""
+    return (
         Recommendation.objects.filter(status=RecommendationStatus.AWAITING_APPROVAL)
         .select_related("workload__cluster", "anomaly")
         .order_by("created_at", "id")
     )
-    if cluster:
-        pending = pending.filter(workload__cluster__name=cluster)
-    return pending
 
 
 WORKLOAD_TRAIL_LIMIT = 200
