@@ -14,7 +14,7 @@ import pytest
 
 from recovery.controller import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE_PACKAGES = ("django", "celery", "rest_framework")
 
 

@@ -19,7 +19,7 @@ from recovery.sources.schedulers.validation import (
     validate_partition,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 SHELL_METACHARACTERS = [";", "&", "|", "$", "`", "(", ")", "<", ">", "*", "?", "'", '"', "\\"]
 
 
