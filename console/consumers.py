@@ -1,7 +1,9 @@
 """WebSocket consumers: live updates for the Console.
 
-A client joins only when logged in, and the user is checked again for every message, so a
-session that is logged out or a user who is deactivated stops receiving updates at once.
+A client joins only when logged in with a Console role that may read the audit trail (the pages
+showing these events ask the same), and the user is checked again for every message, so a
+session that is logged out, a user who is deactivated or one whose role is taken away stops
+receiving updates at once.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 
 from recovery.audit.live import FLEET_GROUP, AuditEventMessage, SnapshotMessage, workload_group
 
 UNAUTHORISED_CLOSE_CODE = 4401
+# What the live channels carry is audit events: the permission of the audit trail page.
+LIVE_PERMISSION_APP, LIVE_PERMISSION_CODENAME = "recovery", "view_auditevent"
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -24,7 +29,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     groups: list[str]
 
     async def connect(self) -> None:
-        if not await self._user_is_active():
+        if not await self._user_may_watch():
             await self.close(code=UNAUTHORISED_CLOSE_CODE)
             return
         workload_id = self.scope["url_route"]["kwargs"].get("workload_id")
@@ -48,14 +53,28 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self._forward(dict(message))
 
     async def _forward(self, message: dict[str, Any]) -> None:
-        if not await self._user_is_active():
+        if not await self._user_may_watch():
             await self.close(code=UNAUTHORISED_CLOSE_CODE)
             return
         await self.send_json(message)
 
     @database_sync_to_async
-    def _user_is_active(self) -> bool:
+    def _user_may_watch(self) -> bool:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             return False
-        return get_user_model().objects.filter(pk=user.pk, is_active=True).exists()
+        # One query, read fresh each time: Django's per-object permission cache would keep a
+        # role that was taken away for as long as the socket stays open.
+        granted = Q(
+            user_permissions__content_type__app_label=LIVE_PERMISSION_APP,
+            user_permissions__codename=LIVE_PERMISSION_CODENAME,
+        ) | Q(
+            groups__permissions__content_type__app_label=LIVE_PERMISSION_APP,
+            groups__permissions__codename=LIVE_PERMISSION_CODENAME,
+        )
+        return (
+            get_user_model()
+            .objects.filter(pk=user.pk, is_active=True)
+            .filter(Q(is_superuser=True) | granted)
+            .exists()
+        )

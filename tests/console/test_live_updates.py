@@ -104,6 +104,44 @@ def test_anonymous_sockets_are_refused() -> None:
     assert code == UNAUTHORISED_CLOSE_CODE
 
 
+def test_an_account_without_a_console_role_is_refused(outsider: User) -> None:
+    """GIVEN a logged-in account in no Console role WHEN it opens a live socket THEN it is
+    refused, as the pages refuse it."""
+
+    async def emit() -> None:
+        raise AssertionError("a refused socket must not receive events")
+
+    for path in ("/ws/live/", f"/ws/workloads/{WorkloadFactory().pk}/"):
+        connected, code, _ = connect_and_collect(path, outsider, emit)
+        assert not connected, path
+        assert code == UNAUTHORISED_CLOSE_CODE
+
+
+def test_a_user_whose_role_is_taken_away_stops_receiving(viewer: User) -> None:
+    """GIVEN a viewer watching the fleet WHEN an admin removes the viewer role THEN the next
+    event closes the socket instead of reaching it."""
+    workload = WorkloadFactory()
+
+    async def run() -> tuple[str, Any]:
+        from channels.db import database_sync_to_async
+
+        communicator = WebsocketCommunicator(application, "/ws/live/")
+        communicator.scope["user"] = viewer  # type: ignore[typeddict-unknown-key]
+        connected, _ = await communicator.connect(timeout=5)
+        assert connected
+        await database_sync_to_async(viewer.groups.clear)()
+        await database_sync_to_async(record_event)(
+            cluster=workload.cluster, workload=workload, kind=AuditKind.DETECTED, actor="policy"
+        )
+        output = await communicator.receive_output(timeout=5)
+        await communicator.wait()
+        return output["type"], output.get("code")
+
+    kind, code = async_to_sync(run)()
+    assert kind == "websocket.close"
+    assert code == UNAUTHORISED_CLOSE_CODE
+
+
 def test_a_deactivated_user_stops_receiving(operator: User) -> None:
     workload = WorkloadFactory()
 
