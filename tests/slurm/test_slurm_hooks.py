@@ -176,7 +176,9 @@ def test_slurmctld_runs_the_epilog_which_records_the_job_end_and_queues_a_poll(
     assert poll_queue() == [("tasks.polling.poll_cluster", cluster.pk)]
 
     poll_cluster_task(cluster.pk)
-    workload.refresh_from_db()
+    # The epilog runs while Slurm still shows the job COMPLETING, so the queued poll may come
+    # before the end is readable; the polls after it must read FAILED.
+    workload = _poll_until(cluster, job_id, lambda w: w.state == WorkloadState.FAILED)
     assert workload.state == WorkloadState.FAILED
 
 
