@@ -44,7 +44,6 @@ from recovery.sources.attribution_provider import (
 
 logger = logging.getLogger(__name__)
 
-ATTRIBUTOR = attribution_actor(Verdict.BUILTIN_PROVIDER)
 EXTERNAL_PROVIDER = "external"
 
 MAX_REASON_CHARS = 200
