@@ -92,7 +92,7 @@ bench-scale: install
 	DATABASE_URL=$(SCALE_DATABASE_URL) REDIS_URL=$(SCALE_REDIS_URL) $(BIN)/python -m bench.scale
 
 # The Console at fleet scale: 10,000 workloads and 1,000,000 audit events in a MariaDB database
-# of its own (seeded once, kept), served by daphne; page server times and live push latency.
+# of its own (seeded once, kept), served by uvicorn; page server times and live push latency.
 CONSOLE_BENCH_DATABASE_URL ?= mysql://root@127.0.0.1:3306/workload_recovery_bench_console
 CONSOLE_BENCH_REDIS_URL ?= redis://127.0.0.1:6379/4
 

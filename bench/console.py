@@ -2,7 +2,7 @@
 
 Seeds (once; kept between runs) a database of its own with 10,000 workloads on four clusters and
 1,000,000 audit events, plus the attempts, nodes, anomalies, recommendations and progress samples
-such a history comes with. Then serves it with the real ASGI server (daphne, DEBUG off, collected
+such a history comes with. Then serves it with the real ASGI server (uvicorn, DEBUG off, collected
 static files) and measures, from a logged-in HTTP client on loopback:
 
 - server time of the fleet page (default, filtered, sorted, deep page, search) and of workload
@@ -396,11 +396,12 @@ def free_port() -> int:
 
 
 def start_server(port: int) -> subprocess.Popen[bytes]:
-    log = (WORK / "daphne.log").open("wb")
+    from workload_recovery.stack import web_command
+
+    log = (WORK / "web.log").open("wb")
     env = {**os.environ, "DEBUG": "false"}
     return subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "workload_recovery.asgi:application"],
+        web_command("127.0.0.1", port),
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
 
@@ -409,7 +410,7 @@ def wait_for_http(url: str, server: subprocess.Popen[bytes], seconds: float = 60
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise SystemExit(f"the server exited early; see {WORK / 'daphne.log'}")
+            raise SystemExit(f"the server exited early; see {WORK / 'web.log'}")
         try:
             urllib.request.urlopen(url, timeout=2)
             return

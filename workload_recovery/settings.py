@@ -29,7 +29,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -127,6 +126,11 @@ WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
 METRICS_TOKEN = env_str("WR_METRICS_TOKEN", "")
 METRICS_ALLOWED_NETWORKS = env_list("WR_METRICS_NETWORKS", [])
 INSIGHTS_SECONDS = env_int("WR_INSIGHTS_SECONDS", 300, minimum=10)
+# Largest request body under /api/ (workload_recovery/body_limit.py), refused before it is read.
+# Twice the largest body an endpoint accepts (1 MiB: a log batch, recovery/loop/push.py
+# MAX_LOG_BYTES, or a heartbeat batch), so those endpoints still answer with their own limit;
+# never below 1 MiB, which would refuse batches clients are allowed to send.
+API_MAX_BODY_BYTES = env_int("WR_API_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=1024 * 1024)
 CELERY_BEAT_SCHEDULE = {
     "poll-clusters": {
         "task": "tasks.polling.poll_all_clusters",

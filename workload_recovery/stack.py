@@ -94,16 +94,32 @@ def start_local_redis(work_dir: Path) -> tuple[str, Process]:
     return url, process
 
 
+def web_command(host: str, port: int, python: str = sys.executable) -> list[str]:
+    """The ASGI server (HTTP and WebSocket), as every stack and deploy/Procfile run it.
+
+    uvicorn hands a request body to the application as it arrives and stops reading while the
+    application does not take it (its flow control is left at its defaults), so the body limit
+    in front of the API can answer before a large body is read; daphne reads every body whole
+    first. h11 and the websockets library are the pinned implementations. Channels has no
+    lifespan handler, proxy headers stay off as they were under daphne (a client on loopback
+    could otherwise choose its own address; Django reads X-Forwarded-Proto where
+    SECURE_PROXY_SSL_HEADER says so), and a stop waits at most 5 s for open requests and sockets.
+    """
+    return [
+        python, "-m", "uvicorn", "workload_recovery.asgi:application",
+        "--host", host, "--port", str(port),
+        "--http", "h11", "--ws", "websockets-sansio",
+        "--lifespan", "off", "--no-proxy-headers",
+        "--timeout-graceful-shutdown", "5",
+    ]  # fmt: skip
+
+
 def role_processes(host: str, port: int, *, concurrency: int = 2) -> list[Process]:
     python = sys.executable
     bin_dir = Path(python).parent
     celery = str(bin_dir / "celery")
     return [
-        Process(
-            "web",
-            [python, "-m", "daphne", "-b", host, "-p", str(port),
-             "workload_recovery.asgi:application"],
-        ),
+        Process("web", web_command(host, port, python)),
         Process(
             "worker",
             [celery, "-A", "tasks", "worker", "--loglevel", "INFO",

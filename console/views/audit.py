@@ -135,7 +135,7 @@ def audit_csv(request: HttpRequest) -> HttpResponseBase:
     if filters.quick_range:
         # Pin the end of a relative range, so the rows and the filename agree.
         filters = replace(filters, until=now)
-    # Under ASGI (daphne) Django reads a plain iterator whole before sending; an async one
+    # Under ASGI Django reads a plain iterator whole before sending; an async one
     # streams. The test client and any WSGI server take the plain one.
     chunks = acsv_lines(filters) if isinstance(request, ASGIRequest) else csv_lines(filters)
     response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")

@@ -113,7 +113,7 @@ def remove_finished_runs() -> None:
 
 @pytest.fixture(scope="package")
 def stack(_orm_beside_playwright: None, django_db_setup: None) -> Iterator[BrowserStack]:
-    """daphne, a Celery worker and a private Redis, on the test database; stopped at the end."""
+    """uvicorn, a Celery worker and a private Redis, on the test database; stopped at the end."""
     remove_finished_runs()
     running = BrowserStack(
         base_dir=BASE_DIR,

@@ -1,4 +1,4 @@
-"""A real Console stack for the browser tests: private Redis, daphne and a Celery worker.
+"""A real Console stack for the browser tests: private Redis, uvicorn and a Celery worker.
 
 Every process runs against the pytest-django test database and leads its own process group, so
 stopping one stops its children too. The stack has its own Redis on a free loopback port (the
@@ -24,7 +24,7 @@ from typing import IO
 
 from celery import Celery
 
-from workload_recovery.stack import free_port, redis_answers
+from workload_recovery.stack import free_port, redis_answers, web_command
 
 CELERY_QUEUE = "browser-tests"
 CHANNEL_PREFIX = "wr-browser"
@@ -163,12 +163,8 @@ class BrowserStack:
     # ---------- the ASGI server ----------
 
     def start_web(self) -> None:
-        daphne = str(self.base_dir / ".venv" / "bin" / "daphne")
-        self._spawn(
-            "web",
-            [daphne, "-b", "127.0.0.1", "-p", str(self.web_port),
-             "workload_recovery.asgi:application"],
-        )  # fmt: skip
+        python = str(self.base_dir / ".venv" / "bin" / "python")
+        self._spawn("web", web_command("127.0.0.1", self.web_port, python))
         self._wait("web", self._web_answers, timeout=30)
 
     def kill_web(self) -> None:

@@ -10,7 +10,7 @@ from workload_recovery import stack
 
 
 class Command(BaseCommand):
-    help = "Run web (daphne), a Celery worker and Celery beat together until Ctrl-C."
+    help = "Run web (uvicorn), a Celery worker and Celery beat together until Ctrl-C."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
