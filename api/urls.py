@@ -1,7 +1,7 @@
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api import advisor, decisions, goodput, views
+from api import advisor, decisions, goodput, job_tokens, views
 
 app_name = "api"
 
@@ -21,6 +21,8 @@ urlpatterns = [
         decisions.reject,
         name="recommendation-reject",
     ),
+    path("v1/clusters/<int:cluster_id>/job-tokens/", job_tokens.issue, name="job-token-issue"),
+    path("v1/job-tokens/<int:token_id>/revoke/", job_tokens.revoke, name="job-token-revoke"),
     path("v1/ingest/", include("api.ingest.urls")),
     path("v1/", include("api.resources.urls")),
     path("v1/advisor/recommendations/", advisor.ready, name="advisor-ready"),

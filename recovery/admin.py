@@ -15,6 +15,7 @@ from recovery.models import (
     ClusterGoodputSnapshot,
     ControllerToken,
     DetectionPattern,
+    IngestToken,
     Node,
     Policy,
     Recommendation,
@@ -236,6 +237,50 @@ class ControllerTokenAdmin(ModelAdmin[ControllerToken]):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ControllerToken]) -> None:
+        from django.utils import timezone
+
+        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+@admin.register(IngestToken)
+class IngestTokenAdmin(ModelAdmin[IngestToken]):
+    """Job and hook tokens are issued with `manage.py issue_ingest_token` (job tokens also by
+    operators over the API); here they are listed and revoked."""
+
+    list_display = [
+        "name",
+        "kind",
+        "cluster",
+        "scope",
+        "key_prefix",
+        "issued_by",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["kind", "cluster"]
+    search_fields = ["name", "job_id", "user"]
+    readonly_fields = [
+        "cluster",
+        "kind",
+        "name",
+        "job_id",
+        "job_submit_time",
+        "user",
+        "issued_by",
+        "key_prefix",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+    ]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[IngestToken]) -> None:
         from django.utils import timezone
 
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())

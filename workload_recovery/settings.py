@@ -122,6 +122,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
 POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
 WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
+# Job tokens (wrj_) expire: a key copied out of a job stops working on its own.
+JOB_TOKEN_MAX_TTL_HOURS = 24 * 30
+JOB_TOKEN_TTL_HOURS = env_int(
+    "WR_JOB_TOKEN_TTL_HOURS", 72, minimum=1, maximum=JOB_TOKEN_MAX_TTL_HOURS
+)
 # /metrics: open when both are empty; else a bearer token, or a scrape from one of the networks.
 METRICS_TOKEN = env_str("WR_METRICS_TOKEN", "")
 METRICS_ALLOWED_NETWORKS = env_list("WR_METRICS_NETWORKS", [])
@@ -233,10 +238,14 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": [
         "api.resources.throttling.PersonRateThrottle",
         "api.resources.throttling.ControllerRateThrottle",
+        "api.resources.throttling.JobTokenRateThrottle",
+        "api.resources.throttling.HookTokenRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": _api_rate("WR_API_RATE", "600/minute"),
         "controller": _api_rate("WR_API_CONTROLLER_RATE", "600/minute"),
+        "job_token": _api_rate("WR_API_JOB_TOKEN_RATE", "600/minute"),
+        "hook_token": _api_rate("WR_API_HOOK_TOKEN_RATE", "600/minute"),
     },
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

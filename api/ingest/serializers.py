@@ -23,10 +23,27 @@ MAX_STEP = 2**62
 STATE_ALIASES = {"OOM": "OUT_OF_MEMORY", "NF": "NODE_FAIL", "TO": "TIMEOUT", "F": "FAILED"}
 
 
+class _OnlyStrings:
+    """Text fields take JSON strings only, as the schema says: DRF would turn 4242 into "4242"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Send a string.", code="invalid")
+        return super().to_internal_value(data)  # type: ignore[misc, no-any-return]
+
+
+class StringField(_OnlyStrings, serializers.CharField):
+    pass
+
+
+class StringRegexField(_OnlyStrings, serializers.RegexField):
+    pass
+
+
 class ClusterScoped(serializers.Serializer[None]):
     """``cluster`` may be left out; when sent it must name the token's own cluster."""
 
-    cluster = serializers.CharField(
+    cluster = StringField(
         max_length=100,
         required=False,
         help_text="The cluster's name. Optional: the token already names its cluster.",
@@ -42,7 +59,7 @@ class ClusterScoped(serializers.Serializer[None]):
 
 
 class JobScoped(ClusterScoped):
-    job_id = serializers.RegexField(
+    job_id = StringRegexField(
         JOB_ID, max_length=64, help_text="The scheduler's job id, e.g. Slurm's SLURM_JOB_ID."
     )
 
@@ -60,9 +77,7 @@ class HeartbeatRequest(JobScoped):
     rank = serializers.IntegerField(
         min_value=0, max_value=10_000_000, required=False, allow_null=True, default=None
     )
-    node = serializers.RegexField(
-        NODE_NAME, max_length=128, required=False, allow_blank=True, default=""
-    )
+    node = StringRegexField(NODE_NAME, max_length=128, required=False, allow_blank=True, default="")
     throughput = serializers.FloatField(
         min_value=0, required=False, allow_null=True, default=None, help_text="Samples per second."
     )
@@ -79,7 +94,7 @@ class HeartbeatRequest(JobScoped):
         return value
 
 
-class LogText(serializers.CharField):
+class LogText(StringField):
     """Log text as a job wrote it: NULs and lone surrogates become U+FFFD instead of a 400."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -101,13 +116,11 @@ class LogBatchRequest(JobScoped):
         required=False,
         help_text="The lines as one text, instead of ``lines``.",
     )
-    node = serializers.RegexField(
-        NODE_NAME, max_length=128, required=False, allow_blank=True, default=""
-    )
+    node = StringRegexField(NODE_NAME, max_length=128, required=False, allow_blank=True, default="")
     rank = serializers.IntegerField(
         min_value=0, max_value=10_000_000, required=False, allow_null=True, default=None
     )
-    stream = serializers.RegexField(
+    stream = StringRegexField(
         STREAM,
         max_length=200,
         required=False,
@@ -161,7 +174,7 @@ class NodeListField(serializers.Field[list[str], Any, list[str], Any]):
         return value
 
 
-class SlurmStateField(serializers.RegexField):
+class SlurmStateField(StringRegexField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(SLURM_STATE, max_length=32, **kwargs)
 
@@ -186,7 +199,7 @@ class JobEndedRequest(JobScoped):
         max_value=2**31 - 1,
         help_text="Slurm's SLURM_JOB_EXIT_CODE: the raw wait status (768 is exit 3).",
     )
-    exit_code_text = serializers.RegexField(
+    exit_code_text = StringRegexField(
         EXIT_CODE_TEXT,
         max_length=24,
         required=False,
@@ -203,7 +216,7 @@ class JobEndedRequest(JobScoped):
 class NodeDownRequest(ClusterScoped):
     node = NodeListField(help_text="A node name, or a hostlist expression as strigger passes it.")
     state = SlurmStateField(required=False, allow_blank=True, default="DOWN")
-    reason = serializers.CharField(
+    reason = StringField(
         max_length=255, required=False, allow_blank=True, default="", trim_whitespace=True
     )
 

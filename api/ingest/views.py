@@ -1,13 +1,15 @@
 """Ingestion endpoints: jobs push heartbeats and log lines; scheduler hooks push job and node
 events.
 
-Callers authenticate with a cluster's controller token (``Authorization: Bearer wrc_…``); a job
-id or node name is looked up in that cluster only. Answers:
+Jobs authenticate with a job token (``Authorization: Bearer wrj_…``) that names their job or
+their user, scheduler hooks with a hook token (``wrh_…``); both are scoped to one cluster, whose
+jobs and nodes alone are looked up. The controller's token is refused here (403). Answers:
 
 - 200: ingested (or a repeat of a batch already ingested: ``"duplicate": true``);
 - 202: accepted but ignored, with the reason (a job not opted in, a hook about an unknown job
   or node: the poll it triggers finds them if they are ours);
 - 400: the body is not valid, ``fields`` lists why; 401: no or a bad token;
+- 403: a token of another kind, or a job token pushing for a job it does not name;
 - 404: heartbeats or logs for a job this cluster does not know (yet: a job is known once a poll
   has seen it, within a poll interval of its start);
 - 413: more than a request may carry (lines, heartbeats or bytes).
@@ -38,7 +40,7 @@ from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.authentication import ControllerPrincipal, ControllerTokenAuthentication, IsController
+from api.authentication import IngestPrincipal, IngestTokenAuthentication, IsHookToken, IsJobToken
 from api.ingest.serializers import (
     HeartbeatRequest,
     JobEndedRequest,
@@ -56,15 +58,31 @@ MAX_HOOK_BYTES = 256 * 1024
 ERROR = inline_serializer("IngestError", {"error": serializers.CharField()})
 INVALID = inline_serializer(
     "IngestInvalid",
-    {"error": serializers.CharField(), "fields": serializers.JSONField()},
+    {
+        "error": serializers.CharField(),
+        "code": serializers.CharField(),
+        "detail": serializers.CharField(),
+        "fields": serializers.JSONField(
+            required=False, help_text="Why each field is not valid (not for unreadable JSON)."
+        ),
+    },
 )
 IGNORED = inline_serializer(
     "IngestIgnored", {"status": serializers.CharField(), "reason": serializers.CharField()}
 )
 COMMON_RESPONSES: dict[int, Any] = {
-    400: OpenApiResponse(INVALID, description="The body is not valid; `fields` says why."),
-    401: OpenApiResponse(description="No controller token, or an unknown or revoked one."),
+    400: OpenApiResponse(
+        INVALID, description="The body is not valid (`fields` says why) or not readable JSON."
+    ),
+    401: OpenApiResponse(description="No token, or an unknown, expired or revoked one."),
+    403: OpenApiResponse(
+        ERROR,
+        description="A token of another kind (a controller token, a hook token for a job's "
+        "evidence, a job token for a scheduler event), or a job token for a job it does not name.",
+    ),
     413: OpenApiResponse(ERROR, description="More than one request may carry."),
+    415: OpenApiResponse(ERROR, description="A body that is not JSON (logs: or plain text)."),
+    429: OpenApiResponse(ERROR, description="This token's request budget is spent for now."),
 }
 INVALID_EXAMPLE = OpenApiExample(
     "Invalid",
@@ -87,16 +105,18 @@ class RawBinaryLogParser(RawLogParser):
     media_type = "application/octet-stream"
 
 
-def _cluster(request: Request) -> Cluster:
+def _principal(request: Request) -> IngestPrincipal:
     principal = request.user
-    assert isinstance(principal, ControllerPrincipal)
-    return principal.cluster
+    assert isinstance(principal, IngestPrincipal)
+    return principal
+
+
+def _cluster(request: Request) -> Cluster:
+    return _principal(request).cluster
 
 
 def _actor(request: Request) -> str:
-    principal = request.user
-    assert isinstance(principal, ControllerPrincipal)
-    return principal.actor
+    return _principal(request).actor
 
 
 def _error(message: str, code: str, status_code: int, **extra: Any) -> Response:
@@ -129,6 +149,28 @@ def _unknown_job(cluster: Cluster, job_id: str) -> Response:
         "has seen it, within a poll interval of its start.",
         "not_found",
         status.HTTP_404_NOT_FOUND,
+    )
+
+
+def _not_this_tokens_job(request: Request, job_id: str) -> Response:
+    token = _principal(request).token
+    return _error(
+        f"This job token may push for {token.scope} only, not for job {job_id}.",
+        "permission_denied",
+        status.HTTP_403_FORBIDDEN,
+    )
+
+
+def _covers(request: Request, job_id: str) -> bool:
+    """Whether the token may name this job at all, before it is looked up (a token for one
+    job learns nothing about the others)."""
+    token = _principal(request).token
+    return not token.job_id or token.job_id == job_id
+
+
+def _may_push_for(request: Request, workload: Workload) -> bool:
+    return _principal(request).token.may_push_for(
+        workload.job_id, workload.submit_time, workload.user
     )
 
 
@@ -194,8 +236,9 @@ HEARTBEAT_EXAMPLE = {
     ],
 )
 @api_view(["POST"])
-@authentication_classes([ControllerTokenAuthentication])
-@permission_classes([IsController])
+@authentication_classes([IngestTokenAuthentication])
+@permission_classes([IsJobToken])
+@parser_classes([JSONParser])
 def heartbeats(request: Request) -> Response:
     """Progress (the step reached) and checkpoints, as the job's progress lines would show them.
 
@@ -229,9 +272,13 @@ def heartbeats(request: Request) -> Response:
         )
     workloads: dict[str, Workload] = {}
     for job_id in by_job:
+        if not _covers(request, job_id):
+            return _not_this_tokens_job(request, job_id)
         workload = pushed.find_workload(cluster, job_id)
         if workload is None:
             return _unknown_job(cluster, job_id)
+        if not _may_push_for(request, workload):
+            return _not_this_tokens_job(request, job_id)
         if not workload.opted_in:
             return _ignored(f"job {job_id} is not opted in to recovery")
         workloads[job_id] = workload
@@ -340,8 +387,8 @@ RAW_PARAMETERS = [
     ],
 )
 @api_view(["POST"])
-@authentication_classes([ControllerTokenAuthentication])
-@permission_classes([IsController])
+@authentication_classes([IngestTokenAuthentication])
+@permission_classes([IsJobToken])
 @parser_classes([JSONParser, RawLogParser, RawBinaryLogParser])
 def logs(request: Request) -> Response:
     """Log lines scanned like the job's output file: crash signatures, progress, checkpoints.
@@ -373,9 +420,13 @@ def logs(request: Request) -> Response:
     if not body.is_valid():
         return _invalid(body.errors)
     valid = body.validated_data
+    if not _covers(request, valid["job_id"]):
+        return _not_this_tokens_job(request, valid["job_id"])
     workload = pushed.find_workload(cluster, valid["job_id"])
     if workload is None:
         return _unknown_job(cluster, valid["job_id"])
+    if not _may_push_for(request, workload):
+        return _not_this_tokens_job(request, valid["job_id"])
     if not workload.opted_in:
         return _ignored(f"job {valid['job_id']} is not opted in to recovery")
     summary = pushed.ingest_log_batch(
@@ -487,8 +538,9 @@ def _hook_response(outcome: pushed.HookOutcome) -> Response:
     ],
 )
 @api_view(["POST"])
-@authentication_classes([ControllerTokenAuthentication])
-@permission_classes([IsController])
+@authentication_classes([IngestTokenAuthentication])
+@permission_classes([IsHookToken])
+@parser_classes([JSONParser])
 def job_ended(request: Request) -> Response:
     """Record that a job ended and queue an immediate poll of its cluster.
 
@@ -549,8 +601,9 @@ def job_ended(request: Request) -> Response:
     ],
 )
 @api_view(["POST"])
-@authentication_classes([ControllerTokenAuthentication])
-@permission_classes([IsController])
+@authentication_classes([IngestTokenAuthentication])
+@permission_classes([IsHookToken])
+@parser_classes([JSONParser])
 def node_down(request: Request) -> Response:
     """Record that nodes went down and queue an immediate poll of their cluster.
 

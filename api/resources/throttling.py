@@ -1,5 +1,7 @@
-"""Request rates per caller: people by account, controllers by token. Rates come from settings
-(``WR_API_RATE``, ``WR_API_CONTROLLER_RATE``).
+"""Request rates per caller: people by account, controllers, jobs and scheduler hooks by token,
+each kind with its own budget, so a job spending its own cannot make the controller wait. Rates
+come from settings (``WR_API_RATE``, ``WR_API_CONTROLLER_RATE``, ``WR_API_JOB_TOKEN_RATE``,
+``WR_API_HOOK_TOKEN_RATE``).
 
 Anonymous callers are not counted: every resource refuses them before throttles run (DRF checks
 permissions first), and the health check must stay free for load balancers.
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     # DRF imports the throttle classes while it defines APIView: import nothing that needs it.
     from rest_framework.views import APIView
 
-    from api.authentication import ControllerPrincipal
+    from api.authentication import ControllerPrincipal, IngestPrincipal
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,12 @@ def _is_controller(user: object) -> TypeGuard[ControllerPrincipal]:
     from api.authentication import ControllerPrincipal  # imports APIView: see above
 
     return isinstance(user, ControllerPrincipal)
+
+
+def _is_ingest(user: object) -> TypeGuard[IngestPrincipal]:
+    from api.authentication import IngestPrincipal  # imports APIView: see above
+
+    return isinstance(user, IngestPrincipal)
 
 
 class _SharedCacheThrottle(SimpleRateThrottle):
@@ -74,7 +82,7 @@ class PersonRateThrottle(_SharedCacheThrottle):
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         user = request.user
-        if _is_controller(user) or not (user and user.is_authenticated):
+        if _is_controller(user) or _is_ingest(user) or not (user and user.is_authenticated):
             return None
         pk = getattr(user, "pk", None)
         return None if pk is None else self.cache_key(pk)
@@ -90,3 +98,27 @@ class ControllerRateThrottle(_SharedCacheThrottle):
         if not _is_controller(user):
             return None
         return self.cache_key(user.token.pk)
+
+
+class _IngestTokenRateThrottle(_SharedCacheThrottle):
+    kind: str
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        user = request.user
+        if not _is_ingest(user) or user.token.kind != self.kind:
+            return None
+        return self.cache_key(user.token.pk)
+
+
+class JobTokenRateThrottle(_IngestTokenRateThrottle):
+    """A job pushing heartbeats and logs, by its job token."""
+
+    scope = "job_token"
+    kind = "job"
+
+
+class HookTokenRateThrottle(_IngestTokenRateThrottle):
+    """A scheduler hook pushing job ends and node failures, by its hook token."""
+
+    scope = "hook_token"
+    kind = "hook"

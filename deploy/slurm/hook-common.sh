@@ -5,7 +5,7 @@
 # Configuration: /etc/workload-recovery/hook.env (root-only, mode 0600), or the file named by
 # WR_HOOK_ENV; variables already in the environment win over the file. KEY=VALUE lines:
 #   WR_HOOK_URL      base URL of the service, e.g. https://recovery.example.org (required)
-#   WR_HOOK_TOKEN    the cluster's controller token, wrc_... (required)
+#   WR_HOOK_TOKEN    the cluster's hook token, wrh_... (required; manage.py issue_ingest_token --kind hook)
 #   WR_HOOK_TIMEOUT  seconds for the whole request, default 5
 #   WR_HOOK_CA_FILE  CA bundle for a private certificate authority (optional)
 #   WR_SLURM_CONF    slurm.conf for sinfo, when not in the default place (optional)
@@ -49,8 +49,12 @@ hook_load_config() {
     hook_log "not configured: set WR_HOOK_URL and WR_HOOK_TOKEN in $file"
     return 1
   fi
-  if [[ ! $WR_HOOK_TOKEN =~ ^wrc_[A-Za-z0-9_-]+$ ]]; then
-    hook_log "WR_HOOK_TOKEN is not a controller token (wrc_...)"
+  if [[ $WR_HOOK_TOKEN =~ ^wrc_ ]]; then
+    hook_log "WR_HOOK_TOKEN is a controller token (wrc_...), which may not push: issue a hook token with 'manage.py issue_ingest_token --kind hook --cluster NAME'"
+    return 1
+  fi
+  if [[ ! $WR_HOOK_TOKEN =~ ^wrh_[A-Za-z0-9_-]+$ ]]; then
+    hook_log "WR_HOOK_TOKEN is not a hook token (wrh_...)"
     return 1
   fi
   if [[ ! $WR_HOOK_URL =~ ^https?://[^[:space:]\"]+$ ]]; then

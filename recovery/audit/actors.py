@@ -1,7 +1,8 @@
 """Who an audit event says acted: the loop's own parts, and the people and programs outside it.
 
 ``AuditEvent.actor`` is a plain string so the trail can name anyone: the loop's parts are the
-``Actor`` members, a controller is ``controller:<token name>``, an attribution verdict is
+``Actor`` members, a controller is ``controller:<token name>``, a scheduler hook
+``hook:<token name>``, a job pushing with its token ``job:<token name>``, an attribution verdict is
 ``attribution:<provider>``, and an operator is their user name. The values are stored and
 filtered on as they are, so none of them may change. Django-free, like ``recovery.detection``.
 """
@@ -12,6 +13,8 @@ from enum import StrEnum
 
 CONTROLLER_PREFIX = "controller:"
 ATTRIBUTION_PREFIX = "attribution:"
+HOOK_PREFIX = "hook:"
+JOB_TOKEN_PREFIX = "job:"
 
 
 class Actor(StrEnum):
@@ -33,8 +36,18 @@ class Actor(StrEnum):
 
 
 def controller_actor(name: str) -> str:
-    """The actor of a controller (or a scheduler hook) that uses the token named ``name``."""
+    """The actor of a controller that uses the token named ``name``."""
     return f"{CONTROLLER_PREFIX}{name}"
+
+
+def hook_actor(name: str) -> str:
+    """The actor of a scheduler hook (epilog, strigger) that uses the hook token ``name``."""
+    return f"{HOOK_PREFIX}{name}"
+
+
+def job_token_actor(name: str) -> str:
+    """The actor of a job that pushes with the job token ``name``."""
+    return f"{JOB_TOKEN_PREFIX}{name}"
 
 
 def attribution_actor(provider: str) -> str:

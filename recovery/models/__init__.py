@@ -4,6 +4,7 @@ from recovery.models.audit import AppendOnlyError, AuditEvent
 from recovery.models.cluster import Cluster, Node, NodeLogCursor
 from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
+from recovery.models.ingest_token import IngestToken, IngestTokenKind
 from recovery.models.insights import ClusterGoodputSnapshot
 from recovery.models.policy import Policy
 from recovery.models.recommendation import Recommendation
@@ -19,6 +20,8 @@ __all__ = [
     "ClusterGoodputSnapshot",
     "ControllerToken",
     "DetectionPattern",
+    "IngestToken",
+    "IngestTokenKind",
     "LogCursor",
     "Node",
     "NodeLogCursor",

@@ -1,4 +1,4 @@
-"""The ingestion endpoints: heartbeats, log batches and scheduler hooks, scoped by cluster token."""
+"""The ingestion endpoints: heartbeats and log batches take job tokens, hooks take hook tokens."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from recovery.models import (
     Anomaly,
     AuditEvent,
     Cluster,
-    ControllerToken,
+    IngestToken,
+    IngestTokenKind,
     LogCursor,
     Node,
     ProgressSample,
@@ -44,11 +45,23 @@ OOM_LINE = (
 )
 
 
-def token_client(cluster: Cluster, name: str = "hooks") -> APIClient:
-    _, key = ControllerToken.issue(cluster, name)
+def bearer_client(key: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     return client
+
+
+def job_client(cluster: Cluster, user: str = "alice") -> APIClient:
+    """A job token for the jobs of ``user`` (the factories' jobs belong to alice)."""
+    _, key = IngestToken.issue(
+        cluster, IngestTokenKind.JOB, name=f"user-{user}", issued_by="test", user=user
+    )
+    return bearer_client(key)
+
+
+def hook_token_client(cluster: Cluster) -> APIClient:
+    _, key = IngestToken.issue(cluster, IngestTokenKind.HOOK, name="hooks", issued_by="test")
+    return bearer_client(key)
 
 
 @pytest.fixture
@@ -66,7 +79,12 @@ def workload(cluster: Cluster) -> Workload:
 
 @pytest.fixture
 def client(cluster: Cluster) -> APIClient:
-    return token_client(cluster)
+    return job_client(cluster)
+
+
+@pytest.fixture
+def hook_client(cluster: Cluster) -> APIClient:
+    return hook_token_client(cluster)
 
 
 @pytest.fixture
@@ -92,20 +110,31 @@ def poll_queue(settings: SettingsWrapper) -> Iterator[Callable[[], list[tuple[st
 
 
 @pytest.mark.parametrize("url", [HEARTBEATS, LOGS, JOB_ENDED, NODE_DOWN])
-def test_it_refuses_callers_without_a_controller_token(url: str) -> None:
+def test_it_refuses_callers_without_a_token(url: str) -> None:
     response = APIClient().post(url, {}, format="json")
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Bearer"
 
 
 @pytest.mark.parametrize("url", [HEARTBEATS, LOGS, JOB_ENDED, NODE_DOWN])
-def test_it_refuses_a_revoked_token(cluster: Cluster, url: str) -> None:
-    token, key = ControllerToken.issue(cluster, "old")
-    token.revoked_at = timezone.now()
-    token.save()
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    assert client.post(url, {}, format="json").status_code == 401
+def test_it_refuses_a_revoked_or_expired_token(cluster: Cluster, url: str) -> None:
+    kind = IngestTokenKind.HOOK if url in (JOB_ENDED, NODE_DOWN) else IngestTokenKind.JOB
+    user = "" if kind == IngestTokenKind.HOOK else "alice"
+    revoked, revoked_key = IngestToken.issue(cluster, kind, name="old", issued_by="t", user=user)
+    revoked.revoked_at = timezone.now()
+    revoked.save()
+    _, expired_key = IngestToken.issue(
+        cluster,
+        kind,
+        name="expired",
+        issued_by="t",
+        user=user,
+        expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    for key in (revoked_key, expired_key):
+        response = bearer_client(key).post(url, {}, format="json")
+        assert response.status_code == 401
+        assert response.json()["error"] == "Unknown, expired or revoked job or hook token."
 
 
 @pytest.mark.parametrize("url", [HEARTBEATS, LOGS, JOB_ENDED, NODE_DOWN])
@@ -116,7 +145,7 @@ def test_it_refuses_a_logged_in_person(url: str, make_user: Callable[..., User])
 
 
 def test_a_token_sees_only_the_jobs_of_its_own_cluster(workload: Workload) -> None:
-    other = token_client(ClusterFactory(name="other"))
+    other = job_client(ClusterFactory(name="other"))
     response = other.post(HEARTBEATS, {"job_id": workload.job_id, "step": 10}, format="json")
     assert response.status_code == 404
     assert "not known on cluster 'other'" in response.json()["error"]
@@ -339,7 +368,7 @@ def test_logs_of_an_unknown_job_are_404(client: APIClient) -> None:
 
 
 def test_a_job_end_is_recorded_once_and_asks_for_a_poll(
-    client: APIClient,
+    hook_client: APIClient,
     workload: Workload,
     poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
@@ -358,11 +387,11 @@ def test_a_job_end_is_recorded_once_and_asks_for_a_poll(
         "restart_count": 0,
     }
     with django_capture_on_commit_callbacks(execute=True):
-        first = client.post(JOB_ENDED, body, format="json")
+        first = hook_client.post(JOB_ENDED, body, format="json")
     assert first.status_code == 200, first.json()
     assert first.json()["status"] == "recorded"
     assert first.json()["poll_requested"] is True
-    second = client.post(JOB_ENDED, body, format="json")
+    second = hook_client.post(JOB_ENDED, body, format="json")
     assert second.json()["status"] == "duplicate"
 
     events = AuditEvent.objects.filter(workload=workload, kind=pushed.HOOK_EVENT_KIND)
@@ -371,12 +400,12 @@ def test_a_job_end_is_recorded_once_and_asks_for_a_poll(
     assert payload["event"] == "job_ended"
     assert payload["state"] == "FAILED"
     assert payload["nodes"] == ["node001", "node002"]
-    assert events.get().actor == "controller:hooks"
+    assert events.get().actor == "hook:hooks"
     assert poll_queue() == [("tasks.polling.poll_cluster", workload.cluster_id)]
 
 
 def test_hooks_in_a_burst_queue_one_poll(
-    client: APIClient,
+    hook_client: APIClient,
     cluster: Cluster,
     poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
@@ -384,18 +413,20 @@ def test_hooks_in_a_burst_queue_one_poll(
     for job in range(5):
         WorkloadFactory(cluster=cluster, job_id=str(500 + job))
         with django_capture_on_commit_callbacks(execute=True):
-            client.post(JOB_ENDED, {"job_id": str(500 + job), "state": "FAILED"}, format="json")
+            hook_client.post(
+                JOB_ENDED, {"job_id": str(500 + job), "state": "FAILED"}, format="json"
+            )
     assert len(poll_queue()) == 1
 
 
 def test_a_job_end_of_an_unknown_job_is_ignored_but_polled(
-    client: APIClient,
+    hook_client: APIClient,
     cluster: Cluster,
     poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post(JOB_ENDED, {"job_id": "31337", "state": "OOM"}, format="json")
+        response = hook_client.post(JOB_ENDED, {"job_id": "31337", "state": "OOM"}, format="json")
     assert response.status_code == 202
     assert response.json()["status"] == "ignored"
     assert "not known" in response.json()["reason"]
@@ -403,9 +434,11 @@ def test_a_job_end_of_an_unknown_job_is_ignored_but_polled(
     assert len(poll_queue()) == 1
 
 
-def test_a_job_end_of_a_job_not_opted_in_is_ignored(client: APIClient, cluster: Cluster) -> None:
+def test_a_job_end_of_a_job_not_opted_in_is_ignored(
+    hook_client: APIClient, cluster: Cluster
+) -> None:
     WorkloadFactory(cluster=cluster, job_id="88", opted_in=False)
-    response = client.post(JOB_ENDED, {"job_id": "88", "state": "FAILED"}, format="json")
+    response = hook_client.post(JOB_ENDED, {"job_id": "88", "state": "FAILED"}, format="json")
     assert response.status_code == 202
     assert response.json()["poll_requested"] is False
     assert not AuditEvent.objects.exists()
@@ -415,7 +448,7 @@ def test_a_simulated_cluster_is_not_polled(django_capture_on_commit_callbacks: A
     cluster = ClusterFactory(connection=Connection.SIMULATED)
     WorkloadFactory(cluster=cluster, job_id="4242")
     with django_capture_on_commit_callbacks(execute=True):
-        response = token_client(cluster).post(JOB_ENDED, {"job_id": "4242"}, format="json")
+        response = hook_token_client(cluster).post(JOB_ENDED, {"job_id": "4242"}, format="json")
     assert response.status_code == 200
     assert response.json()["poll_requested"] is False
 
@@ -433,15 +466,15 @@ def test_a_simulated_cluster_is_not_polled(django_capture_on_commit_callbacks: A
     ],
 )
 def test_an_invalid_job_end_lists_the_field(
-    client: APIClient, workload: Workload, body: dict[str, Any], field: str
+    hook_client: APIClient, workload: Workload, body: dict[str, Any], field: str
 ) -> None:
-    response = client.post(JOB_ENDED, body, format="json")
+    response = hook_client.post(JOB_ENDED, body, format="json")
     assert response.status_code == 400
     assert field in response.json()["fields"]
 
 
 def test_node_down_is_recorded_per_node_and_once(
-    client: APIClient,
+    hook_client: APIClient,
     cluster: Cluster,
     poll_queue: Callable[[], list[tuple[str, int]]],
     django_capture_on_commit_callbacks: Any,
@@ -455,33 +488,33 @@ def test_node_down_is_recorded_per_node_and_once(
     Node.objects.create(cluster=cluster, name="node002")
     body = {"node": "node[001-002],node009", "state": "DOWN", "reason": "Not responding"}
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post(NODE_DOWN, body, format="json")
+        response = hook_client.post(NODE_DOWN, body, format="json")
     assert response.status_code == 200, response.json()
     statuses = {r["node"]: r["status"] for r in response.json()["results"]}
     assert statuses == {"node001": "recorded", "node002": "recorded", "node009": "ignored"}
-    again = client.post(NODE_DOWN, body, format="json")
+    again = hook_client.post(NODE_DOWN, body, format="json")
     assert {r["status"] for r in again.json()["results"]} == {"duplicate", "ignored"}
     events = AuditEvent.objects.filter(cluster=cluster, kind=pushed.HOOK_EVENT_KIND)
     assert sorted(e.payload["node"] for e in events) == ["node001", "node002"]
     assert poll_queue() == [("tasks.polling.poll_cluster", cluster.pk)]
 
 
-def test_an_invalid_node_down_is_400(client: APIClient) -> None:
-    assert client.post(NODE_DOWN, {}, format="json").status_code == 400
-    assert client.post(NODE_DOWN, {"node": ""}, format="json").status_code == 400
-    response = client.post(NODE_DOWN, {"node": "n1", "reason": "r" * 300}, format="json")
+def test_an_invalid_node_down_is_400(hook_client: APIClient) -> None:
+    assert hook_client.post(NODE_DOWN, {}, format="json").status_code == 400
+    assert hook_client.post(NODE_DOWN, {"node": ""}, format="json").status_code == 400
+    response = hook_client.post(NODE_DOWN, {"node": "n1", "reason": "r" * 300}, format="json")
     assert "reason" in response.json()["fields"]
 
 
 def test_a_broker_that_is_away_does_not_fail_a_hook(
-    client: APIClient,
+    hook_client: APIClient,
     workload: Workload,
     settings: SettingsWrapper,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post(JOB_ENDED, {"job_id": "4242", "state": "FAILED"}, format="json")
+        response = hook_client.post(JOB_ENDED, {"job_id": "4242", "state": "FAILED"}, format="json")
     assert response.status_code == 200
     assert AuditEvent.objects.filter(kind=pushed.HOOK_EVENT_KIND).count() == 1
 

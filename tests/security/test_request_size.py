@@ -30,7 +30,7 @@ from django.db import connection
 
 from api.ingest.views import MAX_HEARTBEAT_BYTES
 from recovery.loop.push import MAX_LOG_BYTES
-from recovery.models import ControllerToken
+from recovery.models import IngestToken, IngestTokenKind
 from tests.factories import ClusterFactory
 from workload_recovery.body_limit import (
     INVALID_LENGTH_MESSAGE,
@@ -517,8 +517,14 @@ def push_500_mb(server: WebServer, *, token: str | None, chunked: bool) -> Push:
 
 
 @pytest.fixture
-def controller_token() -> str:
-    _, token = ControllerToken.issue(ClusterFactory(name="size-lab"), "pusher")
+def job_token() -> str:
+    _, token = IngestToken.issue(
+        ClusterFactory(name="size-lab"),
+        IngestTokenKind.JOB,
+        name="pusher",
+        issued_by="test",
+        user="alice",
+    )
     return token
 
 
@@ -527,7 +533,7 @@ def controller_token() -> str:
 @pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
 @pytest.mark.parametrize("authenticated", [False, True], ids=["anonymous", "token"])
 def test_the_web_server_refuses_500_mb_at_once_without_reading_it(
-    web_server: WebServer, controller_token: str, authenticated: bool, chunked: bool
+    web_server: WebServer, job_token: str, authenticated: bool, chunked: bool
 ) -> None:
     """
     GIVEN the project's web server with the default limit of 2 MiB
@@ -535,7 +541,7 @@ def test_the_web_server_refuses_500_mb_at_once_without_reading_it(
     THEN the 413 status line arrives within a second of the request headers,
     AND the server stops taking the body and its memory grows by less than 50 MB
     """
-    token = controller_token if authenticated else None
+    token = job_token if authenticated else None
     push = push_500_mb(web_server, token=token, chunked=chunked)
 
     assert push.status == 413, f"{push.describe()}\n{web_server.log_tail()}"
@@ -553,7 +559,7 @@ def test_the_web_server_refuses_500_mb_at_once_without_reading_it(
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)
 def test_the_web_server_still_takes_bodies_under_the_limit(
-    web_server: WebServer, controller_token: str
+    web_server: WebServer, job_token: str
 ) -> None:
     def post(body: bytes) -> tuple[int, Any]:
         request = http.client.HTTPConnection("127.0.0.1", web_server.port, timeout=30)
@@ -563,7 +569,7 @@ def test_the_web_server_still_takes_bodies_under_the_limit(
                 LOGS,
                 body=body,
                 headers={
-                    "Authorization": f"Bearer {controller_token}",
+                    "Authorization": f"Bearer {job_token}",
                     "Content-Type": "application/json",
                 },
             )

@@ -28,7 +28,7 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from recovery.choices import WorkloadState
 from recovery.loop import push as pushed
 from recovery.loop.poll import poll_cluster
-from recovery.models import AuditEvent, Cluster, ControllerToken, Workload
+from recovery.models import AuditEvent, Cluster, IngestToken, IngestTokenKind, Workload
 from tasks.polling import poll_cluster as poll_cluster_task
 from tests.slurm.conftest import REPO, SlurmCluster
 
@@ -97,7 +97,9 @@ def cluster(slurm_cluster: SlurmCluster) -> Cluster:
 def configured_hook(
     hook_env_file: Path, cluster: Cluster, live_server: Any, slurm_cluster: SlurmCluster
 ) -> Path:
-    _, key = ControllerToken.issue(cluster, "slurmctld-hooks")
+    _, key = IngestToken.issue(
+        cluster, IngestTokenKind.HOOK, name="slurmctld-hooks", issued_by="test"
+    )
     hook_env_file.write_text(
         f"WR_HOOK_URL={live_server.url}\nWR_HOOK_TOKEN={key}\nWR_HOOK_TIMEOUT=5\n"
         f"WR_SLURM_CONF={slurm_cluster.conf}\n"
@@ -161,7 +163,7 @@ def test_slurmctld_runs_the_epilog_which_records_the_job_end_and_queues_a_poll(
 
     (event,) = _hook_events(event="job_ended", job_id=job_id)
     assert event.workload_id == workload.pk
-    assert event.actor == "controller:slurmctld-hooks"
+    assert event.actor == "hook:slurmctld-hooks"
     assert event.payload["exit_code"] == 256  # raw wait status: exit 1
     assert event.payload["exit_code_text"] == "1:0"
     assert event.payload["restart_count"] == 0
@@ -187,7 +189,7 @@ def test_the_epilog_exits_0_when_the_service_is_away(
 ) -> None:
     """Run by hand with slurmctld's variables and an unreachable URL: quick, logged, exit 0."""
     hook_env = tmp_path / "hook.env"
-    hook_env.write_text("WR_HOOK_URL=http://127.0.0.1:9/\nWR_HOOK_TOKEN=wrc_abc\n")
+    hook_env.write_text("WR_HOOK_URL=http://127.0.0.1:9/\nWR_HOOK_TOKEN=wrh_abc\n")
     env = {
         "WR_HOOK_ENV": str(hook_env),
         "SLURM_JOB_ID": "123",
@@ -250,5 +252,5 @@ def test_a_strigger_node_down_trigger_posts_the_node(
                 slurm_cluster.run(["strigger", "--clear", f"--id={line.split()[0]}"])
     (event,) = _hook_events(event="node_down", node="node004")
     assert event.payload["state"] == "DOWN"
-    assert event.actor == "controller:slurmctld-hooks"
+    assert event.actor == "hook:slurmctld-hooks"
     _wait(lambda: ("tasks.polling.poll_cluster", cluster.pk) in poll_queue(), 10, "the poll")
