@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 from recovery.sources.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter
@@ -52,6 +53,8 @@ def job(**fields: object) -> JobInfo:
         "held": False,
         "submit_time": SUBMITTED,
         "start_time": SUBMITTED + timedelta(seconds=5),
+        # The user running the tests: output files a test writes are that user's.
+        "user_uid": os.getuid(),
     }
     values.update(fields)
     if "comment" in fields and "opt_in" not in fields:

@@ -18,6 +18,9 @@ Both run beside a developer's ``make slurm-up`` clusters (var/slurm-dev, ports 6
 take the next three) move the 22.05 cluster, ``WR_TEST_SLURM_2411_DIR``, ``..._CTLD_PORT``,
 ``..._NODE_PORT`` and ``..._SSH_PORT`` the 24.11 one, so that ``make e2e`` can run beside
 ``make test``. ``WR_TEST_SLURM_VERSIONS`` (e.g. ``22.05``) limits the versions.
+
+``ssh_server`` is the login node the SSH transport reaches: for 22.05 an sshd on this host
+(``WR_TEST_SSH_DIR`` and ``WR_TEST_SSH_PORT`` move it), for 24.11 the chroot's.
 """
 
 from __future__ import annotations
@@ -350,3 +353,99 @@ def submit_job(
 
     if submitted:
         slurm_cluster.run(["scancel", *map(str, submitted)])
+
+
+# ---------------------------------------------------------------------- the login node's sshd
+
+SSH_UP = REPO / "deploy" / "ssh-dev" / "up.sh"
+SSH_DOWN = REPO / "deploy" / "ssh-dev" / "down.sh"
+SSH_DIR = (REPO / os.environ.get("WR_TEST_SSH_DIR", "var/ssh-test")).resolve()
+SSH_PORT = int(os.environ.get("WR_TEST_SSH_PORT", "2299"))
+SSH_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SSHServer:
+    """An sshd that opens a root login by key, with the test cluster's SLURM_CONF."""
+
+    port: int
+    key_file: Path
+    known_hosts: Path
+    # The server's own key pair (its private key is a valid key the server does not accept).
+    host_key: Path
+    slurm_conf: Path
+
+    @property
+    def host_key_pub(self) -> Path:
+        return self.host_key.with_name(self.host_key.name + ".pub")
+
+    def transport(self, **overrides: Any) -> Any:
+        """An ``SSHTransport`` to this server; ``overrides`` replace its settings."""
+        from recovery.sources.schedulers.transport import SSHTransport
+
+        settings: dict[str, Any] = {
+            "user": "root",
+            "port": self.port,
+            "key_file": str(self.key_file),
+            "known_hosts": str(self.known_hosts),
+            "env": {"SLURM_CONF": str(self.slurm_conf)},
+            "connect_timeout": 5.0,
+        }
+        settings.update(overrides)
+        return SSHTransport(SSH_HOST, **settings)
+
+
+def _run_ssh_script(script: Path, slurm_conf: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "SSH_DEV_DIR": str(SSH_DIR),
+        "SSH_DEV_PORT": str(SSH_PORT),
+        "SLURM_CONF": str(slurm_conf),
+    }
+    return subprocess.run(
+        [str(script)], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def ssh_server(slurm_cluster: SlurmCluster) -> Iterator[SSHServer]:
+    """The cluster's login node over SSH.
+
+    For 22.05 the session starts its own sshd on this host (deploy/ssh-dev/up.sh), by default in
+    var/ssh-test on 127.0.0.1:2299 (``WR_TEST_SSH_DIR``, ``WR_TEST_SSH_PORT``), so it can run
+    beside a developer's (var/ssh-dev, port 2222), gives every session the test cluster's
+    SLURM_CONF, and stops it at the end. For 24.11 the login node is the sshd that
+    deploy/slurm-dev/up.sh runs in the cluster's chroot, configured the same way; it comes and
+    goes with the cluster.
+    """
+    if slurm_cluster.ssh is not None:  # 24.11: the chroot's sshd, up with the cluster
+        assert slurm_cluster.ssh.host == SSH_HOST
+        yield SSHServer(
+            port=slurm_cluster.ssh.port,
+            key_file=slurm_cluster.ssh.key_file,
+            known_hosts=slurm_cluster.ssh.known_hosts,
+            host_key=slurm_cluster.ssh.host_key,
+            slurm_conf=slurm_cluster.conf,
+        )
+        return
+    started = _run_ssh_script(SSH_UP, slurm_cluster.conf)
+    if started.returncode != 0:
+        stopped = _run_ssh_script(SSH_DOWN, slurm_cluster.conf)
+        pytest.fail(
+            f"deploy/ssh-dev/up.sh exited {started.returncode}:\n"
+            f"{started.stdout}{started.stderr}{stopped.stdout}{stopped.stderr}",
+            pytrace=False,
+        )
+    settings = exports(started.stdout)
+    try:
+        assert settings["SSH_DEV_PORT"] == str(SSH_PORT), started.stdout
+        yield SSHServer(
+            port=SSH_PORT,
+            key_file=Path(settings["SSH_DEV_KEY"]),
+            known_hosts=Path(settings["SSH_DEV_KNOWN_HOSTS"]),
+            host_key=SSH_DIR / "ssh_host_ed25519_key",
+            slurm_conf=slurm_cluster.conf,
+        )
+    finally:
+        stopped = _run_ssh_script(SSH_DOWN, slurm_cluster.conf)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr

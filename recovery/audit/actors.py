@@ -20,7 +20,8 @@ JOB_TOKEN_PREFIX = "job:"
 class Actor(StrEnum):
     """The parts of the loop that write audit events on their own."""
 
-    # Scheduler state changes, restarts allocated, training completed, jobs no longer listed.
+    # Scheduler state changes, restarts allocated, training completed, jobs no longer listed,
+    # job output files refused.
     POLLER = "poller"
     # Anomalies found in logs, kernel logs, metrics and scheduler state; progress and
     # checkpoints; crash confirmations.

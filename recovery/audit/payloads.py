@@ -1,10 +1,11 @@
 """The payload each kind of audit event carries, as the loop records it.
 
 One ``TypedDict`` per ``AuditKind``, read off the ``record_event`` calls that write that kind
-(``recovery.loop``: anomalies, confirmation, attribution, policy, recommendations, watchdog,
-poll, push, suspects). ``payload_problems`` checks a payload against its kind's declaration:
-anything that writes events on the loop's behalf (the demo history, tests) can prove it writes
-what the loop writes, and a change to one of the loop's payloads shows up as a failing check.
+(``recovery.loop``: anomalies, confirmation, attribution, logs, policy, recommendations,
+watchdog, poll, push, suspects). ``payload_problems`` checks a payload against its kind's
+declaration: anything that writes events on the loop's behalf (the demo history, tests) can
+prove it writes what the loop writes, and a change to one of the loop's payloads shows up as a
+failing check.
 
 Optional keys are declared in a ``total=False`` subclass of the required ones rather than with
 ``NotRequired``: under ``from __future__ import annotations`` Python 3.11 cannot tell a string
@@ -260,8 +261,19 @@ class SchedulerHookPayload(_SchedulerHookRequired, total=False):
     reason: str
 
 
+class InputIgnoredPayload(TypedDict):
+    """A job's output file the poller did not read, and why (``recovery.loop.logs``).
+
+    ``reason`` is an ``OutputRefusal`` value; ``detail`` says what broke the rule.
+    """
+
+    path: str
+    reason: str
+    detail: str
+
+
 class NoPayload(TypedDict):
-    """Kinds nothing in the loop records (``dispatched``, ``stopped``, ``input_ignored``)."""
+    """Kinds nothing in the loop records (``dispatched``, ``stopped``)."""
 
 
 PAYLOADS: dict[str, type] = {
@@ -290,7 +302,7 @@ PAYLOADS: dict[str, type] = {
     "checkpoint_saved": CheckpointSavedPayload,
     "training_completed": TrainingCompletedPayload,
     "stopped": NoPayload,
-    "input_ignored": NoPayload,
+    "input_ignored": InputIgnoredPayload,
     "node_suspect": NodeSuspectPayload,
     "policy_failed": PolicyFailedPayload,
     "attribution_degraded": AttributionDegradedPayload,

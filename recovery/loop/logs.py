@@ -8,23 +8,54 @@ from the start as the new attempt's output.
 
 What a read finds is recorded by ``recovery.loop.anomalies`` (``record_read``,
 ``record_findings``), the same step that pushed lines and log stores go through.
+
+A job chooses its own output paths, and the service reads with more rights than the job's user:
+an output file is read only inside the job's working directory or the cluster's
+``output_prefixes``, never through a symbolic link, and only when it is a regular file owned by
+the job's uid (``recovery.sources.schedulers.output_files``). A refused file is recorded as
+``input_ignored`` with the reason, once per workload, path and reason, and nothing else changes.
+Kernel logs are paths an administrator set, and are read as they are.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Protocol
 
 from django.db import transaction
 from django.utils import timezone
 
-from recovery.choices import AttemptExitState, Attribution, NodeHealth, Severity, WorkloadState
+from recovery.audit.actors import Actor
+from recovery.audit.record import record_event
+from recovery.choices import (
+    AttemptExitState,
+    Attribution,
+    AuditKind,
+    NodeHealth,
+    Severity,
+    WorkloadState,
+)
 from recovery.detection.scanner import LogScanner, ScanResult
 from recovery.loop.anomalies import RECENT_END, record_findings, record_read
 from recovery.loop.patterns import active_signature_set
-from recovery.models import Attempt, Cluster, LogCursor, Node, NodeLogCursor, Workload
+from recovery.models import (
+    Attempt,
+    AuditEvent,
+    Cluster,
+    LogCursor,
+    Node,
+    NodeLogCursor,
+    Workload,
+)
 from recovery.sources.schedulers.base import Transport
+from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
+
+logger = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 PROGRESS_SAMPLES = 256
@@ -36,33 +67,97 @@ class IngestSummary:
     anomalies_new: int = 0
     checkpoints: int = 0
     truncations: int = 0
+    # Output files a confinement rule kept from being read.
+    refused: int = 0
 
 
 def ingest_workload_logs(
     workload: Workload, transport: Transport, *, now: datetime | None = None
 ) -> IngestSummary:
     summary = IngestSummary()
+    access = output_access(workload)
     for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p):
-        _ingest_file(workload, transport, path, now or timezone.now(), summary)
+        _ingest_file(workload, transport, path, access, now or timezone.now(), summary)
     return summary
 
 
+def output_access(workload: Workload) -> OutputAccess:
+    """Whose the workload's output files must be, and where they may lie: the job's working
+    directory and the prefixes its cluster allows."""
+    return OutputAccess(
+        owner_uid=workload.user_uid,
+        directories=(workload.work_dir, *output_prefixes(workload.cluster)),
+    )
+
+
+def output_prefixes(cluster: Cluster) -> tuple[str, ...]:
+    """``connection_settings["output_prefixes"]``: directories, besides each job's working
+    directory, that its output files may lie in (a shared scratch file system, say)."""
+    configured = (cluster.connection_settings or {}).get("output_prefixes") or []
+    if not isinstance(configured, list) or not all(isinstance(p, str) for p in configured):
+        logger.warning(
+            "output_prefixes of cluster %s must be a list of absolute paths; none is used",
+            cluster.name,
+        )
+        return ()
+    return tuple(configured)
+
+
 def _ingest_file(
-    workload: Workload, transport: Transport, path: str, now: datetime, summary: IngestSummary
+    workload: Workload,
+    transport: Transport,
+    path: str,
+    access: OutputAccess,
+    now: datetime,
+    summary: IngestSummary,
 ) -> None:
-    size = transport.file_size(path)
-    if size is None:
+    try:
+        output = transport.open_output(path, access)
+    except OutputRefused as refused:
+        summary.refused += 1
+        record_refused_output(workload, path, refused)
         return
-    with transaction.atomic():
+    if output is None:
+        return
+    with closing(output), transaction.atomic():
         cursor, _ = LogCursor.objects.select_for_update().get_or_create(
             workload=workload, path=path
         )
-        consumed = read_new_lines(transport, path, size, cursor, summary)
+        consumed = read_new_lines(output.read, output.size, cursor, summary)
         if consumed:
             new, saved = record_read(workload, scan(consumed), now)
             summary.anomalies_new += new
             summary.checkpoints += saved
         cursor.save()
+
+
+def record_refused_output(workload: Workload, path: str, refused: OutputRefused) -> bool:
+    """Record once per workload, path and reason that an output file was not read, and why.
+
+    Returns whether it was recorded now. A job keeps its paths for its whole life: recording
+    every poll would bury the trail.
+    """
+    with transaction.atomic():
+        # The workload's row serialises two workers polling the same cluster at once.
+        list(Workload.objects.select_for_update().filter(pk=workload.pk).values_list("pk"))
+        already = AuditEvent.objects.filter(
+            workload=workload,
+            kind=AuditKind.INPUT_IGNORED,
+            payload__path=path,
+            payload__reason=str(refused.reason),
+        ).exists()
+        if already:
+            return False
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=AuditKind.INPUT_IGNORED,
+            actor=Actor.POLLER,
+            payload={"path": path, "reason": str(refused.reason), "detail": refused.detail},
+        )
+    logger.warning("job %s: output not read: %s", workload.job_id, refused)
+    return True
 
 
 class _Cursor(Protocol):
@@ -71,16 +166,19 @@ class _Cursor(Protocol):
 
 
 def read_new_lines(
-    transport: Transport, path: str, size: int, cursor: _Cursor, summary: IngestSummary
+    read: Callable[[int, int], bytes], size: int, cursor: _Cursor, summary: IngestSummary
 ) -> bytes:
-    """The complete lines written since ``cursor``, which is moved past them (not saved)."""
+    """The complete lines written since ``cursor``, which is moved past them (not saved).
+
+    ``read(offset, limit)`` reads the file, whose size was ``size``.
+    """
     if size < cursor.offset:
         cursor.offset = 0
         cursor.truncations += 1
         summary.truncations += 1
     if size == cursor.offset:
         return b""
-    data = transport.read_file(path, cursor.offset, MAX_READ_BYTES)
+    data = read(cursor.offset, MAX_READ_BYTES)
     cut = data.rfind(b"\n") + 1
     if cut == 0 and len(data) < MAX_READ_BYTES:
         return b""  # only a partial line so far
@@ -121,7 +219,7 @@ def ingest_node_kernel_logs(
             cursor, _ = NodeLogCursor.objects.select_for_update().get_or_create(
                 node=node, path=path
             )
-            consumed = read_new_lines(transport, path, size, cursor, summary)
+            consumed = read_new_lines(partial(transport.read_file, path), size, cursor, summary)
             if consumed:
                 result = scan(consumed)
                 for finding in result.findings:

@@ -89,6 +89,8 @@ class PollSummary:
     nodes_seen: int = 0
     ignored: int = 0
     log_bytes: int = 0
+    # Output files not read because a confinement rule refused them (see ``output_files``).
+    outputs_refused: int = 0
     anomalies_new: int = 0
     decisions: int = 0
     log_store_error: str = ""
@@ -296,6 +298,7 @@ def _read_job_logs(
         if transport is not None:
             read = ingest_workload_logs(workload, transport, now=now)
             summary.log_bytes += read.bytes_read
+            summary.outputs_refused += read.refused
             summary.anomalies_new += read.anomalies_new
         if log_store is not None:
             try:
@@ -415,6 +418,9 @@ def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
             )
 
 
+WORK_DIR_LENGTH = 1024  # Workload.work_dir
+
+
 def _sync_job(
     cluster: Cluster, job: JobInfo, now: datetime
 ) -> tuple[bool, bool, tuple[int, int] | None]:
@@ -447,6 +453,11 @@ def _sync_job(
         workload.stdout_path = job.stdout_path[:1024]
     if job.stderr_path:
         workload.stderr_path = job.stderr_path[:1024]
+    # Whose files the output may be, as the scheduler says now: an unknown uid reads nothing.
+    workload.user_uid = job.user_uid
+    if job.work_dir:
+        # Cut short, it would name another directory: one too long to keep confines nothing.
+        workload.work_dir = job.work_dir if len(job.work_dir) <= WORK_DIR_LENGTH else ""
 
     assert job.restart_count is not None
     number = job.restart_count + 1

@@ -42,6 +42,15 @@ class Workload(models.Model):
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     stdout_path = models.CharField(max_length=1024, blank=True)
     stderr_path = models.CharField(max_length=1024, blank=True)
+    work_dir = models.CharField(
+        max_length=1024, blank=True, help_text="The job's working directory, as the scheduler says."
+    )
+    user_uid = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The uid the job runs as; its output files are read only when it owns them. "
+        "Empty when the scheduler did not report it: then nothing is read.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

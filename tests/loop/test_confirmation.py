@@ -56,7 +56,9 @@ class Job:
         self.output.write_text("")
         poll_cluster(cluster, Scripted([job(nodes=["node001", "node002"])]))
         self.workload = Workload.objects.get(cluster=cluster)
-        Workload.objects.filter(pk=self.workload.pk).update(stdout_path=str(self.output))
+        Workload.objects.filter(pk=self.workload.pk).update(
+            stdout_path=str(self.output), work_dir=str(tmp_path)
+        )
 
     def prints(self, *lines: str) -> None:
         with self.output.open("a") as out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,12 @@ SAVED = "successfully saved checkpoint from iteration {step:8d} to /ckpt\n"
 
 @pytest.fixture
 def workload(tmp_path: Path) -> Workload:
-    workload = WorkloadFactory(stdout_path=str(tmp_path / "job.out"), current_attempt=1)
+    workload = WorkloadFactory(
+        stdout_path=str(tmp_path / "job.out"),
+        work_dir=str(tmp_path),
+        user_uid=os.getuid(),
+        current_attempt=1,
+    )
     Attempt.objects.create(workload=workload, number=1)
     return workload
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from recovery.sources.schedulers.base import CommandResult, JobInfo, SchedulerError, Transport
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster
 
@@ -154,6 +155,9 @@ class RefusingJson:
 
     def file_size(self, path: str) -> int | None:
         return self.inner.file_size(path)
+
+    def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
+        return self.inner.open_output(path, access)
 
 
 def test_the_fixed_format_fallback_reads_the_same_job(

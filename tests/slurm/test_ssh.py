@@ -1,20 +1,14 @@
 """The SSH transport against a real sshd and the real test clusters.
 
-For 22.05 the session starts its own sshd on this host (deploy/ssh-dev/up.sh) in var/ssh-test
-on 127.0.0.1:2299, so it can run beside a developer's (var/ssh-dev, port 2222), gives every
-session the test cluster's SLURM_CONF, and stops it at the end. For 24.11 the login node is the
-sshd that deploy/slurm-dev/up.sh runs in the cluster's chroot (127.0.0.1:2300 by default),
-configured the same way; it comes and goes with the cluster.
+The sshd is the ``ssh_server`` fixture of tests/slurm_fixtures.py: for 22.05 one the session
+starts on this host, for 24.11 the one in the cluster's chroot.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,91 +17,13 @@ import pytest
 from recovery.sources.schedulers.base import JobInfo, SchedulerError
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from recovery.sources.schedulers.transport import SSHTransport
-from tests.slurm.conftest import REPO, SlurmCluster
-from tests.slurm_fixtures import exports
+from tests.slurm_fixtures import SSH_HOST as HOST
+from tests.slurm_fixtures import SSHServer
 
 pytestmark = pytest.mark.slurm
 
-UP = REPO / "deploy" / "ssh-dev" / "up.sh"
-DOWN = REPO / "deploy" / "ssh-dev" / "down.sh"
-SSH_DIR = REPO / "var" / "ssh-test"
-SSH_PORT = 2299
-HOST = "127.0.0.1"
 # Arguments a shell would split, expand, substitute or end a command at.
 AWKWARD_ARGS = ["a b", "$(id)", ";", "`id`", "$HOME", "*", "'", '"', "\\", "a\nb", "&& false", ""]
-
-
-@dataclass(frozen=True)
-class SSHServer:
-    port: int
-    key_file: Path
-    known_hosts: Path
-    # The server's own key pair (its private key is a valid key the server does not accept).
-    host_key: Path
-    slurm_conf: Path
-
-    @property
-    def host_key_pub(self) -> Path:
-        return self.host_key.with_name(self.host_key.name + ".pub")
-
-    def transport(self, **overrides: Any) -> SSHTransport:
-        settings: dict[str, Any] = {
-            "user": "root",
-            "port": self.port,
-            "key_file": str(self.key_file),
-            "known_hosts": str(self.known_hosts),
-            "env": {"SLURM_CONF": str(self.slurm_conf)},
-            "connect_timeout": 5.0,
-        }
-        settings.update(overrides)
-        return SSHTransport(HOST, **settings)
-
-
-def _run_script(script: Path, slurm_conf: Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "SSH_DEV_DIR": str(SSH_DIR),
-        "SSH_DEV_PORT": str(SSH_PORT),
-        "SLURM_CONF": str(slurm_conf),
-    }
-    return subprocess.run(
-        [str(script)], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-
-
-@pytest.fixture(scope="session")
-def ssh_server(slurm_cluster: SlurmCluster) -> Iterator[SSHServer]:
-    if slurm_cluster.ssh is not None:  # 24.11: the chroot's sshd, up with the cluster
-        assert slurm_cluster.ssh.host == HOST
-        yield SSHServer(
-            port=slurm_cluster.ssh.port,
-            key_file=slurm_cluster.ssh.key_file,
-            known_hosts=slurm_cluster.ssh.known_hosts,
-            host_key=slurm_cluster.ssh.host_key,
-            slurm_conf=slurm_cluster.conf,
-        )
-        return
-    started = _run_script(UP, slurm_cluster.conf)
-    if started.returncode != 0:
-        stopped = _run_script(DOWN, slurm_cluster.conf)
-        pytest.fail(
-            f"deploy/ssh-dev/up.sh exited {started.returncode}:\n"
-            f"{started.stdout}{started.stderr}{stopped.stdout}{stopped.stderr}",
-            pytrace=False,
-        )
-    settings = exports(started.stdout)
-    try:
-        assert settings["SSH_DEV_PORT"] == str(SSH_PORT), started.stdout
-        yield SSHServer(
-            port=SSH_PORT,
-            key_file=Path(settings["SSH_DEV_KEY"]),
-            known_hosts=Path(settings["SSH_DEV_KNOWN_HOSTS"]),
-            host_key=SSH_DIR / "ssh_host_ed25519_key",
-            slurm_conf=slurm_cluster.conf,
-        )
-    finally:
-        stopped = _run_script(DOWN, slurm_cluster.conf)
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ and says why, in the ATTRIBUTED event, in the health status and (once) in the au
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -397,7 +398,9 @@ def test_ingestion_goes_on_when_the_provider_fails(
     settings: SettingsWrapper, provider: ProviderServer, tmp_path: Path
 ) -> None:
     use(settings, provider.url("error"))
-    workload = WorkloadFactory(stdout_path=str(tmp_path / "job.out"))
+    workload = WorkloadFactory(
+        stdout_path=str(tmp_path / "job.out"), work_dir=str(tmp_path), user_uid=os.getuid()
+    )
     AttemptFactory(workload=workload, nodes=["node002"])
     Path(workload.stdout_path).write_text(
         "Nov 29 03:14:15 node002 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, "

@@ -3,6 +3,7 @@ scheduling, and time passing."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -81,6 +82,8 @@ class SimulatedCluster(TrainingJobs):
             stdout_path=path,
             stderr_path=path,
             work_dir=str(self.log_root),
+            # The simulated jobs' output is written by this process, as its user.
+            user_uid=os.getuid(),
             submit_time=to_datetime(job.submit_time),
             eligible_time=to_datetime(job.eligible_time),
             start_time=to_datetime(job.start_time),

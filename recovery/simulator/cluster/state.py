@@ -36,7 +36,9 @@ class ClusterState:
     ) -> None:
         self.config = config
         self.table = FaultTable(config.fault_weights)
-        self.log_root = Path(config.log_dir).absolute() / config.name
+        # Resolved, as Slurm reports a working directory: output under a symbolic link is not
+        # read (recovery.sources.schedulers.output_files).
+        self.log_root = Path(config.log_dir).resolve() / config.name
         self._pending_lines: dict[int, list[str]] = {}
         if state is not None:
             self._restore(state)

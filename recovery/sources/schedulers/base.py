@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from recovery.sources.schedulers.optin import OptIn
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
 
 
 class SchedulerError(Exception):
@@ -76,6 +77,15 @@ class Transport(Protocol):
         """The size of ``path``, or None when it does not exist."""
         ...
 
+    def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
+        """A job's output file opened under ``access`` (see ``output_files``), or None when it
+        does not exist. Raises ``OutputRefused`` when the rules forbid reading it.
+
+        ``read_file`` and ``file_size`` are for paths an administrator set (kernel logs); a
+        path a job chose is only ever read through this.
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class JobInfo:
@@ -110,6 +120,9 @@ class JobInfo:
     stdout_path: str = ""
     stderr_path: str = ""
     work_dir: str = ""
+    # The uid of ``user``. Only reading the job's output files needs it: they are read only when
+    # this uid owns them. None when unknown (listed in ``unreadable``).
+    user_uid: int | None = None
     submit_time: datetime | None = None
     eligible_time: datetime | None = None
     start_time: datetime | None = None

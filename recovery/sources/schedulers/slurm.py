@@ -25,6 +25,7 @@ from recovery.sources.schedulers.base import (
 )
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist, expand_nodelist
 from recovery.sources.schedulers.optin import parse_job_comment
+from recovery.sources.schedulers.output_files import valid_uid
 from recovery.sources.schedulers.slurm_json import (
     HELD_REASONS,
     JobListing,
@@ -44,7 +45,9 @@ logger = logging.getLogger(__name__)
 
 SEPARATOR = "\x1f"
 # squeue -o fields for the fallback; the comment (%k) may hold anything, so it comes last.
-FALLBACK_FIELDS = ("%i", "%j", "%u", "%P", "%T", "%r", "%N", "%V", "%S", "%e", "%Z", "%p", "%k")
+FALLBACK_FIELDS = (
+    "%i", "%j", "%u", "%U", "%P", "%T", "%r", "%N", "%V", "%S", "%e", "%Z", "%p", "%k",
+)  # fmt: skip
 FIXED_FORMAT_UNKNOWN = {
     "restart_count": "the fixed squeue format has no restart count",
     "excluded_nodes": "the fixed squeue format has no excluded nodes",
@@ -369,6 +372,7 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         job_id,
         name,
         user,
+        uid,
         partition,
         state_text,
         reason,
@@ -396,6 +400,7 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
     }
     if not info["user"]:
         unreadable["user"] = "%u: empty"
+    user_uid = _fixed_format_uid(uid, unreadable)
     reason = _none(reason)
     held = _fixed_format_held(reason, priority, unreadable)
     submit_time = _slurm_time(submit)
@@ -422,11 +427,20 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         stdout_path=expand_output_path("", info),
         stderr_path=expand_output_path("", info),
         work_dir=work_dir,
+        user_uid=user_uid,
         submit_time=submit_time,
         start_time=_slurm_time(start),
         end_time=_slurm_time(end),
         unreadable=unreadable,
     )
+
+
+def _fixed_format_uid(text: str, unreadable: dict[str, str]) -> int | None:
+    text = text.strip()
+    if text.isascii() and text.isdigit() and valid_uid(int(text)):
+        return int(text)
+    unreadable["user_uid"] = f"%U: {text[:40]!r} is not a user id"
+    return None
 
 
 def _fixed_format_held(reason: str, priority: str, unreadable: dict[str, str]) -> bool | None:

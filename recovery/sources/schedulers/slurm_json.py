@@ -35,6 +35,7 @@ from typing import Any
 from recovery.sources.schedulers.base import JobInfo, NodeInfo
 from recovery.sources.schedulers.nodelist import EMPTY_NODELISTS, NodeListError, expand_nodelist
 from recovery.sources.schedulers.optin import parse_job_comment
+from recovery.sources.schedulers.output_files import valid_uid
 
 logger = logging.getLogger(__name__)
 
@@ -480,6 +481,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
     user = read("user", ("user_name",), _string) or ""
     if not user and "user" not in unreadable:
         unreadable["user"] = "user_name: empty (the user id has no name)"
+    user_uid = read("user_uid", ("user_id",), _uid)
     reason = _none(_text(raw, "state_reason"))
     comment = raw["comment"] if isinstance(raw.get("comment"), str) else ""
     excluded = read("excluded_nodes", ("excluded_nodes", "exc_nodes"), _nodes)
@@ -521,12 +523,20 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         stdout_path=_output_path(raw, "stdout", info),
         stderr_path=_output_path(raw, "stderr", info),
         work_dir=info["work_dir"],
+        user_uid=user_uid,
         submit_time=submit_time,
         eligible_time=read("eligible_time", ("eligible_time",), _epoch),
         start_time=read("start_time", ("start_time",), _epoch),
         end_time=read("end_time", ("end_time",), _epoch),
         unreadable=unreadable,
     )
+
+
+def _uid(value: object) -> int:
+    uid = _number(value)
+    if not valid_uid(uid):
+        raise _Unreadable(f"{uid} is not a user id")
+    return uid
 
 
 def _bool(value: object) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
 import shlex
+import stat
 import subprocess
 import threading
 import time
@@ -14,6 +16,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from recovery.sources.schedulers.base import CommandResult, Connection, SchedulerError
+from recovery.sources.schedulers.output_files import (
+    OutputAccess,
+    OutputFile,
+    OutputRefusal,
+    OutputRefused,
+    check_file,
+    joined,
+    open_local_output,
+)
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
@@ -62,6 +73,9 @@ class LocalTransport:
             return Path(path).stat().st_size
         except FileNotFoundError:
             return None
+
+    def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
+        return open_local_output(path, access)
 
 
 class SSHTransport:
@@ -330,6 +344,50 @@ class SSHTransport:
         size: int | None = self._with_sftp(path, lambda sftp: int(sftp.stat(path).st_size or 0))
         return size
 
+    def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
+        """The job's output file under the rules of ``output_files``, or None when absent.
+
+        SFTP has no ``openat`` and no ``O_NOFOLLOW``: each directory on the way is checked with
+        ``lstat`` (no link, a directory), then the file (a regular file of the job's uid), and
+        the opened handle again with ``fstat``. A component swapped for a link between those
+        checks and the open is not seen, but whatever was opened is still a regular file owned
+        by the job's user (no inode is given over SFTP to compare). A FIFO swapped in at that
+        instant blocks the server's open until the SFTP timeout.
+        """
+        names = access.admit(path)
+        owner_uid = access.owner_uid
+        assert owner_uid is not None  # admit() refuses an unknown owner
+        shown = joined(names)
+
+        def open_checked(sftp: Any) -> SFTPOutput | None:
+            try:
+                for depth in range(1, len(names)):
+                    where = joined(names[:depth])
+                    mode = sftp.lstat(where).st_mode
+                    if mode is not None and stat.S_ISLNK(mode):
+                        raise OutputRefused(OutputRefusal.SYMLINK, f"{where} is a symbolic link")
+                    if mode is None or not stat.S_ISDIR(mode):
+                        return None  # not a directory: the output cannot exist
+                seen = sftp.lstat(shown)
+                check_file(shown, seen.st_mode, seen.st_uid, owner_uid)
+                handle = sftp.open(shown, "rb")
+            except PermissionError as error:
+                raise OutputRefused(
+                    OutputRefusal.UNREADABLE, f"{shown} cannot be opened: {error.strerror or error}"
+                ) from None
+            output = SFTPOutput(handle, 0, f"{shown} over SFTP from {self._where}")
+            try:
+                opened = handle.stat()
+                check_file(shown, opened.st_mode, opened.st_uid, owner_uid)
+            except BaseException:
+                output.close()
+                raise
+            output.size = int(opened.st_size or 0)
+            return output
+
+        output: SFTPOutput | None = self._with_sftp(shown, open_checked)
+        return output
+
     def _with_sftp(self, path: str, action: Any) -> Any:
         """``action(sftp)``, or None when ``path`` does not exist. Reading changes nothing,
         so a connection that fails is replaced and the read tried again, once."""
@@ -365,3 +423,29 @@ class SSHTransport:
                 sftp.get_channel().settimeout(self.SFTP_TIMEOUT)
                 self._sftp = sftp
             return self._sftp
+
+
+class SFTPOutput:
+    """A job's output file open over SFTP. A connection lost while reading fails the read; the
+    poller reads the same bytes again next time."""
+
+    def __init__(self, handle: Any, size: int, shown: str) -> None:
+        self._handle = handle
+        self.size = size
+        self._shown = shown
+
+    def read(self, offset: int, limit: int) -> bytes:
+        import paramiko
+
+        try:
+            self._handle.seek(offset)
+            return bytes(self._handle.read(limit))
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise SchedulerError(f"cannot read {self._shown}: {exc}") from None
+
+    def close(self) -> None:
+        import paramiko
+
+        # A handle on a lost connection is gone with it: nothing left to close.
+        with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+            self._handle.close()

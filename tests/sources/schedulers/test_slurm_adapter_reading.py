@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from recovery.sources.schedulers.base import CommandResult, SchedulerError
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
 from recovery.sources.schedulers.slurm import FALLBACK_FIELDS, SEPARATOR, SlurmAdapter
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -39,6 +40,9 @@ class ScriptedTransport:
 
     def file_size(self, path: str) -> int | None:
         return None
+
+    def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
+        raise AssertionError("reading the scheduler opens no job output")
 
 
 def document(*jobs: dict[str, Any], version: str = "24.11.5", **extra: Any) -> str:
@@ -74,11 +78,14 @@ def job(job_id: int = 42, **overrides: Any) -> dict[str, Any]:
     return record
 
 
-def fixed_line(job_id: str = "42", state: str = "RUNNING", priority: str = "0.99") -> str:
+def fixed_line(
+    job_id: str = "42", state: str = "RUNNING", priority: str = "0.99", uid: str = "1000"
+) -> str:
     values = {
         "%i": job_id,
         "%j": "train",
         "%u": "alice",
+        "%U": uid,
         "%P": "debug",
         "%T": state,
         "%r": "None",
@@ -146,6 +153,16 @@ class TestListingJobs:
         assert "fixed squeue format" in fallback.unknown()["restart_count"]
         assert fallback.held is False
         assert fallback.submit_time is not None
+
+    def test_the_fixed_format_reads_the_user_id_or_says_why_not(self) -> None:
+        slurm, _ = adapter({SQUEUE_JSON: [(1, "", "no")], FIXED: [(0, fixed_line() + "\n", "")]})
+        assert slurm.list_jobs()[0].user_uid == 1000
+        slurm, _ = adapter(
+            {SQUEUE_JSON: [(1, "", "no")], FIXED: [(0, fixed_line(uid="4294967294"), "")]}
+        )
+        [job] = slurm.list_jobs()
+        assert job.user_uid is None
+        assert job.unreadable["user_uid"] == "%U: '4294967294' is not a user id"
 
     def test_the_fixed_format_reads_a_hold(self) -> None:
         slurm, _ = adapter(

@@ -46,6 +46,7 @@ def common(**overrides: Any) -> dict[str, Any]:
         "job_id": 42,
         "name": "train",
         "user_name": "alice",
+        "user_id": 1000,
         "partition": "debug",
         "state_reason": "None",
         "comment": COMMENT,
@@ -149,6 +150,7 @@ def test_it_reads_a_running_job_of_every_version(make: Any) -> None:
     assert job.state == "RUNNING"
     assert job.state_flags == ()
     assert job.user == "alice"
+    assert job.user_uid == 1000
     assert job.nodes == ["node001", "node002"]
     assert job.excluded_nodes == []
     assert job.restart_count == 0
@@ -255,6 +257,28 @@ def test_an_unreadable_fact_is_none_with_a_reason_never_a_default(
     assert getattr(job, name) in (None, "")
     assert job.unreadable[name].startswith(reason)
     assert job.unknown()[name] == job.unreadable[name]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "user_id: null"),
+        ("1000", "user_id: unknown shape str '1000'"),
+        (-1, "user_id: -1 is not a user id"),
+        (0xFFFFFFFE, "user_id: 4294967294 is not a user id"),
+    ],
+)
+def test_an_unreadable_user_id_is_unknown_with_a_reason(value: Any, reason: str) -> None:
+    job = job_from_record(v0040(user_id=value))
+    assert job.user_uid is None
+    assert job.unreadable["user_uid"] == reason
+
+
+def test_an_absent_user_id_is_unknown_and_root_is_a_user_id() -> None:
+    record = v0038()
+    del record["user_id"]
+    assert job_from_record(record).unreadable["user_uid"] == "user_id: absent"
+    assert job_from_record(v0038(user_id=0)).user_uid == 0
 
 
 @pytest.mark.parametrize(
@@ -555,6 +579,7 @@ class TestRecorded:
         assert len(job.nodes) == 2
         assert job.opt_in.opted_in
         assert job.stdout_path.endswith(f"/opted-in-{job.job_id}.out")
+        assert job.user_uid == 0  # recorded as root
 
     def test_requeue_held(self, version: str) -> None:
         job = self.load(version, "squeue-requeue-held.json")["opted-in"]
