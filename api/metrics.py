@@ -1,9 +1,10 @@
 """``/metrics``: the system's own figures in Prometheus' text format.
 
 Prometheus scrapes without a session. With neither ``METRICS_TOKEN`` nor
-``METRICS_ALLOWED_NETWORKS`` set the endpoint is open; otherwise a scrape needs the token as a
-bearer token or must come from one of the networks (the peer address, never a forwarded header,
-which any client can write).
+``METRICS_ALLOWED_NETWORKS`` set the endpoint is open (``workload_recovery.production`` refuses
+to start so unless ``METRICS_PUBLIC`` is set); otherwise a scrape needs the token as a bearer
+token or must come from one of the networks (the peer address, never a forwarded header, which
+any client can write).
 """
 
 from __future__ import annotations

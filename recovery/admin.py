@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
+from recovery.audit.cluster_controls import save_with_audit
 from recovery.models import (
     Anomaly,
     ApiToken,
@@ -22,6 +24,7 @@ from recovery.models import (
     Verdict,
     Workload,
 )
+from recovery.roles import actor_name
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin, TabularInline
@@ -42,6 +45,10 @@ else:
     TabularInline = _Subscriptable(admin.TabularInline)
 
 ModelT = TypeVar("ModelT", bound=Model)
+
+
+def _is_superuser(request: HttpRequest) -> bool:
+    return bool(getattr(request.user, "is_superuser", False))
 
 
 class ReadOnlyAdmin(ModelAdmin[ModelT], Generic[ModelT]):
@@ -70,6 +77,16 @@ class ClusterAdmin(ModelAdmin[Cluster]):
     ]
     list_filter = ["scheduler_kind", "connection", "mode", "environment"]
     search_fields = ["name", "environment"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Cluster | None = None) -> list[str]:
+        # Where the server connects and with which credentials: superusers only. A read-only
+        # field is left out of the form, so a posted value is ignored, not saved.
+        fixed = list(super().get_readonly_fields(request, obj))
+        return fixed if _is_superuser(request) else [*fixed, "connection_settings"]
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        save = partial(super().save_model, request, obj, form, change)
+        save_with_audit(obj, actor_name(request.user), save)
 
 
 @admin.register(Node)

@@ -237,6 +237,11 @@ class AuditKind(models.TextChoices):
     POLICY_FAILED = "policy_failed", "Policy engine failed"
     ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"
     SCHEDULER_HOOK = "scheduler_hook", "Scheduler hook received"
+    MODE_CHANGED = "mode_changed", "Cluster mode changed"
+    ACKNOWLEDGEMENT_CHANGED = (
+        "acknowledgement_changed",
+        "Acknowledgement of scheduler actions changed",
+    )
 
 
 for _choices, _source in (

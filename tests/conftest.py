@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,16 @@ def _static_files_without_manifest(settings: SettingsWrapper) -> None:
     settings.STORAGES = {
         "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _own_throttle_counters(settings: SettingsWrapper) -> None:
+    # Throttle counters (the API's, failed sign-ins) live in Redis and outlast a test run: a
+    # prefix per test keeps a wrong password in one test from locking out a user in another.
+    settings.CACHES = {
+        **settings.CACHES,
+        "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"},
     }
 
 

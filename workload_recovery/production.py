@@ -2,12 +2,30 @@
 
 Everything from ``settings`` applies; the HTTPS protections default to on and each can still be
 set through its environment variable. ``manage.py check --deploy`` passes with these defaults.
+
+``/metrics`` must not be open to anyone who can reach the server: without a scrape token or
+networks, and without ``WR_METRICS_PUBLIC=true``, loading these settings fails, so no process
+(web, worker, beat, ``manage.py``) starts. A system check would not do: daphne runs none.
 """
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 from workload_recovery.env import env_bool, env_int
 from workload_recovery.settings import *  # noqa: F403
+from workload_recovery.settings import (
+    METRICS_ALLOWED_NETWORKS,
+    METRICS_PUBLIC,
+    METRICS_TOKEN,
+)
+
+if not (METRICS_TOKEN or METRICS_ALLOWED_NETWORKS or METRICS_PUBLIC):
+    raise ImproperlyConfigured(
+        "/metrics would be open to anyone: set WR_METRICS_TOKEN (the bearer token Prometheus "
+        "sends) or WR_METRICS_NETWORKS (the networks that may scrape), or set "
+        "WR_METRICS_PUBLIC=true if it is meant to be open"
+    )
 
 DEBUG = env_bool("DEBUG", False)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

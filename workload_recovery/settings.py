@@ -128,8 +128,10 @@ JOB_TOKEN_TTL_HOURS = env_int(
     "WR_JOB_TOKEN_TTL_HOURS", 72, minimum=1, maximum=JOB_TOKEN_MAX_TTL_HOURS
 )
 # /metrics: open when both are empty; else a bearer token, or a scrape from one of the networks.
+# Production settings refuse to start with it open unless METRICS_PUBLIC says that is meant.
 METRICS_TOKEN = env_str("WR_METRICS_TOKEN", "")
 METRICS_ALLOWED_NETWORKS = env_list("WR_METRICS_NETWORKS", [])
+METRICS_PUBLIC = env_bool("WR_METRICS_PUBLIC", False)
 INSIGHTS_SECONDS = env_int("WR_INSIGHTS_SECONDS", 300, minimum=10)
 # Largest request body under /api/ (workload_recovery/body_limit.py), refused before it is read.
 # Twice the largest body an endpoint accepts (1 MiB: a log batch, recovery/loop/push.py
@@ -168,6 +170,10 @@ ATTRIBUTION_PROVIDER_URL = env_str("WR_ATTRIBUTION_URL", "")
 ATTRIBUTION_PROVIDER_TIMEOUT = env_int("WR_ATTRIBUTION_TIMEOUT_MS", 2000, minimum=50) / 1000
 ATTRIBUTION_PROVIDER_TOKEN = env_str("WR_ATTRIBUTION_TOKEN", "")
 
+# The configurator (Console and ``configure_signals``) connects only to these hosts: exact host
+# names or addresses, compared with the URL's host. Empty: it connects to none.
+CONFIGURATOR_ALLOWED_HOSTS = env_list("WR_CONFIGURATOR_ALLOWED_HOSTS", [])
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -177,6 +183,13 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:fleet"
 LOGOUT_REDIRECT_URL = "login"
+# Failed sign-ins (Console and admin) are counted in the throttle cache, per account name and
+# per client address. Past either limit within the window, sign-ins for that account or from
+# that address are refused, without checking the password, until the window ends. The address
+# limit is higher: many people may share one address (a NAT, an office proxy).
+LOGIN_FAILURES = env_int("WR_LOGIN_FAILURES", 5, minimum=1)
+LOGIN_ADDRESS_FAILURES = env_int("WR_LOGIN_ADDRESS_FAILURES", 20, minimum=1)
+LOGIN_WINDOW_SECONDS = env_int("WR_LOGIN_WINDOW_SECONDS", 900, minimum=1)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC")

@@ -5,7 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 
 from api.metrics import metrics
-from console.forms import ConsoleLoginForm
+from console.views.login import console_login, refuse_when_locked
 
 
 def favicon(request: HttpRequest) -> HttpResponseRedirect:
@@ -15,14 +15,11 @@ def favicon(request: HttpRequest) -> HttpResponseRedirect:
 
 urlpatterns = [
     path("favicon.ico", favicon),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(
-            authentication_form=ConsoleLoginForm, redirect_authenticated_user=True
-        ),
-        name="login",
-    ),
+    path("accounts/login/", console_login, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Before the admin's own URLs: its sign-in form checks passwords too, so it is throttled
+    # with the Console's.
+    path("admin/login/", refuse_when_locked(admin.site.login)),
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
     path("api/", include("api.urls")),

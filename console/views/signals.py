@@ -1,4 +1,6 @@
-"""A cluster's log and metric stores: inspect them, then save what was found (admins)."""
+"""A cluster's log and metric stores: inspect them (admins), then save what was found
+(superusers: the stores are part of the cluster's connection settings, which tell the server
+where to connect and with which credentials)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,11 @@ from console.access import console_view
 from console.forms import SignalStoresForm
 from recovery.models import Cluster
 from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
+
+SAVE_NEEDS_SUPERUSER = (
+    "Nothing saved: the stores are part of the cluster's connection settings, which only a "
+    "superuser may change."
+)
 
 
 @console_view("recovery.change_cluster", "Configuring a cluster's log and metric stores")
@@ -27,7 +34,9 @@ def cluster_signals(request: HttpRequest, cluster_id: int) -> HttpResponse:
                 logs = inspect_logs(data["logs"], job_id=data["job"] or "")
             if data["metrics"]:
                 metrics = inspect_metrics(data["metrics"])
-            if "save" in request.POST:
+            if "save" in request.POST and not request.user.is_superuser:
+                messages.error(request, SAVE_NEEDS_SUPERUSER)
+            elif "save" in request.POST:
                 usable = [r for r in (logs, metrics) if r is not None and r.ok]
                 if usable:
                     save_signals(cluster, logs=logs, metrics=metrics)
@@ -51,5 +60,6 @@ def cluster_signals(request: HttpRequest, cluster_id: int) -> HttpResponse:
             "metrics": metrics,
             "saved_logs": saved.get("log_source"),
             "saved_metrics": saved.get("metric_source"),
+            "may_save": request.user.is_superuser,
         },
     )

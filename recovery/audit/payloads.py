@@ -272,6 +272,16 @@ class InputIgnoredPayload(TypedDict):
     detail: str
 
 
+# --- people changing what a cluster may do -------------------------------------------------
+
+# Keyed "from", like StateChangedPayload. A cluster created with a value other than a new
+# cluster's default records the change from that default (``recovery.audit.cluster_controls``).
+ModeChangedPayload = TypedDict("ModeChangedPayload", {"from": str, "to": str})
+AcknowledgementChangedPayload = TypedDict(
+    "AcknowledgementChangedPayload", {"from": bool, "to": bool}
+)
+
+
 class NoPayload(TypedDict):
     """Kinds nothing in the loop records (``dispatched``, ``stopped``)."""
 
@@ -307,6 +317,8 @@ PAYLOADS: dict[str, type] = {
     "policy_failed": PolicyFailedPayload,
     "attribution_degraded": AttributionDegradedPayload,
     "scheduler_hook": SchedulerHookPayload,
+    "mode_changed": ModeChangedPayload,
+    "acknowledgement_changed": AcknowledgementChangedPayload,
 }
 
 

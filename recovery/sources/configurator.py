@@ -6,14 +6,23 @@ and classifies it with the real detectors; ``inspect_metrics`` does the same for
 holding DCGM exporter metrics. Each reports the signals present and missing against what the
 detectors need, and every failure as one line. ``save_signals`` stores the result in the
 cluster's settings, where the poller reads it (``recovery.loop.poll.log_store_of``).
+
+Whoever runs it makes this server open connections, so both inspections first check the URL's
+host against ``CONFIGURATOR_ALLOWED_HOSTS`` (``WR_CONFIGURATOR_ALLOWED_HOSTS``) and connect to
+nothing else: an exact host name or address, never a prefix, and never resolved here.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpx
+from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -92,6 +101,51 @@ class MetricsInspection:
         return {"kind": "prometheus", "url": self.url, "node_label": self.node_label}
 
 
+ALLOWED_HOSTS_SETTING = "WR_CONFIGURATOR_ALLOWED_HOSTS"
+
+
+def refused_target(url: str, allowed_hosts: Iterable[str]) -> str:
+    """Why the configurator must not connect to ``url``; empty when its host is allowed.
+
+    The host is read as the HTTP client will read it, and must read the same with the standard
+    library, so that no oddly written URL (user info, backslashes) names one host to this check
+    and another to the connection.
+    """
+    try:
+        host = _host_key(httpx.URL(url).host)
+        other = _host_key(urllib.parse.urlsplit(url).hostname or "")
+    except (httpx.InvalidURL, ValueError):
+        return f"{url!r} is not a URL the configurator can read"
+    if not host or host != other:
+        return f"{url!r} does not name one host clearly; write it as http(s)://host:port/"
+    allowed = {_host_key(entry) for entry in allowed_hosts if entry.strip()}
+    if host in allowed:
+        return ""
+    if not allowed:
+        return (
+            f"{host} is not an allowed store host: {ALLOWED_HOSTS_SETTING} is empty, so the "
+            "configurator connects to no host; the server's administrator lists the log and "
+            "metric store hosts there"
+        )
+    return (
+        f"{host} is not an allowed store host (allowed: {', '.join(sorted(allowed))}); the "
+        f"server's administrator can add it to {ALLOWED_HOSTS_SETTING}"
+    )
+
+
+def _host_key(host: str) -> str:
+    """A host as compared: lower case, an IP address in its canonical form, no brackets."""
+    host = host.strip().strip("[]").lower()
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def _allowed_hosts() -> list[str]:
+    return list(getattr(django_settings, "CONFIGURATOR_ALLOWED_HOSTS", []) or [])
+
+
 def inspect_logs(
     url: str,
     *,
@@ -103,6 +157,9 @@ def inspect_logs(
     """Connect to the log store at ``url``, discover its labels and classify one job's sample."""
     now = now or timezone.now()
     report = LogsInspection(url=url)
+    if refusal := refused_target(url, _allowed_hosts()):
+        report.diagnosis = refusal
+        return report
     kinds = [kind] if kind else list(SOURCES)
     if kind and kind not in SOURCES:
         report.diagnosis = f"unknown log store kind {kind!r}: choose one of {', '.join(SOURCES)}"
@@ -194,6 +251,9 @@ def _label_signals(mapping: dict[str, str]) -> list[Signal]:
 def inspect_metrics(url: str, *, timeout: float = 10.0) -> MetricsInspection:
     """Connect to Prometheus at ``url`` and see which DCGM metrics and node labels it holds."""
     report = MetricsInspection(url=url)
+    if refusal := refused_target(url, _allowed_hosts()):
+        report.diagnosis = refusal
+        return report
     try:
         source = build_metric_source(PrometheusSource.kind, url, timeout=timeout)
         names = set(source.label_values("__name__"))

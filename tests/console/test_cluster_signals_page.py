@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery.roles import ADMIN
 from recovery.sources.logs.base import to_ns
@@ -17,6 +18,12 @@ from tests.factories import ClusterFactory
 from tests.sources.recorded_servers import LokiEntry, RecordedServer, loki, serving
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _stores_on_loopback_allowed(settings: SettingsWrapper) -> None:
+    settings.CONFIGURATOR_ALLOWED_HOSTS = ["127.0.0.1"]
+
 
 NCCL_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote "
@@ -37,14 +44,19 @@ def admin_user(make_user: Callable[..., User]) -> User:
     return make_user("ada", ADMIN, is_staff=True)
 
 
+@pytest.fixture
+def superuser(make_user: Callable[..., User]) -> User:
+    return make_user("root", is_staff=True, is_superuser=True)
+
+
 def logged_in(user: User) -> Client:
     client = Client()
     assert client.login(username=user.username, password=TEST_PASSWORD)
     return client
 
 
-def test_an_admin_inspects_then_saves_the_log_store(
-    admin_user: User, loki_server: RecordedServer
+def test_an_admin_inspects_and_a_superuser_saves_the_log_store(
+    admin_user: User, superuser: User, loki_server: RecordedServer
 ) -> None:
     cluster = ClusterFactory(name="lab")
     url = reverse("console:cluster_signals", args=[cluster.pk])
@@ -55,10 +67,12 @@ def test_an_admin_inspects_then_saves_the_log_store(
     assert inspected.status_code == 200
     assert "job=slurm_job_id, node=host, rank=rank" in body
     assert "nccl_error" in body
+    assert 'name="save"' not in body
+    assert "Only a superuser can save the stores" in body
     cluster.refresh_from_db()
     assert "log_source" not in cluster.connection_settings
 
-    saved = client.post(url, {"logs": loki_server.url, "save": ""})
+    saved = logged_in(superuser).post(url, {"logs": loki_server.url, "save": ""})
     assert saved.status_code == 302
     cluster.refresh_from_db()
     assert cluster.connection_settings["log_source"]["mapping"]["job"] == "slurm_job_id"
@@ -72,10 +86,10 @@ def test_a_bad_url_is_refused_by_the_form(admin_user: User) -> None:
     assert "Enter a valid URL" in response.content.decode()
 
 
-def test_an_unreachable_store_saves_nothing(admin_user: User) -> None:
+def test_an_unreachable_store_saves_nothing(superuser: User) -> None:
     cluster = ClusterFactory()
     url = reverse("console:cluster_signals", args=[cluster.pk])
-    response = logged_in(admin_user).post(url, {"logs": "http://127.0.0.1:9/", "save": ""})
+    response = logged_in(superuser).post(url, {"logs": "http://127.0.0.1:9/", "save": ""})
     assert response.status_code == 200
     assert "Nothing saved" in response.content.decode()
     cluster.refresh_from_db()

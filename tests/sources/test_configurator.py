@@ -9,6 +9,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery.loop.poll import log_store_of
 from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
@@ -25,6 +26,13 @@ from tests.sources.recorded_servers import (
 )
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _stores_on_loopback_allowed(settings: SettingsWrapper) -> None:
+    # Every store here listens on loopback; tests/security/test_access.py covers refusals.
+    settings.CONFIGURATOR_ALLOWED_HOSTS = ["127.0.0.1"]
+
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 NCCL_ERROR = (

@@ -1,0 +1,88 @@
+"""Audit events for what a cluster may do on its own: its mode and its acknowledgement of
+scheduler actions (``Cluster.acts_automatically`` needs action mode and the acknowledgement).
+
+A person's change of either is one event each, ``mode_changed`` or ``acknowledgement_changed``,
+with the value before and after; a save that changes neither records nothing. The value before
+is read from the stored row under a lock, not from the form that was shown, so two people saving
+at once each record what they actually changed. A new cluster counts as changed from the values
+a new cluster starts with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from recovery.audit.payloads import AcknowledgementChangedPayload, ModeChangedPayload
+from recovery.audit.record import record_event
+from recovery.choices import AuditKind
+from recovery.models import AuditEvent, Cluster
+
+
+@dataclass(frozen=True)
+class ClusterControls:
+    mode: str
+    acknowledge_scheduler_actions: bool
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> ClusterControls:
+        return cls(str(cluster.mode), bool(cluster.acknowledge_scheduler_actions))
+
+
+def new_cluster_controls() -> ClusterControls:
+    """The values a cluster starts with when nobody sets them."""
+    return ClusterControls.of(Cluster())
+
+
+def stored_controls(cluster_pk: int | None) -> ClusterControls:
+    """The controls as stored, the row locked until the transaction ends; a new cluster's
+    defaults when nothing is stored yet."""
+    if cluster_pk is None:
+        return new_cluster_controls()
+    row = (
+        Cluster.objects.select_for_update()
+        .filter(pk=cluster_pk)
+        .values_list("mode", "acknowledge_scheduler_actions")
+        .first()
+    )
+    return new_cluster_controls() if row is None else ClusterControls(str(row[0]), bool(row[1]))
+
+
+def record_control_changes(
+    cluster: Cluster, before: ClusterControls, actor: str
+) -> list[AuditEvent]:
+    """One event per control whose saved value differs from ``before``."""
+    after = ClusterControls.of(cluster)
+    events = []
+    if after.mode != before.mode:
+        mode: ModeChangedPayload = {"from": before.mode, "to": after.mode}
+        events.append(
+            record_event(
+                cluster=cluster, kind=AuditKind.MODE_CHANGED, actor=actor, payload=dict(mode)
+            )
+        )
+    if after.acknowledge_scheduler_actions != before.acknowledge_scheduler_actions:
+        acknowledgement: AcknowledgementChangedPayload = {
+            "from": before.acknowledge_scheduler_actions,
+            "to": after.acknowledge_scheduler_actions,
+        }
+        events.append(
+            record_event(
+                cluster=cluster,
+                kind=AuditKind.ACKNOWLEDGEMENT_CHANGED,
+                actor=actor,
+                payload=dict(acknowledgement),
+            )
+        )
+    return events
+
+
+def save_with_audit(cluster: Cluster, actor: str, save: Callable[[], None]) -> list[AuditEvent]:
+    """Run ``save`` (which stores ``cluster``) and record the changes of its controls, in one
+    transaction."""
+    with transaction.atomic():
+        before = stored_controls(cluster.pk)
+        save()
+        return record_control_changes(cluster, before, actor)
