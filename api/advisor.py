@@ -17,6 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.authentication import ControllerPrincipal, ControllerTokenAuthentication, IsController
+from api.errors import error_body
+from recovery.audit.limits import (
+    MAX_COMMANDS_BYTES,
+    MAX_FREE_FORM_BYTES,
+    MAX_FREE_FORM_DEPTH,
+    free_form_problem,
+)
 from recovery.choices import RecommendationStatus
 from recovery.loop import recommendations
 from recovery.models import Recommendation
@@ -68,6 +75,20 @@ class CommandRun(serializers.Serializer[None]):
     output = serializers.CharField(max_length=8192, allow_blank=True, required=False, default="")
 
 
+MAX_COMMANDS = 64
+
+
+def bounded_json(max_bytes: int) -> Callable[[Any], None]:
+    """A field validator: free-form JSON kept in the trail, no larger nor deeper than allowed."""
+
+    def validate(value: Any) -> None:
+        problem = free_form_problem(value, max_bytes=max_bytes)
+        if problem is not None:
+            raise serializers.ValidationError(problem, code="too_large")
+
+    return validate
+
+
 class ReportRequest(serializers.Serializer[None]):
     outcome = serializers.ChoiceField(
         choices=[
@@ -77,10 +98,25 @@ class ReportRequest(serializers.Serializer[None]):
             recommendations.RETRY,
         ]
     )
-    state_before = serializers.DictField(required=False, default=dict)
+    state_before = serializers.DictField(
+        required=False,
+        default=dict,
+        validators=[bounded_json(MAX_FREE_FORM_BYTES)],
+        help_text=f"The job as the controller read it before acting: at most "
+        f"{MAX_FREE_FORM_BYTES} bytes as JSON and {MAX_FREE_FORM_DEPTH} levels deep.",
+    )
     commands = CommandRun(many=True, required=False, default=list)
     converged = serializers.BooleanField(required=False, allow_null=True, default=None)
     detail = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+    def validate_commands(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # Each command's argv and output are capped; together they are kept in the trail too.
+        if len(value) > MAX_COMMANDS:
+            raise serializers.ValidationError(
+                f"At most {MAX_COMMANDS} commands per report.", code="too_large"
+            )
+        bounded_json(MAX_COMMANDS_BYTES)([dict(command) for command in value])
+        return value
 
 
 ERROR = inline_serializer("Error", {"error": serializers.CharField()})
@@ -144,12 +180,12 @@ def _lease(
 
 
 def _conflict(exc: Exception) -> Response:
-    return Response({"error": str(exc)}, status=status.HTTP_409_CONFLICT)
+    return Response(error_body(str(exc), "conflict"), status=status.HTTP_409_CONFLICT)
 
 
 def _invalid(errors: Any) -> Response:
     return Response(
-        {"error": "The request body is not valid.", "fields": errors},
+        error_body("The request body is not valid.", "invalid", fields=errors),
         status=status.HTTP_400_BAD_REQUEST,
     )
 

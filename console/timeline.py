@@ -404,6 +404,9 @@ def _anomaly_hover(anomaly: Anomaly, category_label: str) -> str:
             if anomaly.implicated_nodes
             else "",
             f"Occurrences: {anomaly.occurrences}" if anomaly.occurrences > 1 else "",
+            f"With {anomaly.folded_findings} more findings past the anomaly cap"
+            if anomaly.folded_findings
+            else "",
             f"Evidence at {_shown_time(anomaly.evidence_at)},"
             f" detected {_shown_time(anomaly.detected_at)} ({latency:.1f} s later)",
             f"<i>{_esc(_clip(anomaly.evidence_line, EVIDENCE_HOVER_CHARS))}</i>"

@@ -236,6 +236,7 @@ class AuditKind(models.TextChoices):
     NODE_SUSPECT = "node_suspect", "Node flagged as suspect"
     POLICY_FAILED = "policy_failed", "Policy engine failed"
     ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"
+    ANOMALIES_FOLDED = "anomalies_folded", "Anomaly cap reached"
     SCHEDULER_HOOK = "scheduler_hook", "Scheduler hook received"
     MODE_CHANGED = "mode_changed", "Cluster mode changed"
     ACKNOWLEDGEMENT_CHANGED = (

@@ -164,11 +164,22 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # An external attribution provider (docs/attribution-provider.md). Empty: built-in rules only,
-# and the Console says attribution runs degraded. The call happens inside ingestion, so its
-# timeout is short; it is given in milliseconds because the env helpers read integers.
+# and the Console says attribution runs degraded. The call is made once the read that found the
+# anomaly is committed, by the worker that made the read, so its timeout is short; it is given
+# in milliseconds because the env helpers read integers.
 ATTRIBUTION_PROVIDER_URL = env_str("WR_ATTRIBUTION_URL", "")
 ATTRIBUTION_PROVIDER_TIMEOUT = env_int("WR_ATTRIBUTION_TIMEOUT_MS", 2000, minimum=50) / 1000
 ATTRIBUTION_PROVIDER_TOKEN = env_str("WR_ATTRIBUTION_TOKEN", "")
+# At most this many provider calls follow one read (and one poll's catch-up); the anomalies
+# past it keep their built-in verdict, and their ATTRIBUTED event says why.
+MAX_PROVIDER_CALLS_PER_READ = env_int("WR_MAX_PROVIDER_CALLS_PER_READ", 3, minimum=0)
+
+# Work per job is bounded: one read of a job's output (or a node's kernel log) adds at most
+# WR_MAX_NEW_ANOMALIES_PER_READ anomalies, and an attempt has at most
+# WR_MAX_ANOMALIES_PER_ATTEMPT. Findings past either cap are folded into an existing anomaly of
+# the same attempt (its count and last-seen time grow) and the trail says so once per attempt.
+MAX_NEW_ANOMALIES_PER_READ = env_int("WR_MAX_NEW_ANOMALIES_PER_READ", 10, minimum=1)
+MAX_ANOMALIES_PER_ATTEMPT = env_int("WR_MAX_ANOMALIES_PER_ATTEMPT", 50, minimum=1)
 
 # The configurator (Console and ``configure_signals``) connects only to these hosts: exact host
 # names or addresses, compared with the URL's host. Empty: it connects to none.
@@ -248,6 +259,12 @@ REST_FRAMEWORK = {
         "api.tokens.PersonalTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's defaults, with JSON nested too deeply to read answered 400 instead of 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_THROTTLE_CLASSES": [
         "api.resources.throttling.PersonRateThrottle",
         "api.resources.throttling.ControllerRateThrottle",

@@ -36,7 +36,7 @@ from rest_framework.decorators import (
     parser_classes,
     permission_classes,
 )
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -47,6 +47,7 @@ from api.ingest.serializers import (
     LogBatchRequest,
     NodeDownRequest,
 )
+from api.parsers import BoundedJSONParser
 from recovery.loop import push as pushed
 from recovery.models import Cluster, Workload
 from tasks.polling import queue_poll
@@ -238,7 +239,7 @@ HEARTBEAT_EXAMPLE = {
 @api_view(["POST"])
 @authentication_classes([IngestTokenAuthentication])
 @permission_classes([IsJobToken])
-@parser_classes([JSONParser])
+@parser_classes([BoundedJSONParser])
 def heartbeats(request: Request) -> Response:
     """Progress (the step reached) and checkpoints, as the job's progress lines would show them.
 
@@ -389,7 +390,7 @@ RAW_PARAMETERS = [
 @api_view(["POST"])
 @authentication_classes([IngestTokenAuthentication])
 @permission_classes([IsJobToken])
-@parser_classes([JSONParser, RawLogParser, RawBinaryLogParser])
+@parser_classes([BoundedJSONParser, RawLogParser, RawBinaryLogParser])
 def logs(request: Request) -> Response:
     """Log lines scanned like the job's output file: crash signatures, progress, checkpoints.
 
@@ -540,7 +541,7 @@ def _hook_response(outcome: pushed.HookOutcome) -> Response:
 @api_view(["POST"])
 @authentication_classes([IngestTokenAuthentication])
 @permission_classes([IsHookToken])
-@parser_classes([JSONParser])
+@parser_classes([BoundedJSONParser])
 def job_ended(request: Request) -> Response:
     """Record that a job ended and queue an immediate poll of its cluster.
 
@@ -603,7 +604,7 @@ def job_ended(request: Request) -> Response:
 @api_view(["POST"])
 @authentication_classes([IngestTokenAuthentication])
 @permission_classes([IsHookToken])
-@parser_classes([JSONParser])
+@parser_classes([BoundedJSONParser])
 def node_down(request: Request) -> Response:
     """Record that nodes went down and queue an immediate poll of their cluster.
 

@@ -47,6 +47,22 @@ class DetectedAgainPayload(DetectedPayload, total=False):
     ignored_nodes: list[dict[str, str]]
 
 
+class AnomaliesFoldedPayload(TypedDict):
+    """An attempt reached a cap on new anomalies (``recovery.loop.anomalies``); once per attempt.
+
+    ``cap`` is ``per_read`` or ``per_attempt`` and ``limit`` its value; the distinct findings
+    past it in that read (``folded_findings``, with their ``occurrences``) were counted on the
+    anomalies listed in ``into`` instead of being recorded. Later folds only add to the counts.
+    """
+
+    cap: str
+    limit: int
+    folded_findings: int
+    occurrences: int
+    into: list[int]
+    signatures: list[str]
+
+
 class SettledPayload(TypedDict):
     """A suspected crash confirmed, survived or stalled (``recovery.loop.confirmation``)."""
 
@@ -316,6 +332,7 @@ PAYLOADS: dict[str, type] = {
     "node_suspect": NodeSuspectPayload,
     "policy_failed": PolicyFailedPayload,
     "attribution_degraded": AttributionDegradedPayload,
+    "anomalies_folded": AnomaliesFoldedPayload,
     "scheduler_hook": SchedulerHookPayload,
     "mode_changed": ModeChangedPayload,
     "acknowledgement_changed": AcknowledgementChangedPayload,

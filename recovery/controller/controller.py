@@ -16,6 +16,7 @@ a requeued job that is still held or still lacks its exclusions is finished on t
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     describe_unknown,
 )
+from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,9 @@ FINISHED_STATES = frozenset(
     }
 )
 RESTART = {"restart", "restart_excluding"}
+# A report's job snapshot stays below the API's 16 KiB limit on ``state_before``.
+MAX_SNAPSHOT_BYTES = 12 * 1024
+NODE_LIST_KEYS = ("nodes", "excluded_nodes")
 STOP = "stop"
 
 
@@ -121,7 +126,33 @@ def job_snapshot(job: JobInfo | None) -> dict[str, Any]:
     }
     if job.unreadable:
         snapshot["unreadable"] = dict(job.unreadable)
-    return snapshot
+    return fit_snapshot(snapshot)
+
+
+def fit_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``snapshot`` small enough for the report: node lists compressed, or only counted.
+
+    The Advisor API refuses a ``state_before`` larger than 16 KiB as JSON
+    (``recovery/audit/limits.py``, which this process does not load); a job on thousands of
+    nodes would exceed it with its node list spelled out.
+    """
+    if _json_bytes(snapshot) <= MAX_SNAPSHOT_BYTES:
+        return snapshot
+    fitted = dict(snapshot)
+    lists = {key: fitted[key] for key in NODE_LIST_KEYS if isinstance(fitted.get(key), list)}
+    for key, names in lists.items():
+        try:
+            fitted[key] = compress_nodelist(names)
+        except NodeListError:
+            fitted[key] = f"{len(names)} nodes"
+    if _json_bytes(fitted) > MAX_SNAPSHOT_BYTES:
+        for key, names in lists.items():
+            fitted[key] = f"{len(names)} nodes, too many to list"
+    return fitted
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
 
 
 def identity_problem(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:

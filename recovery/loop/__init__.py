@@ -15,12 +15,16 @@ takes steps 1 to 9:
    (scanned with the signatures of ``patterns``); a crash the job printed stays suspected until
    its process is seen to end (``confirmation``).
 5. Attribute each new anomaly: hardware, interconnect, the job's own code... (``attribution``).
+   The built-in verdict is recorded with the read; an external provider is asked once the
+   read is committed, never under its locks, and the decision waits for its verdict.
 6. Flag suspect nodes, implicated in the failures of several workloads (``suspects``).
 7. Decide (``policy``): a recommendation, or wait for the cause or the confirmation.
 8. Monitors (``monitors``), on what the logs did not say: how attempts ended, nodes out of
    service, suspected crashes confirmed, survived or stalled (``confirmation``), hangs,
    stragglers; each becomes an anomaly through steps 4 to 7.
-9. Recommend (``policy.decide_pending``): the anomalies that were waiting are decided.
+9. Recommend (``policy.decide_pending``): the anomalies that were waiting are decided, after
+   the provider is asked for verdicts a dead worker left awaited
+   (``anomalies.finish_awaited_attributions``).
 
 Outside the poll:
 

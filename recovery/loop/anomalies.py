@@ -13,17 +13,23 @@ takes the same path.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, Confirmation, Severity
-from recovery.detection.findings import Finding
+from recovery.detection.findings import Finding, FindingSource
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signatures.base import GENERIC_EXCEPTION, SignatureRole
-from recovery.loop.attribution import attribute
+from recovery.loop.attribution import attribute_builtin, awaiting_provider, complete_attribution
 from recovery.loop.confirmation import (
     NO_CONFIRMATION,
     FirstLook,
@@ -57,6 +63,15 @@ KEPT_DETAIL = frozenset(
     }
 )
 MAX_EXCERPT = 4000
+# The deciding line as stored; the scanner keeps 1000 characters of it already.
+MAX_EVIDENCE_LINE = 4000
+# How many fingerprints one lookup of stored anomalies sends to the database.
+FINGERPRINTS_PER_QUERY = 500
+# Which cap folded a finding, as the ANOMALIES_FOLDED event names it.
+CAP_PER_READ = "per_read"
+CAP_PER_ATTEMPT = "per_attempt"
+# The ANOMALIES_FOLDED event lists at most this many anomalies and signatures.
+MAX_FOLDED_SIGNATURES_SHOWN = 20
 # How long after an attempt ended a node's failure still counts as evidence about it, and how
 # long after a controller's restart Slurm's requeue notice is still its echo.
 RECENT_END = timedelta(minutes=10)
@@ -147,16 +162,25 @@ def record_findings(
 
 
 def attempt_with_nodes(
-    workload: Workload, attempt: Attempt | None, nodes: list[str]
+    workload: Workload,
+    attempt: Attempt | None,
+    nodes: list[str],
+    previous_attempts: dict[int, Attempt | None] | None = None,
 ) -> Attempt | None:
     """The attempt evidence naming ``nodes`` is about: the previous one when only it ran there.
 
     A node failure reported while the job already runs again elsewhere (Slurm requeued it
-    itself) belongs to the allocation that lost the node.
+    itself) belongs to the allocation that lost the node. ``previous_attempts`` keeps the
+    previous attempt once read, for the other findings of the same read.
     """
     if attempt is None or not nodes or not attempt.nodes or set(nodes) & set(attempt.nodes):
         return attempt
-    previous = Attempt.objects.filter(workload=workload, number=attempt.number - 1).first()
+    known = previous_attempts if previous_attempts is not None else {}
+    if attempt.number not in known:
+        known[attempt.number] = Attempt.objects.filter(
+            workload=workload, number=attempt.number - 1
+        ).first()
+    previous = known[attempt.number]
     if previous is not None and set(nodes) & set(previous.nodes):
         return previous
     return attempt
@@ -200,71 +224,331 @@ def record_anomalies(
     same read) already settles it; see ``recovery.loop.confirmation``. A finding seen again (a
     re-read, a repeated poll) only adds to the stored anomaly's count, ranks and nodes, except
     that a crash survived before is suspected again. Returns the anomalies created now.
+
+    The work of one read is bounded whatever a job prints: lines from logs add at most
+    ``MAX_NEW_ANOMALIES_PER_READ`` anomalies, and an attempt holds at most
+    ``MAX_ANOMALIES_PER_ATTEMPT``; further distinct findings are folded into an existing
+    anomaly (``_Caps``), with no rows or events of their own. At most
+    ``MAX_PROVIDER_CALLS_PER_READ`` new anomalies await the provider's verdict, asked once the
+    read is committed (``finish_attribution``), never under the read's locks.
     """
     created_anomalies: list[Anomaly] = []
     to_decide: list[Anomaly] = []
+    caps = _Caps(workload)
+    previous_attempts: dict[int, Attempt | None] = {}
+    prepared = []
     for finding in findings:
         ignored_nodes = _drop_invalid_node_names(finding)
-        attempt_of_finding = attempt_with_nodes(workload, attempt, finding.nodes)
-        look = first_look(finding, scope, attempt_of_finding, read, now)
+        attempt_of_finding = attempt_with_nodes(workload, attempt, finding.nodes, previous_attempts)
+        prepared.append((finding, ignored_nodes, attempt_of_finding, _fingerprint(finding, scope)))
+    stored = _stored(workload, [fingerprint for *_, fingerprint in prepared])
+    for finding, ignored_nodes, attempt_of_finding, fingerprint in prepared:
         # The moment it is recorded, not the poll's start: a long poll must not make detection
         # look faster than it was.
         recorded_at = timezone.now()
-        settled = look.confirmation not in (NO_CONFIRMATION, Confirmation.SUSPECTED)
-        anomaly, created = Anomaly.objects.get_or_create(
-            workload=workload,
-            attempt=attempt_of_finding,
-            fingerprint=_fingerprint(finding, scope),
-            defaults={
-                "kind": finding.kind,
-                "category": finding.category,
-                "attribution": finding.attribution,
-                "severity": finding.severity,
-                "signature": finding.signature[:128],
-                "evidence_line": finding.evidence,
-                "evidence_excerpt": str(finding.detail.get("excerpt", ""))[:MAX_EXCERPT],
-                "implicated_nodes": finding.nodes,
-                "implicated_ranks": finding.ranks,
-                "occurrences": finding.count,
-                "details": {
-                    "role": finding.detail.get("role"),
-                    "xid": finding.detail.get("xid"),
-                    "source": finding.source,
-                    "secondary": (secondary or [])[:20],
-                    **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
-                    **({"suspect": look.suspect} if look.suspect else {}),
-                    **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
-                },
-                "evidence_at": finding.at or now,
-                "detected_at": recorded_at,
-                "confirmation": look.confirmation,
-                "confirmation_at": recorded_at if settled else None,
-                "confirmation_reason": look.reason[:255],
-            },
-        )
-        if not created:
-            anomaly.occurrences += finding.count
-            anomaly.implicated_nodes = sorted(set(anomaly.implicated_nodes) | set(finding.nodes))
-            anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
-            anomaly.save(update_fields=["occurrences", "implicated_nodes", "implicated_ranks"])
-            if anomaly.confirmation == Confirmation.SURVIVED and look.suspect is not None:
-                _suspect_again(anomaly, finding, look, recorded_at)
-                to_decide.append(anomaly)
+        anomaly = stored.get((_attempt_key(attempt_of_finding), fingerprint))
+        if (
+            anomaly is None
+            and finding.source == FindingSource.LOG
+            and not caps.room_for_one_more(attempt_of_finding)
+            and caps.fold(attempt_of_finding, finding, now)
+        ):
             continue
-        created_anomalies.append(anomaly)
-        to_decide.append(anomaly)
-        _record_detected(anomaly, finding, ignored_nodes, anomaly.detected_at)
-        if look.settled_from_suspicion:
-            record_settled(anomaly)
+        if anomaly is None:
+            look = first_look(finding, scope, attempt_of_finding, read, now)
+            anomaly, created = _create(
+                workload,
+                attempt_of_finding,
+                finding,
+                fingerprint,
+                look,
+                now,
+                recorded_at,
+                secondary=secondary,
+                ignored_nodes=ignored_nodes,
+            )
+            # Another finding of this read may share the fingerprint: it adds to this one.
+            stored[(_attempt_key(attempt_of_finding), fingerprint)] = anomaly
+            if created:
+                caps.counted(attempt_of_finding, anomaly)
+                created_anomalies.append(anomaly)
+                to_decide.append(anomaly)
+                _record_detected(anomaly, finding, ignored_nodes, anomaly.detected_at)
+                if look.settled_from_suspicion:
+                    record_settled(anomaly)
+                continue
+        if _seen_again(anomaly, finding, scope, attempt_of_finding, read, now, recorded_at):
+            to_decide.append(anomaly)
+    caps.apply_folds()
+    awaiting: list[int] = []
+    provider_calls = settings.MAX_PROVIDER_CALLS_PER_READ
     for anomaly in to_decide:
         # Detect, attribute, decide: a confirmed cause is decided in the same transaction, so
         # it never lacks its recommendation; a suspect waits for its confirmation, a symptom
-        # may wait for its cause.
+        # may wait for its cause, an anomaly awaiting the provider's verdict waits for it.
         if anomaly in created_anomalies:
-            attribute(anomaly)
+            attribute_builtin(anomaly, ask_provider=len(awaiting) < provider_calls)
+            if anomaly.provider_due_at is not None:
+                awaiting.append(anomaly.pk)
+                continue
             flag_suspect_nodes(anomaly, now)
         decide_when_ready(anomaly, now)
+    if awaiting:
+        transaction.on_commit(partial(finish_attribution, awaiting, now), robust=True)
     return created_anomalies
+
+
+def finish_attribution(anomaly_ids: list[int], now: datetime | None = None) -> int:
+    """Ask the provider for the verdicts these anomalies await, then flag suspects and decide.
+
+    Runs once the read that recorded them is committed, and at each poll for verdicts still
+    awaited (a worker killed before it asked); never inside a transaction holding a row lock.
+    Returns how many verdicts it recorded.
+    """
+    recorded = 0
+    awaiting = Anomaly.objects.filter(pk__in=anomaly_ids).select_related(
+        "workload__cluster", "attempt"
+    )
+    for anomaly in awaiting.order_by("detected_at", "id"):
+        if complete_attribution(anomaly) is None:
+            continue  # awaited nothing any more, or another worker is asking
+        recorded += 1
+        at = now or timezone.now()
+        flag_suspect_nodes(anomaly, at)
+        decide_when_ready(anomaly, at)
+    return recorded
+
+
+def finish_awaited_attributions(cluster_id: int, now: datetime | None = None) -> int:
+    """The poll's catch-up: the cluster's verdicts still awaited, a bounded number per poll."""
+    due = awaiting_provider(cluster_id, settings.MAX_PROVIDER_CALLS_PER_READ)
+    return finish_attribution(due, now) if due else 0
+
+
+def _attempt_key(attempt: Attempt | None) -> int | None:
+    return attempt.pk if attempt is not None else None
+
+
+def _stored(workload: Workload, fingerprints: list[str]) -> dict[tuple[int | None, str], Anomaly]:
+    """The workload's anomalies with these fingerprints, by (attempt id, fingerprint)."""
+    found: dict[tuple[int | None, str], Anomaly] = {}
+    unique = sorted(set(fingerprints))
+    for start in range(0, len(unique), FINGERPRINTS_PER_QUERY):
+        chunk = unique[start : start + FINGERPRINTS_PER_QUERY]
+        for anomaly in Anomaly.objects.filter(workload=workload, fingerprint__in=chunk):
+            found[(anomaly.attempt_id, anomaly.fingerprint)] = anomaly
+    return found
+
+
+def _create(
+    workload: Workload,
+    attempt: Attempt | None,
+    finding: Finding,
+    fingerprint: str,
+    look: FirstLook,
+    now: datetime,
+    recorded_at: datetime,
+    *,
+    secondary: list[dict[str, object]] | None,
+    ignored_nodes: list[dict[str, str]],
+) -> tuple[Anomaly, bool]:
+    settled = look.confirmation not in (NO_CONFIRMATION, Confirmation.SUSPECTED)
+    evidence_at = finding.at or now
+    # get_or_create: another worker reading another source of the same job may have stored the
+    # same finding a moment ago.
+    return Anomaly.objects.get_or_create(
+        workload=workload,
+        attempt=attempt,
+        fingerprint=fingerprint,
+        defaults={
+            "kind": finding.kind,
+            "category": finding.category,
+            "attribution": finding.attribution,
+            "severity": finding.severity,
+            "signature": finding.signature[:128],
+            "evidence_line": finding.evidence[:MAX_EVIDENCE_LINE],
+            "evidence_excerpt": str(finding.detail.get("excerpt", ""))[:MAX_EXCERPT],
+            "implicated_nodes": finding.nodes,
+            "implicated_ranks": finding.ranks,
+            "occurrences": finding.count,
+            "details": {
+                "role": finding.detail.get("role"),
+                "xid": finding.detail.get("xid"),
+                "source": finding.source,
+                "secondary": (secondary or [])[:20],
+                **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
+                **({"suspect": look.suspect} if look.suspect else {}),
+                **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
+            },
+            "evidence_at": evidence_at,
+            "last_seen_at": evidence_at,
+            "detected_at": recorded_at,
+            "confirmation": look.confirmation,
+            "confirmation_at": recorded_at if settled else None,
+            "confirmation_reason": look.reason[:255],
+        },
+    )
+
+
+def _seen_again(
+    anomaly: Anomaly,
+    finding: Finding,
+    scope: str,
+    attempt: Attempt | None,
+    read: ReadContext | None,
+    now: datetime,
+    recorded_at: datetime,
+) -> bool:
+    """Add a finding seen before to its anomaly; True when it must be decided again."""
+    anomaly.occurrences += finding.count
+    anomaly.implicated_nodes = sorted(set(anomaly.implicated_nodes) | set(finding.nodes))
+    anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
+    seen = finding.at or now
+    if anomaly.last_seen_at is None or seen > anomaly.last_seen_at:
+        anomaly.last_seen_at = seen
+    anomaly.save(
+        update_fields=["occurrences", "implicated_nodes", "implicated_ranks", "last_seen_at"]
+    )
+    if anomaly.confirmation != Confirmation.SURVIVED:
+        return False
+    look = first_look(finding, scope, attempt, read, now)
+    if look.suspect is None:
+        return False
+    _suspect_again(anomaly, finding, look, recorded_at)
+    return True
+
+
+@dataclass
+class _Fold:
+    findings: int = 0
+    occurrences: int = 0
+    last_seen: datetime | None = None
+    signatures: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Caps:
+    """The caps on new anomalies, for one read of one workload, and the findings folded.
+
+    A finding past a cap is folded into an anomaly of its attempt: one of the same category
+    sharing a node (or, without nodes, one without nodes), else the most recent of its kind,
+    else the most recent. The fold adds to that anomaly's ``occurrences`` and
+    ``folded_findings`` and moves its ``last_seen_at``; it writes no row and no event of its
+    own. The first fold of an attempt writes one ANOMALIES_FOLDED event, so operators know.
+    The read's cursor commits with the folds, so a read repeated after a crash re-reads nothing.
+    """
+
+    workload: Workload
+    per_read: int = field(default_factory=lambda: int(settings.MAX_NEW_ANOMALIES_PER_READ))
+    per_attempt: int = field(default_factory=lambda: int(settings.MAX_ANOMALIES_PER_ATTEMPT))
+    new: int = 0
+    stored: dict[int | None, int] = field(default_factory=dict)
+    candidates: dict[int | None, list[Anomaly]] = field(default_factory=dict)
+    folds: dict[int, _Fold] = field(default_factory=dict)
+    attempts: dict[int | None, Attempt | None] = field(default_factory=dict)
+    reached: dict[int | None, str] = field(default_factory=dict)
+
+    def _stored_count(self, attempt: Attempt | None) -> int:
+        key = _attempt_key(attempt)
+        if key not in self.stored:
+            self.stored[key] = Anomaly.objects.filter(
+                workload=self.workload, attempt=attempt
+            ).count()
+        return self.stored[key]
+
+    def room_for_one_more(self, attempt: Attempt | None) -> bool:
+        if self.new >= self.per_read:
+            self.reached.setdefault(_attempt_key(attempt), CAP_PER_READ)
+            return False
+        if self._stored_count(attempt) >= self.per_attempt:
+            self.reached.setdefault(_attempt_key(attempt), CAP_PER_ATTEMPT)
+            return False
+        return True
+
+    def counted(self, attempt: Attempt | None, anomaly: Anomaly) -> None:
+        key = _attempt_key(attempt)
+        self.new += 1
+        self.stored[key] = self._stored_count(attempt) + 1
+        if key in self.candidates:
+            self.candidates[key].insert(0, anomaly)
+
+    def fold(self, attempt: Attempt | None, finding: Finding, now: datetime) -> bool:
+        """Fold ``finding`` into an anomaly of its attempt; False when the attempt has none
+        (a read's findings about the previous attempt): it is then recorded after all."""
+        target = self._target(attempt, finding)
+        if target is None:
+            return False
+        self.attempts[_attempt_key(attempt)] = attempt
+        fold = self.folds.setdefault(target.pk, _Fold())
+        fold.findings += 1
+        fold.occurrences += finding.count
+        seen = finding.at or now
+        fold.last_seen = seen if fold.last_seen is None else max(fold.last_seen, seen)
+        if len(fold.signatures) < MAX_FOLDED_SIGNATURES_SHOWN:
+            fold.signatures.add(finding.signature[:128])
+        return True
+
+    def _target(self, attempt: Attempt | None, finding: Finding) -> Anomaly | None:
+        key = _attempt_key(attempt)
+        if key not in self.candidates:
+            self.candidates[key] = list(
+                Anomaly.objects.filter(workload=self.workload, attempt=attempt)
+                .only("id", "kind", "category", "implicated_nodes", "detected_at")
+                .order_by("-detected_at", "-id")[: self.per_attempt]
+            )
+        candidates = self.candidates[key]
+        nodes = set(finding.nodes)
+        for candidate in candidates:
+            if candidate.category != finding.category:
+                continue
+            shared = set(candidate.implicated_nodes) & nodes
+            if shared or (not nodes and not candidate.implicated_nodes):
+                return candidate
+        same_kind = (c for c in candidates if c.kind == finding.kind)
+        return next(same_kind, candidates[0] if candidates else None)
+
+    def apply_folds(self) -> None:
+        for pk, fold in self.folds.items():
+            seen = fold.last_seen
+            Anomaly.objects.filter(pk=pk).update(
+                occurrences=F("occurrences") + fold.occurrences,
+                folded_findings=F("folded_findings") + fold.findings,
+                last_seen_at=Greatest(Coalesce("last_seen_at", "evidence_at"), Value(seen)),
+            )
+        for key, cap in self.reached.items():
+            if key in self.attempts:
+                self._announce(self.attempts[key], cap)
+
+    def _announce(self, attempt: Attempt | None, cap: str) -> None:
+        """One ANOMALIES_FOLDED event per attempt: later folds only add to the counts."""
+        number = attempt.number if attempt is not None else None
+        already = AuditEvent.objects.filter(
+            workload=self.workload, attempt=number, kind=AuditKind.ANOMALIES_FOLDED
+        )
+        if already.exists():
+            return
+        folds = [
+            (pk, fold)
+            for pk, fold in self.folds.items()
+            if any(c.pk == pk for c in self.candidates.get(_attempt_key(attempt), []))
+        ]
+        record_event(
+            cluster=self.workload.cluster,
+            workload=self.workload,
+            attempt=number,
+            kind=AuditKind.ANOMALIES_FOLDED,
+            actor=Actor.DETECTOR,
+            payload={
+                "cap": cap,
+                "limit": self.per_read if cap == CAP_PER_READ else self.per_attempt,
+                "folded_findings": sum(fold.findings for _, fold in folds),
+                "occurrences": sum(fold.occurrences for _, fold in folds),
+                "into": sorted(pk for pk, _ in folds)[:MAX_FOLDED_SIGNATURES_SHOWN],
+                "signatures": sorted(
+                    {signature for _, fold in folds for signature in fold.signatures}
+                )[:MAX_FOLDED_SIGNATURES_SHOWN],
+            },
+        )
 
 
 def _record_detected(

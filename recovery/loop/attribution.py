@@ -9,8 +9,14 @@ may then give its own verdict. Its verdict decides when its confidence is at lea
 one. Without a provider, or when it fails, the built-in verdict stands and the system runs in
 degraded mode: every ATTRIBUTED event says so, and why.
 
-``attribute`` runs inside the ingestion transaction, so the provider call is bounded by a hard
-deadline and no provider problem ever raises out of it.
+The provider is never asked while a transaction holds a row lock: a read records each new
+anomaly with its built-in verdict (``attribute_builtin``, inside the read's transaction) and,
+when a provider is configured, marks it as awaiting the provider's verdict
+(``Anomaly.provider_due_at``); the policy waits for it. Once the read is committed,
+``complete_attribution`` claims the anomaly, asks the provider (with a hard deadline) and
+records both verdicts and the ATTRIBUTED event in a short transaction of its own. A worker
+killed in between leaves the anomaly awaiting; the next poll claims it again once the claim
+has lapsed. No provider problem ever raises out of it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,6 +54,9 @@ logger = logging.getLogger(__name__)
 EXTERNAL_PROVIDER = "external"
 
 MAX_REASON_CHARS = 200
+# A claim on an awaited verdict lasts the provider's deadline and this margin: past it, the
+# worker that claimed it is taken for dead and another may ask again.
+PROVIDER_CLAIM_MARGIN = timedelta(seconds=30)
 
 # Set while a failing provider has been announced in the audit trail, so a provider that stays
 # down yields one ATTRIBUTION_DEGRADED event, not one per anomaly. ``cache.add`` makes the
@@ -112,11 +122,27 @@ class ProviderOutcome:
 
 
 def attribute(anomaly: Anomaly) -> Verdict:
-    """Attribute ``anomaly`` once and return the verdict that decides.
+    """Attribute ``anomaly`` once, asking the provider now, and return the verdict that decides.
 
     Records the built-in verdict, asks the provider when one is configured, records its verdict
     too when the reply is valid, and writes one ATTRIBUTED event. Calling it again for the same
     anomaly returns the verdict that decided the first time, without asking the provider again.
+    It makes the provider's HTTP call itself: never call it inside a transaction that holds a
+    row lock (the loop uses ``attribute_builtin`` there, and ``complete_attribution`` after).
+    """
+    verdict = attribute_builtin(anomaly, ask_provider=True)
+    if anomaly.provider_due_at is None:
+        return verdict
+    return complete_attribution(anomaly) or _deciding_verdict(anomaly) or verdict
+
+
+def attribute_builtin(anomaly: Anomaly, *, ask_provider: bool) -> Verdict:
+    """Record the built-in verdict of ``anomaly``; no call is made.
+
+    Runs inside the read's transaction. With a provider configured and ``ask_provider``, the
+    anomaly is marked as awaiting the provider's verdict, and the ATTRIBUTED event waits for
+    ``complete_attribution``. Otherwise the built-in verdict decides now and the event says why
+    no provider was asked. Returns the verdict that decides so far.
     """
     earlier = _deciding_verdict(anomaly)
     if earlier is not None:
@@ -140,37 +166,111 @@ def attribute(anomaly: Anomaly) -> Verdict:
         implicated_nodes=anomaly.implicated_nodes,
         detail={"rule": rule},
     )
-    # Asked before anything is written, so the verdicts and the event land together.
-    outcome = consult_provider(anomaly, builtin)
+    configured = bool(settings.ATTRIBUTION_PROVIDER_URL)
     with transaction.atomic():
         builtin.save(force_insert=True)
-        decided = builtin
-        external: Verdict | None = None
-        if outcome.verdict is not None:
-            reply = outcome.verdict
-            decides = reply.confidence >= builtin.confidence
-            external = Verdict.objects.create(
-                anomaly=anomaly,
-                provider=EXTERNAL_PROVIDER,
-                attribution=reply.attribution,
-                confidence=reply.confidence,
-                implicated_nodes=reply.implicated_nodes,
-                detail={
-                    "explanation": reply.explanation,
-                    "provider_host": outcome.host,
-                    "elapsed_s": round(outcome.elapsed_s, 3),
-                    "decided": decides,
-                },
-            )
-            if decides:
-                decided = external
-                anomaly.attribution = reply.attribution
-                anomaly.implicated_nodes = reply.implicated_nodes
-                anomaly.save(update_fields=["attribution", "implicated_nodes"])
-        if outcome.host is not None:
-            # Before the ATTRIBUTED event: the previous outcome may be read from the trail.
-            _track_provider_health(anomaly, outcome)
-        _record_attributed(anomaly, decided, builtin, external, outcome)
+        if configured and ask_provider:
+            anomaly.provider_due_at = timezone.now()
+            anomaly.save(update_fields=["provider_due_at"])
+        else:
+            reason = health.NO_PROVIDER_REASON if not configured else not_asked_reason()
+            outcome = ProviderOutcome(None, None, reason)
+            _record_attributed(anomaly, builtin, builtin, None, outcome)
+    return builtin
+
+
+def not_asked_reason() -> str:
+    limit = settings.MAX_PROVIDER_CALLS_PER_READ
+    return f"provider not asked: at most {limit} provider calls follow one read"
+
+
+def complete_attribution(anomaly: Anomaly) -> Verdict | None:
+    """Ask the provider for the verdict ``anomaly`` awaits, and record it; outside any lock.
+
+    Claims the anomaly first (a conditional UPDATE, so two workers never both ask), makes the
+    call with no transaction open, then records the verdicts and the ATTRIBUTED event in one
+    short transaction, only if no other worker recorded them meanwhile. Returns the deciding
+    verdict, or None when the anomaly awaits nothing or another worker holds the claim.
+    ``anomaly`` is updated in place.
+    """
+    now = timezone.now()
+    claim_until = (
+        now
+        + timedelta(seconds=float(settings.ATTRIBUTION_PROVIDER_TIMEOUT))
+        + PROVIDER_CLAIM_MARGIN
+    )
+    claimed = Anomaly.objects.filter(pk=anomaly.pk, provider_due_at__lte=now).update(
+        provider_due_at=claim_until
+    )
+    if claimed != 1:
+        return None
+    builtin = (
+        Verdict.objects.filter(anomaly=anomaly, provider=Verdict.BUILTIN_PROVIDER)
+        .order_by("id")
+        .first()
+    )
+    if builtin is None:  # awaiting with no built-in verdict: nothing to compare the reply with
+        Anomaly.objects.filter(pk=anomaly.pk).update(provider_due_at=None)
+        anomaly.provider_due_at = None
+        return None
+    outcome = consult_provider(anomaly, builtin)
+    with transaction.atomic():
+        locked = (
+            Anomaly.objects.select_for_update()
+            .select_related("workload__cluster", "attempt")
+            .filter(pk=anomaly.pk, provider_due_at__isnull=False)
+            .first()
+        )
+        if locked is None:
+            return None  # another worker, whose claim lapsed into ours, recorded it first
+        decided = _record_verdicts(locked, builtin, outcome)
+        locked.provider_due_at = None
+        locked.save(update_fields=["provider_due_at"])
+    anomaly.attribution = locked.attribution
+    anomaly.implicated_nodes = locked.implicated_nodes
+    anomaly.provider_due_at = None
+    return decided
+
+
+def awaiting_provider(cluster_id: int, limit: int) -> list[int]:
+    """Anomalies of the cluster whose provider verdict is due and unclaimed, oldest first."""
+    return list(
+        Anomaly.objects.filter(workload__cluster_id=cluster_id, provider_due_at__lte=timezone.now())
+        .order_by("provider_due_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
+def _record_verdicts(anomaly: Anomaly, builtin: Verdict, outcome: ProviderOutcome) -> Verdict:
+    """The provider's verdict beside the built-in one, and the ATTRIBUTED event; returns the
+    verdict that decides."""
+    decided = builtin
+    external: Verdict | None = None
+    if outcome.verdict is not None:
+        reply = outcome.verdict
+        decides = reply.confidence >= builtin.confidence
+        external = Verdict.objects.create(
+            anomaly=anomaly,
+            provider=EXTERNAL_PROVIDER,
+            attribution=reply.attribution,
+            confidence=reply.confidence,
+            implicated_nodes=reply.implicated_nodes,
+            detail={
+                "explanation": reply.explanation,
+                "provider_host": outcome.host,
+                "elapsed_s": round(outcome.elapsed_s, 3),
+                "decided": decides,
+            },
+        )
+        if decides:
+            decided = external
+            anomaly.attribution = reply.attribution
+            anomaly.implicated_nodes = reply.implicated_nodes
+            anomaly.save(update_fields=["attribution", "implicated_nodes"])
+    if outcome.host is not None:
+        # Before the ATTRIBUTED event: the previous outcome may be read from the trail.
+        _track_provider_health(anomaly, outcome)
+    _record_attributed(anomaly, decided, builtin, external, outcome)
     return decided
 
 
@@ -271,7 +371,7 @@ def consult_provider(anomaly: Anomaly, builtin: Verdict) -> ProviderOutcome:
         reason = str(exc)[:MAX_REASON_CHARS]
         logger.warning("attribution provider %s: %s (anomaly %s)", host, reason, anomaly.pk)
         return ProviderOutcome(host, None, reason, time.monotonic() - started)
-    except Exception as exc:  # a defect here must not fail the ingestion around it
+    except Exception as exc:  # a defect here must not fail the read that found it
         logger.exception("attribution provider %s: unexpected failure", host)
         reason = f"provider call failed: {type(exc).__name__}"
         return ProviderOutcome(host, None, reason, time.monotonic() - started)

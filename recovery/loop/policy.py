@@ -88,20 +88,43 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
 
     Nodes stay excluded when an earlier attempt excluded them, or when an anomaly of this
     workload implicated them with evidence the policy excludes on, within its exclusion time.
+    Two queries whatever the number of anomalies: the attempts (bounded by the retry budget),
+    and the node lists of only the anomalies the policy excludes on, filtered by the database;
+    no anomaly is built as an object.
     """
-    attempts = list(Attempt.objects.filter(workload=workload).order_by("number"))
+    attempts = list(
+        Attempt.objects.filter(workload=workload)
+        .order_by("number")
+        .values_list("produced_checkpoint", "excluded_nodes")
+    )
     without = 0
-    for attempt in reversed(attempts):
-        if attempt.produced_checkpoint:
+    for produced_checkpoint, _ in reversed(attempts):
+        if produced_checkpoint:
             break
         without += 1
-    excluded = {node for attempt in attempts for node in attempt.excluded_nodes}
+    excluded = {node for _, nodes in attempts for node in nodes or []}
     if policy is not None:
         since = timezone.now() - timedelta(hours=policy.exclusion_hours)
-        for anomaly in Anomaly.objects.filter(workload=workload, detected_at__gte=since):
-            if excludes_nodes(anomaly, policy):
-                excluded.update(anomaly.implicated_nodes)
+        implicated = (
+            Anomaly.objects.filter(workload=workload, detected_at__gte=since)
+            .filter(excluding_nodes(policy))
+            .values_list("implicated_nodes", flat=True)
+        )
+        for nodes in implicated:
+            excluded.update(nodes or [])
     return History(len(attempts), without, frozenset(excluded))
+
+
+def excluding_nodes(policy: Policy) -> Q:
+    """``excludes_nodes`` as a database filter."""
+    return (
+        (
+            Q(attribution__in=list(policy.exclude_on_attributions or []))
+            | Q(category__in=list(policy.exclude_on_categories or []))
+        )
+        & ~Q(kind=AnomalyKind.STRAGGLER)
+        & ~Q(confirmation__in=list(UNCONFIRMED))
+    )
 
 
 def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
@@ -278,12 +301,15 @@ def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -
 def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
     """Whether the policy may decide on ``anomaly`` now.
 
-    A suspected crash waits for its confirmation (``recovery.loop.confirmation``). A confirmed cause
+    An anomaly whose provider verdict is awaited waits for it. A suspected crash waits for its
+    confirmation (``recovery.loop.confirmation``). A confirmed cause
     is decided at once. Evidence that only shows a consequence waits for its cause, but no
     longer than the attempt lasts or the policy's grace period: a rank that lost its peer
     because a node died must lead to a restart without that node, and Slurm says the node is
     down only some seconds after the surviving ranks said so.
     """
+    if anomaly.provider_due_at is not None:
+        return False  # the provider's verdict is awaited (``recovery.loop.attribution``)
     if anomaly.kind != AnomalyKind.CRASH:
         return True
     if anomaly.confirmation == Confirmation.SUSPECTED:
@@ -361,6 +387,7 @@ def decide_pending(cluster: Cluster, now: datetime | None = None) -> int:
             workload__cluster=cluster,
             decided_at__isnull=True,
             detected_at__gte=now - DECISION_HORIZON,
+            provider_due_at__isnull=True,
         )
         .select_related("workload__cluster", "attempt")
         .order_by("detected_at", "id")

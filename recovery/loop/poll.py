@@ -20,6 +20,7 @@ from django.utils import timezone
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.loop.anomalies import finish_awaited_attributions
 from recovery.loop.gpu_checks import check_gpu_metrics, metric_store_of
 from recovery.loop.log_stores import ingest_from_source
 from recovery.loop.logs import ingest_node_kernel_logs, ingest_workload_logs
@@ -208,6 +209,8 @@ def _poll(
         _read_job_logs(cluster, synced.opted_in, transport, now, summary)
         _read_gpu_metrics(cluster, now, summary)
     summary.anomalies_new += _run_monitors(cluster, synced.endings, now)
+    # Verdicts a worker killed after its read's commit never asked the provider for.
+    finish_awaited_attributions(cluster.pk, now)
     summary.decisions = decide_pending(cluster, now)
     return summary
 

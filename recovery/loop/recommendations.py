@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
+from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_form_problem
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, RecommendationStatus
 from recovery.models import Cluster, Node, Recommendation, Workload
@@ -276,6 +277,14 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
     """
     if result.outcome not in REPORT_OUTCOMES and result.outcome != RETRY:
         raise ValueError(f"outcome must be one of {sorted([*REPORT_OUTCOMES, RETRY])}")
+    # Both are kept forever in the trail: the API refuses more, and nothing else may store it.
+    for name, value, limit in (
+        ("state_before", result.state_before, MAX_FREE_FORM_BYTES),
+        ("commands", result.commands, MAX_COMMANDS_BYTES),
+    ):
+        problem = free_form_problem(value, max_bytes=limit)
+        if problem is not None:
+            raise ValueError(f"{name}: {problem}")
     now = timezone.now()
     outcome_payload = {
         "outcome": result.outcome,

@@ -15,7 +15,7 @@ from django.db import transaction
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind
-from recovery.loop.policy import excludes_nodes, policy_for
+from recovery.loop.policy import excludes_nodes, excluding_nodes, policy_for
 from recovery.models import Anomaly, Node
 
 
@@ -29,16 +29,20 @@ def flag_suspect_nodes(anomaly: Anomaly, now: datetime) -> list[Node]:
     if not excludes_nodes(anomaly, policy):
         return []
     since = now - timedelta(hours=policy.suspect_window_hours)
-    recent = [
-        other
-        for other in Anomaly.objects.filter(workload__cluster=cluster, detected_at__gte=since).only(
-            "workload_id", "implicated_nodes", "attribution", "category", "kind"
-        )
-        if other.implicated_nodes and excludes_nodes(other, policy)
-    ]
+    # One query, filtered by the database: the node lists of the window's excluding anomalies.
+    workloads_of: dict[str, set[int]] = {}
+    wanted = set(anomaly.implicated_nodes)
+    recent = (
+        Anomaly.objects.filter(workload__cluster=cluster, detected_at__gte=since)
+        .filter(excluding_nodes(policy))
+        .values_list("workload_id", "implicated_nodes")
+    )
+    for workload_id, nodes in recent:
+        for name in wanted.intersection(nodes or []):
+            workloads_of.setdefault(name, set()).add(workload_id)
     flagged = []
     for name in anomaly.implicated_nodes:
-        workloads = {other.workload_id for other in recent if name in other.implicated_nodes}
+        workloads = workloads_of.get(name, set())
         if len(workloads) < policy.suspect_node_workloads:
             continue
         with transaction.atomic():

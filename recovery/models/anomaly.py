@@ -13,7 +13,9 @@ class Anomaly(models.Model):
 
     A flood of identical lines is one anomaly with ``occurrences`` and the ranks and nodes
     involved. ``fingerprint`` makes recording idempotent: the same finding seen again by a
-    re-delivered task updates the count instead of adding a row.
+    re-delivered task updates the count instead of adding a row. Distinct findings past the
+    caps on new anomalies (``MAX_NEW_ANOMALIES_PER_READ``, ``MAX_ANOMALIES_PER_ATTEMPT``) are
+    folded into an existing one: they add to its ``occurrences`` and ``folded_findings``.
     """
 
     workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="anomalies")
@@ -32,6 +34,13 @@ class Anomaly(models.Model):
     implicated_nodes = models.JSONField(default=list, blank=True)
     implicated_ranks = models.JSONField(default=list, blank=True)
     occurrences = models.PositiveIntegerField(default=1)
+    folded_findings = models.PositiveIntegerField(
+        default=0,
+        help_text="Distinct findings past the anomaly caps counted here instead of recorded.",
+    )
+    last_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="When evidence of it (or of a folded finding) last came."
+    )
     details = models.JSONField(default=dict, blank=True, help_text="Secondary findings.")
     fingerprint = models.CharField(max_length=64)
     evidence_at = models.DateTimeField(help_text="When the evidence was produced.")
@@ -50,6 +59,12 @@ class Anomaly(models.Model):
     decided_at = models.DateTimeField(
         null=True, blank=True, help_text="When the policy engine took this anomaly into account."
     )
+    provider_due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Set while the external provider's verdict is awaited: from when it may be "
+        "asked (again). The policy waits for it.",
+    )
 
     class Meta:
         ordering = ["-detected_at", "-id"]
@@ -63,6 +78,8 @@ class Anomaly(models.Model):
             models.Index(fields=["category", "detected_at"]),
             # Insights count anomalies per hour or day over a range of detection times.
             models.Index(fields=["detected_at"]),
+            # The poll asks the provider for the verdicts still awaited after a worker died.
+            models.Index(fields=["provider_due_at"]),
         ]
 
     def __str__(self) -> str:

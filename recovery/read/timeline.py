@@ -140,6 +140,7 @@ def load_timeline(
             "evidence_line",
             "implicated_nodes",
             "occurrences",
+            "folded_findings",
             "evidence_at",
             "detected_at",
             "confirmation",

@@ -97,8 +97,9 @@ def provider_request(anomaly: Anomaly, builtin: Verdict) -> dict[str, Any]:
 def post_with_deadline(url: str, body: bytes, *, token: str, timeout: float) -> bytes:
     """POST ``body`` and return the reply's body, within ``timeout`` seconds in all.
 
-    ``attribute`` runs inside the ingestion transaction, so the deadline is hard: a reply still
-    arriving at the deadline (even one trickling its headers) counts as a timeout. A redirect is
+    The worker that read the anomaly waits for the call before its next read, so the deadline
+    is hard: a reply still arriving at the deadline (even one trickling its headers) counts as a
+    timeout. A redirect is
     not followed: it would turn the POST into a GET somewhere else, so it is the answer.
     """
     headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -395,8 +395,17 @@ def test_another_process_learns_the_last_outcome_from_the_audit_trail(
 
 
 def test_ingestion_goes_on_when_the_provider_fails(
-    settings: SettingsWrapper, provider: ProviderServer, tmp_path: Path
+    settings: SettingsWrapper,
+    provider: ProviderServer,
+    tmp_path: Path,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
+    """
+    GIVEN a provider that answers 500
+    WHEN a read finds an Xid and the read commits
+    THEN the provider is asked after the commit, its failure leaves the built-in verdict
+    standing, and the policy decides on it.
+    """
     use(settings, provider.url("error"))
     workload = WorkloadFactory(
         stdout_path=str(tmp_path / "job.out"), work_dir=str(tmp_path), user_uid=os.getuid()
@@ -407,7 +416,8 @@ def test_ingestion_goes_on_when_the_provider_fails(
         "GPU has fallen off the bus.\n"
         "srun: error: node002: task 1: Exited with exit code 1\n"
     )
-    summary = ingest_workload_logs(workload, LocalTransport())
+    with django_capture_on_commit_callbacks(execute=True):
+        summary = ingest_workload_logs(workload, LocalTransport())
     assert summary.anomalies_new == 1
     assert attributed_event().payload["degraded_reason"] == "provider answered 500"
     assert workload.recommendations.exists()
