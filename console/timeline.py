@@ -407,6 +407,7 @@ def _anomaly_hover(anomaly: Anomaly, category_label: str) -> str:
             f"With {anomaly.folded_findings} more findings past the anomaly cap"
             if anomaly.folded_findings
             else "",
+            f"Evidence: {_esc(anomaly.evidence_provenance)}",
             f"Evidence at {_shown_time(anomaly.evidence_at)},"
             f" detected {_shown_time(anomaly.detected_at)} ({latency:.1f} s later)",
             f"<i>{_esc(_clip(anomaly.evidence_line, EVIDENCE_HOVER_CHARS))}</i>"

@@ -92,6 +92,41 @@ class AnomalyKind(models.TextChoices):
     STRAGGLER = _choice(taxonomy.AnomalyKind.STRAGGLER)
 
 
+class EvidenceSource(models.TextChoices):
+    """Where an anomaly's evidence came from.
+
+    What a user's job writes or pushes (its output files, pushed lines and heartbeats, a log
+    store fed by it, the progress it reports) is the user's to write: it may restart the job
+    and exclude nodes from that job's next attempt, nothing more. The scheduler's states, a
+    node's kernel log and GPU metrics are facts the user does not control.
+    """
+
+    JOB_OUTPUT = "job_output", "job output file"
+    PUSHED = "pushed", "pushed by the job"
+    LOG_STORE = "log_store", "log store"
+    PROGRESS = "progress", "progress the job reported"
+    SCHEDULER = "scheduler", "scheduler"
+    KERNEL_LOG = "kernel_log", "node kernel log"
+    GPU_METRICS = "gpu_metrics", "GPU metrics"
+
+
+class EvidenceTrust(models.TextChoices):
+    """Whether the user whose job it is controls the evidence (blank: recorded before trust
+    was, and treated as user-controlled)."""
+
+    USER = "user", "user-controlled"
+    SITE = "site", "site fact"
+
+
+SITE_SOURCES = frozenset(
+    {EvidenceSource.SCHEDULER, EvidenceSource.KERNEL_LOG, EvidenceSource.GPU_METRICS}
+)
+
+
+def trust_of(source: EvidenceSource) -> EvidenceTrust:
+    return EvidenceTrust.SITE if source in SITE_SOURCES else EvidenceTrust.USER
+
+
 class Confirmation(models.TextChoices):
     """Whether a crash read from a log was seen to end the process.
 

@@ -190,6 +190,8 @@ class AnomalySerializer(serializers.ModelSerializer[Anomaly]):
             "implicated_ranks",
             "occurrences",
             "folded_findings",
+            "evidence_source",
+            "evidence_trust",
             "details",
             "evidence_at",
             "last_seen_at",

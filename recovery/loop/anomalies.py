@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind, Confirmation, Severity
+from recovery.choices import AuditKind, Confirmation, EvidenceSource, Severity, trust_of
 from recovery.detection.findings import Finding, FindingSource
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signatures.base import GENERIC_EXCEPTION, SignatureRole
@@ -79,8 +79,13 @@ RECENT_END = timedelta(minutes=10)
 SAMPLE_RETENTION = timedelta(hours=2)
 
 
-def record_read(workload: Workload, result: ScanResult, now: datetime) -> tuple[int, int]:
+def record_read(
+    workload: Workload, result: ScanResult, now: datetime, *, source: EvidenceSource
+) -> tuple[int, int]:
     """Record one read of a job's output: its progress first, then its findings.
+
+    ``source`` says which: an output file, lines the job pushed, a log store. All three are
+    the user's to write (``EvidenceTrust.USER``).
 
     Progress goes first so that a crash line followed by further steps in the same read is
     recorded as survived, and the steps after it in later reads are told from those before.
@@ -89,7 +94,9 @@ def record_read(workload: Workload, result: ScanResult, now: datetime) -> tuple[
     attempt = attempt_writing(workload)
     samples_before = last_sample_id(workload)
     saved = record_progress(workload, attempt, result, now)
-    created = record_findings(workload, attempt, result, now, samples_before=samples_before)
+    created = record_findings(
+        workload, attempt, result, now, source=source, samples_before=samples_before
+    )
     return created, saved
 
 
@@ -126,6 +133,7 @@ def record_findings(
     now: datetime,
     scope: str = "",
     *,
+    source: EvidenceSource,
     samples_before: int | None = None,
 ) -> int:
     """Record the read's findings; ``scope`` separates sources (a node's kernel log).
@@ -156,7 +164,14 @@ def record_findings(
         samples_after=samples_after,
     )
     created = record_anomalies(
-        workload, attempt, recorded, now, scope=scope, secondary=secondary, read=read
+        workload,
+        attempt,
+        recorded,
+        now,
+        source=source,
+        scope=scope,
+        secondary=secondary,
+        read=read,
     )
     return len(created)
 
@@ -214,6 +229,7 @@ def record_anomalies(
     findings: list[Finding],
     now: datetime,
     *,
+    source: EvidenceSource,
     scope: str = "",
     secondary: list[dict[str, object]] | None = None,
     read: ReadContext | None = None,
@@ -264,6 +280,7 @@ def record_anomalies(
                 look,
                 now,
                 recorded_at,
+                source=source,
                 secondary=secondary,
                 ignored_nodes=ignored_nodes,
             )
@@ -349,6 +366,7 @@ def _create(
     now: datetime,
     recorded_at: datetime,
     *,
+    source: EvidenceSource,
     secondary: list[dict[str, object]] | None,
     ignored_nodes: list[dict[str, str]],
 ) -> tuple[Anomaly, bool]:
@@ -386,6 +404,8 @@ def _create(
             "confirmation": look.confirmation,
             "confirmation_at": recorded_at if settled else None,
             "confirmation_reason": look.reason[:255],
+            "evidence_source": source,
+            "evidence_trust": trust_of(source),
         },
     )
 

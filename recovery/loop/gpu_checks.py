@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from recovery.choices import AttemptExitState
+from recovery.choices import AttemptExitState, EvidenceSource
 from recovery.loop.anomalies import record_anomalies
 from recovery.models import Attempt, Cluster
 from recovery.sources.metrics import (
@@ -73,6 +73,13 @@ def check_gpu_metrics(
         attempt = holder.get(node)
         if attempt is None:
             continue
-        new = record_anomalies(attempt.workload, attempt, findings, now, scope=METRICS_SCOPE)
+        new = record_anomalies(
+            attempt.workload,
+            attempt,
+            findings,
+            now,
+            scope=METRICS_SCOPE,
+            source=EvidenceSource.GPU_METRICS,
+        )
         check.anomalies_new += len(new)
     return check

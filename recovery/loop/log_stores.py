@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from recovery.choices import EvidenceSource
 from recovery.detection.findings import Finding
 from recovery.loop.anomalies import record_read
 from recovery.loop.logs import IngestSummary, scan
@@ -58,7 +59,9 @@ def ingest_from_source(
         summary.bytes_read = len(data)
         result = scan(data)
         _attribute_lines(result.findings, line_records)
-        summary.anomalies_new, summary.checkpoints = record_read(workload, result, now)
+        summary.anomalies_new, summary.checkpoints = record_read(
+            workload, result, now, source=EvidenceSource.LOG_STORE
+        )
         cursor.offset = records[-1].timestamp_ns
         cursor.save()
     return summary

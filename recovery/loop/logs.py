@@ -36,6 +36,7 @@ from recovery.choices import (
     AttemptExitState,
     Attribution,
     AuditKind,
+    EvidenceSource,
     NodeHealth,
     Severity,
     WorkloadState,
@@ -125,7 +126,9 @@ def _ingest_file(
         )
         consumed = read_new_lines(output.read, output.size, cursor, summary)
         if consumed:
-            new, saved = record_read(workload, scan(consumed), now)
+            new, saved = record_read(
+                workload, scan(consumed), now, source=EvidenceSource.JOB_OUTPUT
+            )
             summary.anomalies_new += new
             summary.checkpoints += saved
         cursor.save()
@@ -227,7 +230,12 @@ def ingest_node_kernel_logs(
                         finding.nodes.append(node.name)
                 for workload, attempt, _ in attempts_on_node(cluster, node.name, now):
                     summary.anomalies_new += record_findings(
-                        workload, attempt, result, now, scope=f"kernel:{node.name}"
+                        workload,
+                        attempt,
+                        result,
+                        now,
+                        scope=f"kernel:{node.name}",
+                        source=EvidenceSource.KERNEL_LOG,
                     )
                 _mark_node(node, result, now)
             cursor.save()

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from recovery.choices import Attribution, Confirmation, NodeHealth, WorkloadState
+from recovery.choices import Attribution, Confirmation, EvidenceSource, NodeHealth, WorkloadState
 from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
 from recovery.detection.findings import Finding
 from recovery.detection.hang import HangPolicy, ProgressObservation, detect_hang
@@ -98,7 +98,9 @@ def check_job_ending(
         finding.detail.setdefault("role", SignatureRole.WRAPPER)
     finding.detail.setdefault("role", SignatureRole.CAUSE)
     finding.detail.update({"state": job.state, "exit_code": job.exit_code, "reason": job.reason})
-    return record_anomalies(workload, attempt, [finding], now, scope="scheduler")
+    return record_anomalies(
+        workload, attempt, [finding], now, scope="scheduler", source=EvidenceSource.SCHEDULER
+    )
 
 
 def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
@@ -137,7 +139,12 @@ def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
             finding, nodes=[node.name], detail={**finding.detail, "role": SignatureRole.CAUSE}
         )
         created += record_anomalies(
-            workload, attempt, [node_finding], now, scope=f"node:{node.name}"
+            workload,
+            attempt,
+            [node_finding],
+            now,
+            scope=f"node:{node.name}",
+            source=EvidenceSource.SCHEDULER,
         )
     if created:
         Node.objects.filter(pk=node.pk).update(
@@ -180,7 +187,9 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
         checkpoint_finished_at=workload.last_checkpoint_at,
     )
     if hang is not None:
-        created += record_anomalies(workload, attempt, [_hang_evidence_time(hang)], now)
+        created += record_anomalies(
+            workload, attempt, [_hang_evidence_time(hang)], now, source=EvidenceSource.PROGRESS
+        )
     current = [s for s in samples if s.attempt == attempt.number and s.throughput]
     if not current or current[0].at > now - timedelta(seconds=window.window_seconds):
         return created  # a slowdown is judged only once the attempt has run a whole window
@@ -194,7 +203,14 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
         policy=straggler_policy(policy),
     ):
         member = ",".join(finding.nodes) or ",".join(map(str, finding.ranks))
-        created += record_anomalies(workload, attempt, [finding], now, scope=f"straggler:{member}")
+        created += record_anomalies(
+            workload,
+            attempt,
+            [finding],
+            now,
+            scope=f"straggler:{member}",
+            source=EvidenceSource.PROGRESS,
+        )
     return created
 
 
@@ -211,7 +227,12 @@ def check_suspects(cluster: Cluster, now: datetime) -> list[Anomaly]:
                 continue
             if settlement.stall is not None:
                 created += record_anomalies(
-                    suspect.workload, suspect.attempt, [settlement.stall], now, scope="stall"
+                    suspect.workload,
+                    suspect.attempt,
+                    [settlement.stall],
+                    now,
+                    scope="stall",
+                    source=EvidenceSource.PROGRESS,
                 )
             decide_when_ready(suspect, now)
     return created

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind
+from recovery.choices import AuditKind, EvidenceSource
 from recovery.detection.scanner import CheckpointPoint, ProgressPoint, ScanResult
 from recovery.loop.anomalies import attempt_writing, record_progress, record_read
 from recovery.loop.logs import scan
@@ -203,7 +203,9 @@ def ingest_log_batch(
         if not lines:
             return summary
         result = _attribute_to_sender(scan(("\n".join(lines) + "\n").encode()), batch)
-        summary.anomalies_new, summary.checkpoints = record_read(locked, result, now)
+        summary.anomalies_new, summary.checkpoints = record_read(
+            locked, result, now, source=EvidenceSource.PUSHED
+        )
     return summary
 
 

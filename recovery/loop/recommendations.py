@@ -21,8 +21,8 @@ from django.utils import timezone
 from recovery.audit.actors import Actor
 from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_form_problem
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind, RecommendationStatus
-from recovery.models import Cluster, Node, Recommendation, Workload
+from recovery.choices import AuditKind, EvidenceTrust, RecommendationStatus
+from recovery.models import Anomaly, Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
 # MySQL's lock wait timeout and deadlock: the server rolled the transaction back, and running it
@@ -337,9 +337,22 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
 
 
 def _mark_excluded(workload: Workload, nodes: list[str], now: datetime) -> None:
-    """Record until when the nodes a restart left out stay excluded (shown in the Console)."""
+    """Record until when the nodes a restart left out stay excluded (shown in the Console).
+
+    Only nodes a site fact implicated in this workload: a node left out on what the job
+    printed or pushed alone is left out of that job's restart, and not shown as excluded on
+    the cluster's node list, which would blame it for every user.
+    """
     from recovery.loop.policy import policy_for
 
+    implicated_by_site: set[str] = set()
+    for implicated in Anomaly.objects.filter(
+        workload=workload, evidence_trust=EvidenceTrust.SITE
+    ).values_list("implicated_nodes", flat=True):
+        implicated_by_site.update(implicated or [])
+    nodes = [name for name in nodes if name in implicated_by_site]
+    if not nodes:
+        return
     until = now + timedelta(hours=policy_for(workload).exclusion_hours)
     Node.objects.filter(cluster=workload.cluster, name__in=nodes).filter(
         Q(excluded_until__isnull=True) | Q(excluded_until__lt=until)

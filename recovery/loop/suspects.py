@@ -4,6 +4,11 @@ A node implicated, by evidence its policy excludes on (hardware, interconnect), 
 several different workloads within the policy's window is probably broken, whatever each job's
 own restart did. Recovery does not drain it: it flags the node for the health layer (the
 Console shows the flag, the trail records it once) and keeps excluding it from restarts.
+
+Only site facts count (``EvidenceTrust.SITE``: the scheduler's states, a node's kernel log,
+GPU metrics). What jobs print or push is their users' to write: a user with several jobs could
+otherwise print the same Xid line in each and have a healthy node blamed cluster-wide. Such
+evidence still excludes nodes from its own job's next attempt.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from django.db import transaction
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind
+from recovery.choices import AuditKind, EvidenceTrust
 from recovery.loop.policy import excludes_nodes, excluding_nodes, policy_for
 from recovery.models import Anomaly, Node
 
@@ -26,14 +31,16 @@ def flag_suspect_nodes(anomaly: Anomaly, now: datetime) -> list[Node]:
     workload = anomaly.workload
     cluster = workload.cluster
     policy = policy_for(workload)
-    if not excludes_nodes(anomaly, policy):
+    if anomaly.evidence_trust != EvidenceTrust.SITE or not excludes_nodes(anomaly, policy):
         return []
     since = now - timedelta(hours=policy.suspect_window_hours)
     # One query, filtered by the database: the node lists of the window's excluding anomalies.
     workloads_of: dict[str, set[int]] = {}
     wanted = set(anomaly.implicated_nodes)
     recent = (
-        Anomaly.objects.filter(workload__cluster=cluster, detected_at__gte=since)
+        Anomaly.objects.filter(
+            workload__cluster=cluster, detected_at__gte=since, evidence_trust=EvidenceTrust.SITE
+        )
         .filter(excluding_nodes(policy))
         .values_list("workload_id", "implicated_nodes")
     )

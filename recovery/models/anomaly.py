@@ -4,7 +4,15 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from recovery.choices import AnomalyKind, Attribution, Confirmation, FailureCategory, Severity
+from recovery.choices import (
+    AnomalyKind,
+    Attribution,
+    Confirmation,
+    EvidenceSource,
+    EvidenceTrust,
+    FailureCategory,
+    Severity,
+)
 from recovery.models.workload import Attempt, Workload
 
 
@@ -56,6 +64,16 @@ class Anomaly(models.Model):
         null=True, blank=True, help_text="When the crash was confirmed, survived or stalled."
     )
     confirmation_reason = models.CharField(max_length=255, blank=True)
+    evidence_source = models.CharField(
+        max_length=16, choices=EvidenceSource.choices, blank=True, help_text="Where it was seen."
+    )
+    evidence_trust = models.CharField(
+        max_length=8,
+        choices=EvidenceTrust.choices,
+        blank=True,
+        help_text="Site facts alone may flag a node suspect across workloads; what a job "
+        "printed or pushed acts on that job only.",
+    )
     decided_at = models.DateTimeField(
         null=True, blank=True, help_text="When the policy engine took this anomaly into account."
     )
@@ -95,6 +113,13 @@ class Anomaly(models.Model):
         if self.confirmation != Confirmation.CONFIRMED or self.confirmation_at is None:
             return None
         return (self.confirmation_at - self.evidence_at).total_seconds()
+
+    @property
+    def evidence_provenance(self) -> str:
+        """Where the evidence came from and whether the job's user controls it, in words."""
+        source = self.get_evidence_source_display() if self.evidence_source else "not recorded"
+        trust = "site fact" if self.evidence_trust == EvidenceTrust.SITE else "user-controlled"
+        return f"{source} ({trust})"
 
 
 class Verdict(models.Model):

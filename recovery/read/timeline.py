@@ -141,6 +141,8 @@ def load_timeline(
             "implicated_nodes",
             "occurrences",
             "folded_findings",
+            "evidence_source",
+            "evidence_trust",
             "evidence_at",
             "detected_at",
             "confirmation",

@@ -11,9 +11,14 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from recovery.choices import AuditKind, RecommendationStatus
+from recovery.choices import AuditKind, EvidenceSource, EvidenceTrust, RecommendationStatus
 from recovery.models import AuditEvent, Cluster, ControllerToken, Node, Recommendation
-from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
+from tests.factories import (
+    AnomalyFactory,
+    ClusterFactory,
+    RecommendationFactory,
+    WorkloadFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -115,6 +120,13 @@ def test_an_executed_exclusion_says_until_when_the_node_stays_out() -> None:
     Node.objects.create(cluster=cluster, name="gpu-002")
     Node.objects.create(cluster=cluster, name="gpu-003")
     recommendation = ready_recommendation(cluster, excluded_nodes=["gpu-002"])
+    # The scheduler took gpu-002 out under the job: a site fact implicates it.
+    AnomalyFactory(
+        workload=recommendation.workload,
+        implicated_nodes=["gpu-002"],
+        evidence_source=EvidenceSource.SCHEDULER,
+        evidence_trust=EvidenceTrust.SITE,
+    )
     client = controller(cluster)
     claim(client, recommendation)
     report(client, recommendation, **EXECUTED)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from recovery.audit.payloads import PAYLOADS, payload_problems
-from recovery.choices import AuditKind, ClusterMode, RecommendationStatus
+from recovery.choices import AuditKind, ClusterMode, EvidenceSource, RecommendationStatus
 from recovery.demo.fleet import seed_demo_cluster
 from recovery.detection.findings import Finding
 from recovery.loop import recommendations
@@ -100,7 +100,9 @@ def test_the_loop_records_the_declared_payloads() -> None:
         at=SUBMITTED + timedelta(minutes=1),
         detail={"role": "cause", "xid": 79},
     )
-    record_anomalies(workload, attempt, [xid], SUBMITTED + timedelta(minutes=1))
+    record_anomalies(
+        workload, attempt, [xid], SUBMITTED + timedelta(minutes=1), source=EvidenceSource.JOB_OUTPUT
+    )
     ended = SUBMITTED + timedelta(minutes=1)
     failed = replace(running, state="FAILED", exit_code=1, end_time=ended)
     poll_cluster(cluster, Scripted([failed]), ingest_logs=False)

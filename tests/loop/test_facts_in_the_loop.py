@@ -17,6 +17,7 @@ from recovery.choices import (
     AuditKind,
     ClusterMode,
     Confirmation,
+    EvidenceSource,
     RecommendationAction,
     StragglerAction,
     WorkloadState,
@@ -126,7 +127,9 @@ def test_a_symptom_waits_and_a_node_that_stops_responding_supplies_the_cause(
     acting_cluster: Cluster,
 ) -> None:
     running, workload, attempt = running_workload(acting_cluster)
-    record_anomalies(workload, attempt, [symptom()], timezone.now())
+    record_anomalies(
+        workload, attempt, [symptom()], timezone.now(), source=EvidenceSource.JOB_OUTPUT
+    )
     assert not Recommendation.objects.exists()
 
     lost = NodeInfo("node002", "ALLOCATED", flags=["NOT_RESPONDING"])
@@ -174,7 +177,9 @@ def test_an_operator_draining_a_node_under_a_running_job_changes_nothing(
 
 def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster: Cluster) -> None:
     _, workload, attempt = running_workload(acting_cluster)
-    record_anomalies(workload, attempt, [symptom()], timezone.now())
+    record_anomalies(
+        workload, attempt, [symptom()], timezone.now(), source=EvidenceSource.JOB_OUTPUT
+    )
     failed = job(nodes=NODES, state="FAILED", exit_code=1, end_time=timezone.now())
     poll_cluster(acting_cluster, Scripted([failed], healthy()))
 
@@ -187,7 +192,9 @@ def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster: Cluster) -> 
 def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster: Cluster) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
-    record_anomalies(workload, attempt, [symptom()], now, read=DIED)
+    record_anomalies(
+        workload, attempt, [symptom()], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
     assert decide_pending(acting_cluster, now + timedelta(seconds=29)) == 0
     assert decide_pending(acting_cluster, now + timedelta(seconds=31)) == 1
     assert Recommendation.objects.get().action == RecommendationAction.RESTART
@@ -199,8 +206,10 @@ def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
     _, workload, attempt = running_workload(acting_cluster)
     xid = xid_79("node002")
     now = timezone.now()
-    record_anomalies(workload, attempt, [xid], now, read=DIED)
-    record_anomalies(workload, attempt, [symptom()], now, read=DIED)
+    record_anomalies(workload, attempt, [xid], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
+    record_anomalies(
+        workload, attempt, [symptom()], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
     decide_pending(acting_cluster, now + timedelta(minutes=5))
     recommendation = Recommendation.objects.get()
     assert recommendation.excluded_nodes == ["node002"]
@@ -327,7 +336,16 @@ def test_a_node_behind_failures_of_several_workloads_is_flagged_suspect_once() -
     for index in range(4):
         workload = WorkloadFactory(cluster=cluster)
         attempt = AttemptFactory(workload=workload)
-        record_anomalies(workload, attempt, [xid], now, read=DIED)
+        # The node's own kernel log: a site fact (what jobs print cannot flag a node).
+        record_anomalies(
+            workload,
+            attempt,
+            [xid],
+            now,
+            read=DIED,
+            scope="kernel:gpu-009",
+            source=EvidenceSource.KERNEL_LOG,
+        )
         flagged = Node.objects.get(name="gpu-009").suspect_since is not None
         assert flagged == (index >= 2)
     assert AuditEvent.objects.filter(kind=AuditKind.NODE_SUSPECT).count() == 1
@@ -346,7 +364,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
     monkeypatch.setattr("recovery.loop.policy.decide", broken)
     cause = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
-    record_anomalies(workload, attempt, [cause], now, read=DIED)
+    record_anomalies(workload, attempt, [cause], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
     decide_pending(acting_cluster, now + timedelta(seconds=40))
     anomaly = Anomaly.objects.get()
     assert anomaly.decided_at is None
@@ -363,15 +381,22 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster: Clust
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
     first = app_exception("ValueError: bad batch")
-    record_anomalies(workload, attempt, [first], now, read=DIED)
+    record_anomalies(workload, attempt, [first], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
     Recommendation.objects.update(status="executed")
     later = xid_79("node003")
-    record_anomalies(workload, attempt, [later], now, read=DIED)
+    record_anomalies(workload, attempt, [later], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
     assert Recommendation.objects.count() == 1
     # ... but the node stays out of the next attempt's restart.
     Workload.objects.filter(pk=workload.pk).update(current_attempt=2, state=WorkloadState.RUNNING)
     second = AttemptFactory(workload=workload, number=2)
-    record_anomalies(Workload.objects.get(pk=workload.pk), second, [first], now, read=DIED)
+    record_anomalies(
+        Workload.objects.get(pk=workload.pk),
+        second,
+        [first],
+        now,
+        read=DIED,
+        source=EvidenceSource.JOB_OUTPUT,
+    )
     assert Recommendation.objects.latest("id").excluded_nodes == ["node003"]
 
 
@@ -392,8 +417,10 @@ def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
         detail={"role": "cause"},
     )
     now = timezone.now()
-    record_anomalies(workload, attempt, [xid], now, read=DIED)
-    (anomaly,) = record_anomalies(workload, attempt, [cuda], now, read=DIED)
+    record_anomalies(workload, attempt, [xid], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
+    (anomaly,) = record_anomalies(
+        workload, attempt, [cuda], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
     assert (anomaly.attribution, anomaly.implicated_nodes) == ("hardware", ["node002"])
     verdict = anomaly.verdicts.get()
     assert "xid-79" in verdict.detail["rule"]
@@ -407,8 +434,8 @@ def test_an_application_exception_stays_the_applications_beside_an_xid(
     xid = xid_79("node002")
     bug = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
-    record_anomalies(workload, attempt, [xid], now)
-    (anomaly,) = record_anomalies(workload, attempt, [bug], now)
+    record_anomalies(workload, attempt, [xid], now, source=EvidenceSource.JOB_OUTPUT)
+    (anomaly,) = record_anomalies(workload, attempt, [bug], now, source=EvidenceSource.JOB_OUTPUT)
     assert anomaly.attribution == "application"
 
 
@@ -433,7 +460,10 @@ def test_slurms_notice_of_our_own_requeue_is_not_a_new_failure(
         actor="controller:test",
         payload={"action": "restart"},
     )
-    assert record_findings(workload, attempt, result, timezone.now()) == 0
+    assert (
+        record_findings(workload, attempt, result, timezone.now(), source=EvidenceSource.JOB_OUTPUT)
+        == 0
+    )
     assert not Anomaly.objects.exists()
 
 
@@ -441,7 +471,9 @@ def test_a_symptom_followed_by_more_training_is_no_failure(acting_cluster: Clust
     _, workload, attempt = running_workload(acting_cluster)
     now = timezone.now()
     ProgressSample.objects.create(workload=workload, attempt=1, step=119, at=now)
-    (anomaly,) = record_anomalies(workload, attempt, [symptom()], now)
+    (anomaly,) = record_anomalies(
+        workload, attempt, [symptom()], now, source=EvidenceSource.JOB_OUTPUT
+    )
     assert anomaly.confirmation == Confirmation.SUSPECTED
     for step in (120, 121):
         ProgressSample.objects.create(workload=workload, attempt=1, step=step, at=now)
@@ -487,7 +519,11 @@ def test_a_node_failure_read_after_the_job_runs_elsewhere_belongs_to_the_old_att
         detail={"role": "cause"},
     )
     (anomaly,) = record_anomalies(
-        Workload.objects.get(pk=workload.pk), second, [failure], timezone.now()
+        Workload.objects.get(pk=workload.pk),
+        second,
+        [failure],
+        timezone.now(),
+        source=EvidenceSource.JOB_OUTPUT,
     )
     assert anomaly.attempt == first
 

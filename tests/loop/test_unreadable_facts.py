@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery.choices import AuditKind, RecommendationAction
+from recovery.choices import AuditKind, EvidenceSource, RecommendationAction
 from recovery.detection.findings import Finding
 from recovery.loop.anomalies import record_anomalies
 from recovery.loop.poll import poll_cluster
@@ -81,7 +81,14 @@ def test_node_names_no_scheduler_could_give_are_dropped_and_the_reason_kept() ->
         nodes=["-h", "gpu$(id)", "x" * 100, "gpu-007"],
         detail={"role": "cause", "xid": 79},
     )
-    record_anomalies(workload, attempt, [finding], timezone.now(), scope="kernel:gpu-007")
+    record_anomalies(
+        workload,
+        attempt,
+        [finding],
+        timezone.now(),
+        scope="kernel:gpu-007",
+        source=EvidenceSource.KERNEL_LOG,
+    )
     anomaly = Anomaly.objects.get()
     assert anomaly.implicated_nodes == ["gpu-007"]
     ignored = anomaly.details["ignored_nodes"]

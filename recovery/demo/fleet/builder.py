@@ -25,10 +25,17 @@ from django.db import transaction
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import AttemptExitState, AuditKind, WorkloadState
+from recovery.choices import (
+    AnomalyKind,
+    AttemptExitState,
+    AuditKind,
+    EvidenceSource,
+    WorkloadState,
+)
 from recovery.controller.controller import job_snapshot
 from recovery.demo.fleet.clock import story_clock
 from recovery.demo.fleet.parts import Evidence, NodeSpec, Pace, Progress, Run, SeedSummary
+from recovery.detection.findings import Finding, FindingSource
 from recovery.loop import recommendations as decisions
 from recovery.loop.anomalies import record_anomalies
 from recovery.loop.monitors import check_suspects
@@ -471,8 +478,14 @@ class Story:
         seconds: it records, attributes and, where it may, decides on each finding."""
         at = max(e.at for e in evidence) + (after or self.b.latency())
         with self.at(at):
+            findings = [e.finding() for e in evidence]
             return record_anomalies(
-                self.workload, run.attempt, [e.finding() for e in evidence], at, scope=scope
+                self.workload,
+                run.attempt,
+                findings,
+                at,
+                scope=scope,
+                source=demo_evidence_source(findings, scope),
             )
 
     def recommendation(self, anomaly: Anomaly) -> Recommendation:
@@ -621,3 +634,20 @@ class _HeldJob(SchedulerAdapter):
 
     def disable_requeue(self, job_id: str) -> CommandResult:
         raise self._not_recorded("requeue change")
+
+
+def demo_evidence_source(findings: list[Finding], scope: str) -> EvidenceSource:
+    """Where the story's evidence would have come from: a node's kernel log, the scheduler, GPU
+    metrics, or else the job's output file, as the loop's readers record it."""
+    if scope.startswith("kernel:"):
+        return EvidenceSource.KERNEL_LOG
+    if any(finding.kind == AnomalyKind.HANG for finding in findings):
+        return EvidenceSource.PROGRESS
+    sources = {finding.source for finding in findings}
+    if FindingSource.SCHEDULER in sources:
+        return EvidenceSource.SCHEDULER
+    if FindingSource.METRICS in sources:
+        return EvidenceSource.GPU_METRICS
+    if FindingSource.PROGRESS in sources:
+        return EvidenceSource.PROGRESS
+    return EvidenceSource.JOB_OUTPUT
