@@ -65,6 +65,8 @@ class AuditEvent(models.Model):
         ordering = ["occurred_at", "id"]
         indexes = [
             models.Index(fields=["cluster", "occurred_at"]),
+            # A cluster's trail workload by workload, in time order (cluster goodput).
+            models.Index(fields=["cluster", "workload", "occurred_at"]),
             models.Index(fields=["workload", "occurred_at"]),
             models.Index(fields=["kind", "occurred_at"]),
             models.Index(fields=["actor", "occurred_at"]),

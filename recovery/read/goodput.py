@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from django.db.models import Max
+from django.db.models import Max, Q
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from recovery.choices import AuditKind, WorkloadState
@@ -153,28 +155,110 @@ def workload_goodput(workload: Workload, *, now: datetime | None = None) -> Work
 
 
 def cluster_goodput(cluster: Cluster, *, now: datetime | None = None) -> ClusterGoodput:
-    """Figures over every workload of the cluster (one query for all their events)."""
+    """Figures over every workload of the cluster that has events.
+
+    The trail is read in workload order, a page at a time (``_cluster_trail``), and each
+    workload's figures are computed as soon as its events end: memory holds one page of light
+    rows, one workload's failures and the four values each failure adds to the distributions,
+    however long the trail.
+    """
     now = now or timezone.now()
-    by_workload: dict[int, list[AuditEvent]] = {}
-    events = AuditEvent.objects.filter(cluster=cluster, workload__isnull=False)
-    for event in events.order_by("occurred_at", "id"):
-        by_workload.setdefault(event.workload_id, []).append(event)  # type: ignore[arg-type]
-    states = dict(Workload.objects.filter(pk__in=by_workload).values_list("pk", "state"))
-    figures = [
-        goodput_from_events(evs, finished=states.get(pk) in _FINISHED_STATES, now=now)
-        for pk, evs in by_workload.items()
-    ]
-    failures = [f for figure in figures for f in figure.failures]
-    wall = sum(f.wall_s for f in figures)
-    unproductive = sum(f.unproductive_s for f in figures)
+    workloads = 0
+    wall = unproductive = 0.0
+    # Packed doubles: 8 bytes per failure and figure, where a list of floats takes 32.
+    detection = array("d")
+    action = array("d")
+    productive_again = array("d")
+    work_lost = array("d")
+    for _, rows in itertools.groupby(_cluster_trail(cluster), key=lambda row: row.workload_id):
+        accumulator = _WorkloadAccumulator()
+        for row in rows:
+            accumulator.add(row)
+            state = row.workload_state
+        figure = accumulator.figures(finished=state in _FINISHED_STATES, now=now)
+        workloads += 1
+        wall += figure.wall_s
+        unproductive += figure.unproductive_s
+        for failure in figure.failures:
+            detection.append(failure.detection_latency_s)
+            _append_known(action, failure.action_latency_s)
+            _append_known(productive_again, failure.time_to_productive_s)
+            _append_known(work_lost, failure.work_lost_s)
     return ClusterGoodput(
-        workloads=len(figures),
-        detection_latency_s=Distribution.of(f.detection_latency_s for f in failures),
-        action_latency_s=Distribution.of(f.action_latency_s for f in failures),
-        time_to_productive_s=Distribution.of(f.time_to_productive_s for f in failures),
-        work_lost_s=Distribution.of(f.work_lost_s for f in failures),
+        workloads=workloads,
+        detection_latency_s=Distribution.of(detection),
+        action_latency_s=Distribution.of(action),
+        time_to_productive_s=Distribution.of(productive_again),
+        work_lost_s=Distribution.of(work_lost),
         ettr=None if wall <= 0 else max(0.0, min(1.0, (wall - unproductive) / wall)),
     )
+
+
+def _append_known(values: array[float], value: float | None) -> None:
+    if value is not None:
+        values.append(value)
+
+
+# Rows of a cluster's trail fetched per query by ``cluster_goodput``.
+TRAIL_PAGE_SIZE = 2000
+
+
+class _TrailRow(NamedTuple):
+    """An event as ``cluster_goodput`` reads it: the two payload keys the figures use, never
+    the whole payload (a scheduler action's can hold 80 KB of command output)."""
+
+    workload_id: int
+    workload_state: str
+    occurred_at: datetime
+    id: int
+    kind: str
+    attempt: int | None
+    to: str | None
+    evidence_at: str | None
+
+    @property
+    def payload(self) -> dict[str, str]:
+        keys = (("to", self.to), ("evidence_at", self.evidence_at))
+        return {key: value for key, value in keys if value is not None}
+
+
+def _cluster_trail(cluster: Cluster) -> Iterator[_TrailRow]:
+    """The cluster's workload events ordered by workload, time and id, one page per query.
+
+    Each page starts after the last row of the one before (keyset pagination on the
+    cluster-workload-time index). A single query read with ``.iterator()`` would not bound
+    memory here: mysqlclient's default cursor turns the whole result into Python rows when the
+    query runs, and Django offers no streaming cursor on MySQL.
+    """
+    events = (
+        AuditEvent.objects.filter(cluster=cluster, workload__isnull=False)
+        .order_by("workload_id", "occurred_at", "id")
+        .values_list(
+            "workload_id",
+            "workload__state",
+            "occurred_at",
+            "id",
+            "kind",
+            "attempt",
+            KT("payload__to"),
+            KT("payload__evidence_at"),
+        )
+    )
+    after = Q()
+    while True:
+        read = 0
+        # Not cached in the queryset: the page before is freed before the next one is read.
+        for values in events.filter(after)[:TRAIL_PAGE_SIZE].iterator():
+            last = _TrailRow._make(values)
+            read += 1
+            yield last
+        if read < TRAIL_PAGE_SIZE:
+            return
+        after = (
+            Q(workload_id__gt=last.workload_id)
+            | Q(workload_id=last.workload_id, occurred_at__gt=last.occurred_at)
+            | Q(workload_id=last.workload_id, occurred_at=last.occurred_at, id__gt=last.id)
+        )
 
 
 _FINISHED_STATES = {
@@ -235,7 +319,7 @@ def goodput_of_workloads(
 
 
 def goodput_from_events(
-    events: Sequence[GoodputEvent],
+    events: Iterable[GoodputEvent],
     *,
     finished: bool,
     now: datetime,
@@ -246,54 +330,71 @@ def goodput_from_events(
     ``last_event_at`` is for a caller that passes only the ``GOODPUT_KINDS``: the time of the
     workload's last event of any kind, where a finished workload's wall time ends.
     """
-    figure = WorkloadGoodput()
-    started = next(
-        (
-            e.occurred_at
-            for e in events
-            if e.kind == AuditKind.STATE_CHANGED and e.payload.get("to") == WorkloadState.RUNNING
-        ),
-        None,
-    )
-    if started is None:
-        return figure
-    if finished:
-        ended = last_event_at if last_event_at is not None else events[-1].occurred_at
-    else:
-        ended = now
-    figure.started_at, figure.ended_at = started, ended
-    figure.wall_s = max((ended - started).total_seconds(), 0.0)
-    last_checkpoint: datetime | None = None
-    open_failure: Failure | None = None
-    seen_attempts: set[int | None] = set()
+    accumulator = _WorkloadAccumulator()
     for event in events:
-        if event.kind == AuditKind.CHECKPOINT_SAVED:
+        accumulator.add(event)
+    return accumulator.figures(finished=finished, now=now, last_event_at=last_event_at)
+
+
+class _WorkloadAccumulator:
+    """One workload's figures, fed its events oldest first: it keeps its failures and the
+    latest checkpoint, never the events themselves."""
+
+    def __init__(self) -> None:
+        self.started_at: datetime | None = None
+        self.last_event_at: datetime | None = None
+        self.failures: list[Failure] = []
+        self._last_checkpoint: datetime | None = None
+        self._open_failure: Failure | None = None
+        self._seen_attempts: set[int | None] = set()
+
+    def add(self, event: GoodputEvent) -> None:
+        self.last_event_at = event.occurred_at
+        if event.kind == AuditKind.STATE_CHANGED:
+            if self.started_at is None and event.payload.get("to") == WorkloadState.RUNNING:
+                self.started_at = event.occurred_at
+        elif event.kind == AuditKind.CHECKPOINT_SAVED:
+            failure = self._open_failure
             if (
-                open_failure is not None
-                and open_failure.new_checkpoint_at is None
-                and open_failure.resumed_at is not None  # a checkpoint of the new attempt
+                failure is not None
+                and failure.new_checkpoint_at is None
+                and failure.resumed_at is not None  # a checkpoint of the new attempt
             ):
-                open_failure.new_checkpoint_at = event.occurred_at
-            last_checkpoint = event.occurred_at
-        elif event.kind == AuditKind.DETECTED and event.attempt not in seen_attempts:
-            seen_attempts.add(event.attempt)
+                failure.new_checkpoint_at = event.occurred_at
+            self._last_checkpoint = event.occurred_at
+        elif event.kind == AuditKind.DETECTED and event.attempt not in self._seen_attempts:
+            self._seen_attempts.add(event.attempt)
             evidence_at = (
                 parse_timestamp(str(event.payload.get("evidence_at", ""))) or event.occurred_at
             )
-            open_failure = Failure(
+            self._open_failure = Failure(
                 at=min(evidence_at, event.occurred_at),
                 attempt=event.attempt,
                 detected_at=event.occurred_at,
-                last_checkpoint_at=last_checkpoint,
+                last_checkpoint_at=self._last_checkpoint,
             )
-            figure.failures.append(open_failure)
-        elif event.kind == AuditKind.SCHEDULER_ACTION and open_failure is not None:
-            open_failure.action_at = open_failure.action_at or event.occurred_at
-        elif event.kind == AuditKind.PROGRESS_RESUMED and open_failure is not None:
-            open_failure.resumed_at = open_failure.resumed_at or event.occurred_at
-    for failure in figure.failures:
-        back_at = failure.resumed_at or ended
-        figure.unproductive_s += sum(
-            (end - start).total_seconds() for start, end in failure.unproductive_spans(back_at)
-        )
-    return figure
+            self.failures.append(self._open_failure)
+        elif event.kind == AuditKind.SCHEDULER_ACTION and self._open_failure is not None:
+            self._open_failure.action_at = self._open_failure.action_at or event.occurred_at
+        elif event.kind == AuditKind.PROGRESS_RESUMED and self._open_failure is not None:
+            self._open_failure.resumed_at = self._open_failure.resumed_at or event.occurred_at
+
+    def figures(
+        self, *, finished: bool, now: datetime, last_event_at: datetime | None = None
+    ) -> WorkloadGoodput:
+        figure = WorkloadGoodput()
+        if self.started_at is None or self.last_event_at is None:
+            return figure
+        if finished:
+            ended = last_event_at if last_event_at is not None else self.last_event_at
+        else:
+            ended = now
+        figure.failures = self.failures
+        figure.started_at, figure.ended_at = self.started_at, ended
+        figure.wall_s = max((ended - self.started_at).total_seconds(), 0.0)
+        for failure in self.failures:
+            back_at = failure.resumed_at or ended
+            figure.unproductive_s += sum(
+                (end - start).total_seconds() for start, end in failure.unproductive_spans(back_at)
+            )
+        return figure
