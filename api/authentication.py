@@ -35,14 +35,27 @@ NO_CONTROLLER_PUSH = (
 )
 
 
-@dataclass(frozen=True)
-class ControllerPrincipal:
-    """Stands in for ``request.user`` when a controller calls: it is its token."""
-
-    token: ControllerToken
+class _TokenPrincipal:
+    """Stands in for ``request.user`` when a program on the cluster calls: it is its token."""
 
     is_authenticated = True
     is_active = True
+
+    @property
+    def cluster(self) -> Cluster:
+        raise NotImplementedError
+
+    @property
+    def actor(self) -> str:
+        raise NotImplementedError
+
+    def get_username(self) -> str:
+        return self.actor
+
+
+@dataclass(frozen=True)
+class ControllerPrincipal(_TokenPrincipal):
+    token: ControllerToken
 
     @property
     def cluster(self) -> Cluster:
@@ -52,18 +65,10 @@ class ControllerPrincipal:
     def actor(self) -> str:
         return self.token.actor
 
-    def get_username(self) -> str:
-        return self.actor
-
 
 @dataclass(frozen=True)
-class IngestPrincipal:
-    """Stands in for ``request.user`` when a job or a scheduler hook pushes: it is its token."""
-
+class IngestPrincipal(_TokenPrincipal):
     token: IngestToken
-
-    is_authenticated = True
-    is_active = True
 
     @property
     def cluster(self) -> Cluster:
@@ -74,9 +79,6 @@ class IngestPrincipal:
         if self.token.kind == IngestTokenKind.HOOK:
             return hook_actor(self.token.name)
         return job_token_actor(self.token.name)
-
-    def get_username(self) -> str:
-        return self.actor
 
 
 def _bearer_key(request: Request, what: str) -> str | None:

@@ -7,14 +7,12 @@ print. The same lines from a node's kernel log (a site fact) do flag the node: t
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
-from pytest_django.fixtures import Settings as SettingsWrapper
 from rest_framework.test import APIClient
 
 from recovery.choices import (
@@ -50,14 +48,6 @@ XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, GPU has fallen off
 NODE = "gpu-7"
 # The launcher's report that the process ended: it confirms the crash the job printed.
 TASK_EXITED = f"srun: error: {NODE}: task 0: Exited with exit code 1"
-
-
-@pytest.fixture(autouse=True)
-def _own_throttle_counters(settings: SettingsWrapper) -> None:
-    settings.CACHES = {
-        **settings.CACHES,
-        "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"},
-    }
 
 
 @pytest.fixture

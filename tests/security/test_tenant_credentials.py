@@ -6,7 +6,6 @@ is refused with a clear error and leaves every stored row as it was.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -61,14 +60,6 @@ def stored_rows() -> dict[str, int]:
             continue  # its last_used_at is the one thing a refused call may touch
         counts[model.__name__] = model._default_manager.count()
     return counts
-
-
-@pytest.fixture(autouse=True)
-def _own_throttle_counters(settings: SettingsWrapper) -> None:
-    settings.CACHES = {
-        **settings.CACHES,
-        "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"},
-    }
 
 
 @pytest.fixture
