@@ -6,8 +6,11 @@ is refused with a clear error and leaves every stored row as it was.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +38,7 @@ HEARTBEATS = reverse("api:ingest-heartbeats")
 LOGS = reverse("api:ingest-logs")
 JOB_ENDED = reverse("api:ingest-job-ended")
 NODE_DOWN = reverse("api:ingest-node-down")
+HOOK_COMMON = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "hook-common.sh"
 
 
 def victim_line(job_id: str) -> str:
@@ -278,3 +282,30 @@ def test_an_expired_job_token_is_refused(tenant_job: Workload) -> None:
     response = bearer(key).post(HEARTBEATS, {"job_id": tenant_job.job_id, "step": 3}, format="json")
     assert_refused(response, 401, "expired")
     assert stored_rows() == before
+
+
+@pytest.mark.parametrize(
+    ("token", "refusal"),
+    [
+        ("wrc_controller-key", "is a controller token (wrc_...), which may not push"),
+        ("wrj_a-job-key", "is not a hook token (wrh_...)"),
+    ],
+)
+def test_the_scheduler_hooks_refuse_a_token_that_is_not_a_hook_token(
+    token: str, refusal: str, tmp_path: Path
+) -> None:
+    """A hook configured with another kind of token stops before any request, saying which
+    token it needs (the server would refuse it too)."""
+    hook_env = tmp_path / "hook.env"
+    hook_env.write_text(f"WR_HOOK_URL=http://127.0.0.1:9/\nWR_HOOK_TOKEN={token}\n")
+    hook_env.chmod(0o600)
+    result = subprocess.run(
+        ["bash", "-c", f"source {HOOK_COMMON}; hook_load_config; echo loaded=$?"],
+        env={"PATH": os.environ["PATH"], "WR_HOOK_ENV": str(hook_env)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert "loaded=1" in result.stdout
+    assert refusal in result.stderr
