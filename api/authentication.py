@@ -18,7 +18,6 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from recovery.audit.actors import hook_actor, job_token_actor
 from recovery.models import Cluster, ControllerToken, IngestToken, IngestTokenKind
 from recovery.models.controller import TOKEN_PREFIX as CONTROLLER_TOKEN_PREFIX
 from recovery.models.ingest_token import HOOK_TOKEN_PREFIX, JOB_TOKEN_PREFIX
@@ -35,27 +34,14 @@ NO_CONTROLLER_PUSH = (
 )
 
 
+@dataclass(frozen=True)
 class _TokenPrincipal:
     """Stands in for ``request.user`` when a program on the cluster calls: it is its token."""
 
+    token: ControllerToken | IngestToken
+
     is_authenticated = True
     is_active = True
-
-    @property
-    def cluster(self) -> Cluster:
-        raise NotImplementedError
-
-    @property
-    def actor(self) -> str:
-        raise NotImplementedError
-
-    def get_username(self) -> str:
-        return self.actor
-
-
-@dataclass(frozen=True)
-class ControllerPrincipal(_TokenPrincipal):
-    token: ControllerToken
 
     @property
     def cluster(self) -> Cluster:
@@ -65,20 +51,18 @@ class ControllerPrincipal(_TokenPrincipal):
     def actor(self) -> str:
         return self.token.actor
 
+    def get_username(self) -> str:
+        return self.actor
+
+
+@dataclass(frozen=True)
+class ControllerPrincipal(_TokenPrincipal):
+    token: ControllerToken
+
 
 @dataclass(frozen=True)
 class IngestPrincipal(_TokenPrincipal):
     token: IngestToken
-
-    @property
-    def cluster(self) -> Cluster:
-        return self.token.cluster
-
-    @property
-    def actor(self) -> str:
-        if self.token.kind == IngestTokenKind.HOOK:
-            return hook_actor(self.token.name)
-        return job_token_actor(self.token.name)
 
 
 def _bearer_key(request: Request, what: str) -> str | None:

@@ -24,6 +24,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from recovery.audit.actors import hook_actor, job_token_actor
 from recovery.models.cluster import Cluster
 from recovery.models.controller import hash_token
 
@@ -109,6 +110,12 @@ class IngestToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.kind}/{self.name} ({self.key_prefix}…)"
+
+    @property
+    def actor(self) -> str:
+        if self.kind == IngestTokenKind.HOOK:
+            return hook_actor(self.name)
+        return job_token_actor(self.name)
 
     @property
     def scope(self) -> str:
