@@ -85,6 +85,10 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Where simulated clusters keep their state: files in this directory, which outlive a Redis
+# restart (chaos tests); empty: in Redis. The controller's --simulated reads the same variable,
+# so give every process the same absolute path.
+SIMULATOR_STATE_DIR = env_str("WR_SIMULATOR_STATE_DIR", "")
 
 CHANNEL_LAYERS = {
     "default": {

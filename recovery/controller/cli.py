@@ -25,7 +25,7 @@ from recovery.sources.schedulers.slurm import SlurmAdapter
 from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
 
 if TYPE_CHECKING:
-    from recovery.simulator.store import SimulationStore
+    from recovery.simulator.store import BaseSimulationStore
 
 DESCRIPTION = (
     "Run the Slurm Advisor Controller: fetch ready recommendations for one cluster, claim "
@@ -89,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--simulated",
         action="store_true",
-        help="act on the simulation of --cluster (manage.py simulate) through REDIS_URL",
+        help="act on the simulation of --cluster (manage.py simulate) through REDIS_URL, or "
+        "through its files in WR_SIMULATOR_STATE_DIR when that is set",
     )
     parser.add_argument("--partitions", default="", help="comma-separated allowlist")
     parser.add_argument("--interval", type=float, default=5.0)
@@ -147,7 +148,9 @@ def scheduler_adapter(options: ControllerOptions, redis_url: str) -> SchedulerAd
     if options.simulated:
         from recovery.simulator.adapter import SimulatedAdapter
 
-        return SimulatedAdapter(simulation(redis_url, options.cluster))
+        # Set where the simulation keeps its state in files (settings.SIMULATOR_STATE_DIR).
+        state_dir = os.environ.get("WR_SIMULATOR_STATE_DIR", "")
+        return SimulatedAdapter(simulation(redis_url, options.cluster, state_dir=state_dir))
     if options.ssh:
         if not options.known_hosts or not options.key:
             raise ControllerExit("--ssh needs --known-hosts and --key")
@@ -182,14 +185,17 @@ def check_identity(
         return
 
 
-def simulation(redis_url: str, name: str, wait_seconds: float = 60.0) -> SimulationStore:
-    """The running simulation of ``name``, waiting a while for it to start."""
-    from recovery.simulator.store import SimulationStore
+def simulation(
+    redis_url: str, name: str, wait_seconds: float = 60.0, *, state_dir: str = ""
+) -> BaseSimulationStore:
+    """The running simulation of ``name``, waiting a while for it to start: published in
+    ``state_dir`` when that is given, else on Redis."""
+    from recovery.simulator.store import published_simulation
 
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            return SimulationStore.published(redis_url, name)
+            return published_simulation(name, redis_url=redis_url, state_dir=state_dir)
         except SchedulerError as exc:
             if time.monotonic() > deadline:
                 raise ControllerExit(str(exc)) from None

@@ -19,7 +19,7 @@ from django.utils import timezone
 from recovery.choices import ClusterMode, Connection, SchedulerKind
 from recovery.models import Cluster, ControllerToken, Policy
 from recovery.simulator.cluster import SimConfig
-from recovery.simulator.store import SimulationStore
+from recovery.simulator.store import simulation_store
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,9 @@ def prepare_live_clusters(var_dir: Path) -> list[tuple[LiveCluster, Path | None]
         config = live_config(live, var_dir / "sim")
         cluster = ensure_simulated_cluster(config, live.mode)
         # Published now, so the controller finds the simulation even before its first tick.
-        SimulationStore.from_url(settings.REDIS_URL, config).publish_config()
+        simulation_store(
+            config, redis_url=settings.REDIS_URL, state_dir=settings.SIMULATOR_STATE_DIR
+        ).publish_config()
         Policy.objects.get_or_create(
             name=f"{live.name} defaults",
             defaults={

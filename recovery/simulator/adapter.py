@@ -2,60 +2,158 @@
 
 Reads take a snapshot of the shared state; actions change it under the cluster's lock. Job
 output files are local files the simulator writes, read through the ordinary local transport.
+
+The adapter also plays the chaos a harness sets in the state (``set_chaos`` on the store), all
+off by default:
+
+- ``unreachable_until``: until then every call raises SchedulerError without a result, as
+  when the connection is refused. Nothing reached the scheduler: a refused command is not
+  journaled, only counted (``refused_while_unreachable``). Reads do not take the lock.
+- ``timeouts_after_effect``: the next so many effective commands take effect, are journaled
+  and saved, then raise SchedulerError without a result: the caller cannot tell they ran.
+- ``kills_after_command``: the next so many effective commands take effect, are journaled
+  and saved, then their process SIGKILLs itself, as a controller dying between two commands
+  of one action. Only processes that opted in with ``WR_SIM_KILLABLE=1`` (the harness sets it
+  for controllers) count; for them it comes before a timeout.
+
+``WR_SIM_CALLER`` labels the commands this process sends in the journal (default
+``pid:<pid>``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
-from recovery.simulator.store import SimulationStore
-from recovery.sources.schedulers.base import CommandResult, JobInfo, NodeInfo, SchedulerAdapter
+from recovery.simulator.cluster import SimulatedCluster
+from recovery.simulator.store import BaseSimulationStore
+from recovery.sources.schedulers.base import (
+    CommandResult,
+    JobInfo,
+    NodeInfo,
+    SchedulerAdapter,
+    SchedulerError,
+)
 from recovery.sources.schedulers.transport import LocalTransport
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
+# What the real adapter waits for a Slurm command (Transport.run's default timeout).
+COMMAND_TIMEOUT_SECONDS = 30
+
+ClusterCommand = Callable[[SimulatedCluster, str], CommandResult]
+
 
 class SimulatedAdapter(SchedulerAdapter):
-    def __init__(self, store: SimulationStore) -> None:
+    def __init__(self, store: BaseSimulationStore, *, caller: str | None = None) -> None:
         self.store = store
         self.transport = LocalTransport()
+        self._caller = caller
+
+    @property
+    def caller(self) -> str:
+        """This process's label in the journal; read per call, as a forked worker has its own."""
+        return self._caller or os.environ.get("WR_SIM_CALLER") or f"pid:{os.getpid()}"
 
     def list_jobs(self) -> list[JobInfo]:
-        return self.store.reading().jobs()
+        return self._reachable().jobs()
 
     def cluster_name(self) -> str | None:
+        self._reachable()
         return self.store.config.name
 
     def get_job(self, job_id: str) -> JobInfo | None:
-        return self.store.reading().get_job(validate_job_id(job_id))
+        job_id = validate_job_id(job_id)
+        return self._reachable().get_job(job_id)
 
     def list_nodes(self) -> list[NodeInfo]:
-        return self.store.reading().nodes()
+        return self._reachable().nodes()
 
     def requeue(self, job_id: str, *, hold: bool = False) -> CommandResult:
-        with self.store.changing() as cluster:
-            return cluster.requeue(validate_job_id(job_id), hold=hold)
+        job_id = validate_job_id(job_id)
+        return self._send(lambda cluster, caller: cluster.requeue(job_id, hold=hold, caller=caller))
 
     def set_excluded_nodes(self, job_id: str, nodes: Sequence[str]) -> CommandResult:
+        job_id = validate_job_id(job_id)
         names = validate_node_names(nodes) if nodes else []
-        with self.store.changing() as cluster:
-            return cluster.set_excluded_nodes(validate_job_id(job_id), names)
+        return self._send(
+            lambda cluster, caller: cluster.set_excluded_nodes(job_id, names, caller=caller)
+        )
 
     def clear_start_delay(self, job_id: str) -> CommandResult:
-        with self.store.changing() as cluster:
-            return cluster.clear_start_delay(validate_job_id(job_id))
+        job_id = validate_job_id(job_id)
+        return self._send(lambda cluster, caller: cluster.clear_start_delay(job_id, caller=caller))
 
     def release(self, job_id: str) -> CommandResult:
-        with self.store.changing() as cluster:
-            return cluster.release(validate_job_id(job_id))
+        job_id = validate_job_id(job_id)
+        return self._send(lambda cluster, caller: cluster.release(job_id, caller=caller))
 
     def hold(self, job_id: str) -> CommandResult:
-        with self.store.changing() as cluster:
-            return cluster.hold(validate_job_id(job_id))
+        job_id = validate_job_id(job_id)
+        return self._send(lambda cluster, caller: cluster.hold(job_id, caller=caller))
 
     def cancel(self, job_id: str) -> CommandResult:
-        with self.store.changing() as cluster:
-            return cluster.cancel(validate_job_id(job_id))
+        job_id = validate_job_id(job_id)
+        return self._send(lambda cluster, caller: cluster.cancel(job_id, caller=caller))
 
     def disable_requeue(self, job_id: str) -> CommandResult:
+        job_id = validate_job_id(job_id)
+        return self._send(lambda cluster, caller: cluster.disable_requeue(job_id, caller=caller))
+
+    def _reachable(self) -> SimulatedCluster:
+        """A snapshot of the cluster, unless an outage keeps the scheduler out of reach."""
+        cluster = self.store.reading()
+        outage = self._outage(cluster)
+        if outage:
+            raise SchedulerError(outage)
+        return cluster
+
+    def _outage(self, cluster: SimulatedCluster) -> str:
+        until = cluster.chaos["unreachable_until"]
+        if until is None or until <= time.time():
+            return ""
+        return (
+            f"simulated scheduler of {self.store.config.name} is unreachable: connection "
+            f"refused (an outage until {datetime.fromtimestamp(until, tz=UTC):%H:%M:%S} UTC)"
+        )
+
+    def _send(self, command: ClusterCommand) -> CommandResult:
+        """Run ``command`` under the lock and save it, refused or not, then play the chaos."""
+        killable = os.environ.get("WR_SIM_KILLABLE") == "1"
+        result: CommandResult | None = None
+        refused: SchedulerError | None = None
+        timed_out = killed = False
         with self.store.changing() as cluster:
-            return cluster.disable_requeue(validate_job_id(job_id))
+            chaos = cluster.chaos
+            outage = self._outage(cluster)
+            if outage:
+                chaos["refused_while_unreachable"] += 1
+            else:
+                # A refused command is saved too: its journal entry is what the scheduler saw.
+                try:
+                    result = command(cluster, self.caller)
+                except SchedulerError as exc:
+                    refused = exc
+                entry = cluster.commands[-1]
+                if entry["effective"] and killable and chaos["kills_after_command"] > 0:
+                    chaos["kills_after_command"] -= 1
+                    entry["killed_after"] = killed = True
+                elif entry["effective"] and chaos["timeouts_after_effect"] > 0:
+                    chaos["timeouts_after_effect"] -= 1
+                    entry["timed_out_after"] = timed_out = True
+        # Only now that it is saved and the lock is free.
+        if killed:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if outage:
+            raise SchedulerError(outage)
+        if refused is not None:
+            raise refused
+        assert result is not None
+        if timed_out:
+            raise SchedulerError(
+                f"`{' '.join(result.argv)}` timed out after {COMMAND_TIMEOUT_SECONDS} s "
+                f"waiting for {result.argv[0]}"
+            )
+        return result

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from recovery.choices import ClusterMode
 from recovery.demo.live import NotSimulated, ensure_simulated_cluster
 from recovery.simulator.cluster import SimConfig
-from recovery.simulator.store import SimulationStore
+from recovery.simulator.store import BaseSimulationStore, simulation_store
 from recovery.sources.schedulers.base import SchedulerError
 
 
@@ -60,14 +60,16 @@ class Command(BaseCommand):
             cluster = ensure_simulated_cluster(config, options["mode"])
         except NotSimulated as exc:
             raise CommandError(str(exc)) from None
-        store = SimulationStore.from_url(settings.REDIS_URL, config)
+        store = simulation_store(
+            config, redis_url=settings.REDIS_URL, state_dir=settings.SIMULATOR_STATE_DIR
+        )
         if options["reset"]:
             store.reset()
         store.publish_config()
         self.stdout.write(
             f"Simulating {cluster.name}: {config.nodes} nodes, {config.jobs} jobs, "
             f"speedup {config.speedup:g}, seed {config.seed}, mode {cluster.mode}; "
-            f"logs in {config.log_dir}/{config.name}"
+            f"logs in {config.log_dir}/{config.name}; state in {store.location}"
         )
         stopping = False
 
@@ -93,7 +95,7 @@ class Command(BaseCommand):
                 break
             time.sleep(max(0.0, options["tick"] - (time.monotonic() - tick_started)))
 
-    def _report(self, store: SimulationStore) -> None:
+    def _report(self, store: BaseSimulationStore) -> None:
         cluster = store.reading()
         jobs = cluster.jobs()
         states: dict[str, int] = {}

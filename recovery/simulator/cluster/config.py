@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from recovery.simulator import logtext
 from recovery.sources.schedulers.optin import OptInMode
 
-STATE_VERSION = 1
+# 2: the journal (commands, failures, attempts) and the chaos controls joined the state.
+STATE_VERSION = 2
+# Entries kept per journal list, the newest (the older ones are counted as dropped). A chaos run
+# of minutes journals hundreds; the demo's action cluster about 3,000 commands an hour. Every
+# change loads and saves the whole state: with all three lists full it is about 2.7 MB, some
+# 0.13 s per change (at 20,000 it would be 11 MB and half a second, too slow for the demo).
+JOURNAL_LIMIT = 5_000
 # A failure's text spans the seconds before the attempt ends (first error to srun's last word).
 FAILURE_TEXT_SECONDS = 2.5
 GPUS = logtext.GPUS_PER_NODE

@@ -90,91 +90,101 @@ class SimulatedCluster(TrainingJobs):
             end_time=to_datetime(job.end_time),
         )
 
-    def requeue(self, job_id: str, *, hold: bool = False) -> CommandResult:
+    # The commands a scheduler client sends. Each is journaled as received, refused or not;
+    # ``caller`` labels who sent it (the simulated adapter passes its user's label).
+
+    def requeue(self, job_id: str, *, hold: bool = False, caller: str = "") -> CommandResult:
         argv = ("scontrol", "requeuehold" if hold else "requeue", str(job_id))
-        job = self._known(job_id, argv)
-        if job.state in {"PENDING", "COMPLETING"}:
-            self._refuse(argv, f"Job is pending execution for job {job.job_id}")
-        if not job.requeue:
-            self._refuse(argv, f"Requested operation is presently disabled for job {job.job_id}")
-        if job.state == "RUNNING":
-            self._log(
-                job.job_id,
-                [logtext.requeue_notice(job_id=job.job_id, batch_host=job.nodes[0], at=self.now)],
-            )
-        self._requeue(job, self.now, hold=hold)
-        self._flush()
+        with self._receiving(argv, job_id, caller):
+            job = self._known(job_id, argv)
+            if job.state in {"PENDING", "COMPLETING"}:
+                self._refuse(argv, f"Job is pending execution for job {job.job_id}")
+            if not job.requeue:
+                self._refuse(
+                    argv, f"Requested operation is presently disabled for job {job.job_id}"
+                )
+            if job.state == "RUNNING":
+                notice = logtext.requeue_notice(
+                    job_id=job.job_id, batch_host=job.nodes[0], at=self.now
+                )
+                self._log(job.job_id, [notice])
+            self._requeue(job, self.now, hold=hold)
+            self._flush()
         return ok_result(argv)
 
-    def set_excluded_nodes(self, job_id: str, nodes: Sequence[str]) -> CommandResult:
+    def set_excluded_nodes(
+        self, job_id: str, nodes: Sequence[str], *, caller: str = ""
+    ) -> CommandResult:
         names = sorted(set(nodes), key=natural_key)
         argv = ("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(names)}")
-        job = self._known(job_id, argv)
-        unknown = [name for name in names if name not in self.nodes_by_name]
-        if unknown:
-            self._refuse(argv, f"Invalid node name specified for job {job.job_id}")
-        if job.state not in {"PENDING", "COMPLETING"}:
-            self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
-        job.excluded = names
+        with self._receiving(argv, job_id, caller):
+            job = self._known(job_id, argv)
+            unknown = [name for name in names if name not in self.nodes_by_name]
+            if unknown:
+                self._refuse(argv, f"Invalid node name specified for job {job.job_id}")
+            if job.state not in {"PENDING", "COMPLETING"}:
+                self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
+            job.excluded = names
         return ok_result(argv)
 
-    def release(self, job_id: str) -> CommandResult:
+    def release(self, job_id: str, *, caller: str = "") -> CommandResult:
         argv = ("scontrol", "release", str(job_id))
-        job = self._known(job_id, argv)
-        if job.state not in {"PENDING", "COMPLETING"}:
-            self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
-        job.hold = ""
+        with self._receiving(argv, job_id, caller):
+            job = self._known(job_id, argv)
+            if job.state not in {"PENDING", "COMPLETING"}:
+                self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
+            job.hold = ""
         return ok_result(argv)
 
-    def hold(self, job_id: str) -> CommandResult:
+    def hold(self, job_id: str, *, caller: str = "") -> CommandResult:
         argv = ("scontrol", "hold", str(job_id))
-        job = self._known(job_id, argv)
-        if job.state not in {"PENDING", "COMPLETING"}:
-            self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
-        job.hold = "JobHeldAdmin"
+        with self._receiving(argv, job_id, caller):
+            job = self._known(job_id, argv)
+            if job.state not in {"PENDING", "COMPLETING"}:
+                self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
+            job.hold = "JobHeldAdmin"
         return ok_result(argv)
 
-    def cancel(self, job_id: str) -> CommandResult:
+    def cancel(self, job_id: str, *, caller: str = "") -> CommandResult:
         argv = ("scancel", str(job_id))
-        job = self._find(job_id)
-        if job is None:
-            # scancel reports an unknown job but still exits 0.
-            return CommandResult(
-                argv,
-                0,
-                "",
-                f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified\n",
-            )
-        if job.state in FINISHED:
-            return ok_result(argv)
-        if job.state == "RUNNING":
-            self._log(
-                job.job_id,
-                [logtext.cancel_notice(job_id=job.job_id, batch_host=job.nodes[0], at=self.now)],
-            )
-            self._end(job, self.now, "CANCELLED", reason="None", signal=15)
-        else:
-            job.completing_until = None
-            self._end(job, self.now, "CANCELLED", reason="None")
-        self._flush()
+        with self._receiving(argv, job_id, caller):
+            job = self._find(job_id)
+            if job is None:
+                # scancel reports an unknown job but still exits 0.
+                said = f"Kill job error on job id {job_id}: Invalid job id specified"
+                return CommandResult(argv, 0, "", f"scancel: error: {said}\n")
+            if job.state in FINISHED:
+                return ok_result(argv)
+            if job.state == "RUNNING":
+                notice = logtext.cancel_notice(
+                    job_id=job.job_id, batch_host=job.nodes[0], at=self.now
+                )
+                self._log(job.job_id, [notice])
+                self._end(job, self.now, "CANCELLED", reason="None", signal=15)
+            else:
+                job.completing_until = None
+                self._end(job, self.now, "CANCELLED", reason="None")
+            self._flush()
         return ok_result(argv)
 
-    def disable_requeue(self, job_id: str) -> CommandResult:
+    def disable_requeue(self, job_id: str, *, caller: str = "") -> CommandResult:
         argv = ("scontrol", "update", f"JobId={job_id}", "Requeue=0")
-        job = self._known(job_id, argv)
-        if job.state in FINISHED:
-            self._refuse(argv, f"Job has already finished for job {job.job_id}")
-        job.requeue = False
+        with self._receiving(argv, job_id, caller):
+            job = self._known(job_id, argv)
+            if job.state in FINISHED:
+                self._refuse(argv, f"Job has already finished for job {job.job_id}")
+            job.requeue = False
         return ok_result(argv)
 
-    def clear_start_delay(self, job_id: str) -> CommandResult:
+    def clear_start_delay(self, job_id: str, *, caller: str = "") -> CommandResult:
         argv = ("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-        job = self._known(job_id, argv)
-        if job.state not in {"PENDING", "COMPLETING"}:
-            self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
-        # During COMPLETING the requeue overwrites it when it completes, as in Slurm.
-        if job.state == "PENDING":
-            job.eligible_time = self.now
+        with self._receiving(argv, job_id, caller):
+            job = self._known(job_id, argv)
+            if job.state not in {"PENDING", "COMPLETING"}:
+                self._refuse(argv, f"Job is no longer pending execution for job {job.job_id}")
+            # During COMPLETING the requeue overwrites it when it completes, as in Slurm.
+            if job.state == "PENDING":
+                job.eligible_time = self.now
         return ok_result(argv)
 
     def repair_node(self, name: str) -> None:
@@ -350,6 +360,7 @@ class SimulatedCluster(TrainingJobs):
         job.state, job.reason = "RUNNING", "None"
         job.nodes = [node.name for node in nodes]
         job.start_time, job.end_time = at, None
+        self._open_attempt(job, at)
         job.exit_code = job.exit_signal = None
         job.hung_node, job.hang_tail, job.frozen = "", False, False
         job.frozen_until, job.frozen_kind = None, ""

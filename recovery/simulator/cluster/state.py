@@ -1,20 +1,34 @@
 """The state every part of the simulated cluster shares, and the changes all of them make.
 
 The cluster is built in layers: ``ClusterState`` (this module: the state, saving and
-restoring it, the job output, and ending or requeueing an attempt), ``TrainingJobs`` (running
-jobs and the faults that strike them) and ``SimulatedCluster`` (what Slurm does: commands,
-scheduling, the passing of time).
+restoring it, the job output, the journal, and ending or requeueing an attempt),
+``TrainingJobs`` (running jobs and the faults that strike them) and ``SimulatedCluster`` (what
+Slurm does: commands, scheduling, the passing of time).
 """
 
 from __future__ import annotations
 
+import copy
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from recovery.simulator import logtext
 from recovery.simulator.cluster.config import STATE_VERSION, SimConfig
+from recovery.simulator.cluster.journal import (
+    AttemptEntry,
+    ChaosControls,
+    CommandEntry,
+    DroppedEntries,
+    FailureEntry,
+    Journal,
+    append_capped,
+    no_chaos,
+    none_dropped,
+)
 from recovery.simulator.cluster.records import SimJob, SimNode
 from recovery.simulator.faults import STRAGGLER, FaultKind, FaultTable
 from recovery.sources.schedulers.base import CommandResult, SchedulerError
@@ -30,6 +44,11 @@ class ClusterState:
     nodes_by_name: dict[str, SimNode]
     jobs_by_id: dict[int, SimJob]
     dying: list[list[Any]]
+    commands: list[CommandEntry]
+    failures: list[FailureEntry]
+    attempts: list[AttemptEntry]
+    dropped: DroppedEntries
+    chaos: ChaosControls
 
     def __init__(
         self, config: SimConfig, state: dict[str, Any] | None = None, *, now: datetime
@@ -40,6 +59,10 @@ class ClusterState:
         # read (recovery.sources.schedulers.output_files).
         self.log_root = Path(config.log_dir).resolve() / config.name
         self._pending_lines: dict[int, list[str]] = {}
+        # When this copy was loaded: a command received through it arrives then, while the
+        # cluster's own clock stays at its last advance.
+        self.opened_at = epoch_seconds(now)
+        self._in_command = False
         if state is not None:
             self._restore(state)
             return
@@ -52,6 +75,9 @@ class ClusterState:
         self.jobs_by_id = {}
         # [time Slurm notices, node name, job id] for nodes that died under a job.
         self.dying = []
+        self.commands, self.failures, self.attempts = [], [], []
+        self.dropped = none_dropped()
+        self.chaos = no_chaos()
         for node in self.node_list:
             if self.rng.random() < config.bad_node_fraction:
                 kind = self.table.draw_node_level(self.rng)
@@ -72,6 +98,11 @@ class ClusterState:
             "nodes": [node.to_list() for node in self.node_list],
             "jobs": [job.to_dict() for job in self.jobs_by_id.values()],
             "dying": self.dying,
+            "chaos": self.chaos,
+            "attempts": self.attempts,
+            "failures": self.failures,
+            "commands": self.commands,
+            "dropped": self.dropped,
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -92,7 +123,52 @@ class ClusterState:
             job = SimJob.from_dict(values)
             self.jobs_by_id[job.job_id] = job
         self.dying = [list(entry) for entry in state["dying"]]
+        if set(state["chaos"]) != set(no_chaos()):
+            raise ValueError(f"unknown simulator chaos controls {sorted(state['chaos'])}")
+        self.chaos = state["chaos"]
+        self.attempts = state["attempts"]
+        self.failures = state["failures"]
+        self.commands = state["commands"]
+        if set(state["dropped"]) != set(none_dropped()):
+            raise ValueError(f"unknown simulator journal lists {sorted(state['dropped'])}")
+        self.dropped = state["dropped"]
         self._index_nodes()
+
+    def journal(self) -> Journal:
+        """Copies of the commands received, the failures injected and the attempts run (and
+        how many older entries each list dropped)."""
+        journal: Journal = {
+            "commands": self.commands,
+            "failures": self.failures,
+            "attempts": self.attempts,
+            "dropped": self.dropped,
+        }
+        return copy.deepcopy(journal)
+
+    def set_chaos(
+        self,
+        *,
+        unreachable_until: float | None = None,
+        timeouts_after_effect: int | None = None,
+        kills_after_command: int | None = None,
+    ) -> ChaosControls:
+        """Replace the controls given, keep the others; returns all of them.
+
+        An outage ends at ``unreachable_until`` (0 ends it now); a count replaces what is left.
+        """
+        for name, count in (
+            ("timeouts_after_effect", timeouts_after_effect),
+            ("kills_after_command", kills_after_command),
+        ):
+            if count is not None and count < 0:
+                raise ValueError(f"{name} must not be negative")
+        if unreachable_until is not None:
+            self.chaos["unreachable_until"] = float(unreachable_until) or None
+        if timeouts_after_effect is not None:
+            self.chaos["timeouts_after_effect"] = timeouts_after_effect
+        if kills_after_command is not None:
+            self.chaos["kills_after_command"] = kills_after_command
+        return copy.copy(self.chaos)
 
     def _index_nodes(self) -> None:
         self.nodes_by_name = {node.name: node for node in self.node_list}
@@ -107,6 +183,39 @@ class ClusterState:
             self._refuse(argv, "Invalid job id specified")
         assert job is not None
         return job
+
+    @contextmanager
+    def _receiving(self, argv: tuple[str, ...], job_id: str, caller: str) -> Iterator[None]:
+        """Journal a command received, whether it is refused (SchedulerError) or not.
+
+        Every command checks before it changes anything, as Slurm does, so a refused one
+        leaves the job as it was; ``effective`` says whether an accepted one changed it.
+        """
+        job = self._find(job_id)
+        before = copy.deepcopy(job.to_dict()) if job is not None else None
+        text = str(job_id).strip()
+        entry: CommandEntry = {
+            "at": max(self.now, self.opened_at),
+            "argv": list(argv),
+            "job_id": int(text) if text.isdigit() else None,
+            "attempt": job.restart_count if job is not None else None,
+            "job_state": job.state if job is not None else None,
+            "returncode": 0,
+            "effective": False,
+            "caller": caller,
+            "timed_out_after": False,
+            "killed_after": False,
+        }
+        self.dropped["commands"] += append_capped(self.commands, entry)
+        self._in_command = True
+        try:
+            yield
+        except SchedulerError:
+            entry["returncode"] = 1
+            raise
+        finally:
+            self._in_command = False
+        entry["effective"] = job is not None and job.to_dict() != before
 
     @staticmethod
     def _refuse(argv: tuple[str, ...], message: str) -> None:
@@ -168,6 +277,39 @@ class ClusterState:
         simulated = self.rng.expovariate(rate / 3600.0)
         job.fault_at = after + simulated / self.config.speedup
 
+    def _record_failure(self, job: SimJob, kind: FaultKind, at: float, *, node: str) -> None:
+        entry: FailureEntry = {
+            "job_id": job.job_id,
+            "attempt": job.restart_count,
+            "attempt_started_at": job.start_time,
+            "at": at,
+            "kind": kind.name,
+            "category": kind.category,
+            "effect": kind.effect,
+            "node": node,
+        }
+        self.dropped["failures"] += append_capped(self.failures, entry)
+
+    def _open_attempt(self, job: SimJob, at: float) -> None:
+        entry: AttemptEntry = {
+            "job_id": job.job_id,
+            "attempt": job.restart_count,
+            "started_at": at,
+            "nodes": list(job.nodes),
+            "ended_at": None,
+            "end": None,
+            "by_command": False,
+        }
+        self.dropped["attempts"] += append_capped(self.attempts, entry)
+
+    def _close_attempt(self, job: SimJob, at: float, end: str) -> None:
+        # From the newest, where a job's open attempt is; one already dropped stays dropped.
+        for entry in reversed(self.attempts):
+            if entry["job_id"] == job.job_id and entry["end"] is None:
+                entry["ended_at"], entry["end"] = at, end
+                entry["by_command"] = self._in_command
+                return
+
     def _make_defective(self, node: SimNode, kind: FaultKind) -> None:
         node.defect = kind.name
         if kind.effect == STRAGGLER:
@@ -195,6 +337,8 @@ class ClusterState:
         code: int | None = None,
         signal: int | None = None,
     ) -> None:
+        if job.state == "RUNNING":
+            self._close_attempt(job, at, state)
         self._release_nodes(job)
         job.state, job.reason = state, reason
         job.end_time = at
@@ -208,6 +352,8 @@ class ClusterState:
     def _requeue(self, job: SimJob, at: float, *, hold: bool) -> None:
         """Slurm's requeue: COMPLETING for a moment, then PENDING with the requeue delay."""
         was_running = job.state == "RUNNING"
+        if was_running:
+            self._close_attempt(job, at, "requeued")
         self._release_nodes(job)
         job.restart_count += 1
         job.submit_time = at

@@ -143,10 +143,14 @@ class TrainingJobs(ClusterState):
         kind = KINDS[kind] if isinstance(kind, str) else kind
         assert isinstance(job, SimJob)
         if kind.recurring:
-            # The same bug, at the step it was first hit, on every attempt from now on.
+            # The same bug, at the step it was first hit, on every attempt from now on (each
+            # journaled where it fails the attempt).
             job.bug = [kind.name, job.step, self.rng.getrandbits(32)]
             self._bug(job, at)
-        elif kind.effect == CRASH and kind.name == "nccl_timeout":
+            return
+        # Journaled when it strikes, also where its effect comes later (a hang, a dead node).
+        self._record_failure(job, kind, at, node=job.nodes[node] if kind.node_level else "")
+        if kind.effect == CRASH and kind.name == "nccl_timeout":
             self._freeze(job, node, at, crash_kind="nccl_timeout")
         elif kind.effect == CRASH:
             self._crash(job, kind, node, at)
@@ -192,6 +196,7 @@ class TrainingJobs(ClusterState):
         assert job.bug is not None
         kind_name, _, seed = job.bug
         kind = KINDS[kind_name]
+        self._record_failure(job, kind, at, node="")
         text_rng = random.Random(seed)
         node = text_rng.randrange(len(job.nodes))
         context = self._context(job, node, at - FAILURE_TEXT_SECONDS, rng=text_rng)
@@ -215,6 +220,7 @@ class TrainingJobs(ClusterState):
             self._out_of_service(host, at)
 
     def _time_out(self, job: SimJob, at: float) -> None:
+        self._record_failure(job, KINDS["time_limit"], at, node="")
         context = self._context(job, 0, at)
         self._log(job.job_id, logtext.failure_lines(KINDS["time_limit"], context))
         self._end(job, at, "TIMEOUT", reason="TimeLimit", signal=15)

@@ -87,13 +87,18 @@ def ssh_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
 
 @register(Connection.SIMULATED)
 def simulated(settings: Mapping[str, Any]) -> SchedulerAdapter:
-    """A running simulation, shared through Redis; none behind a recorded demo history."""
+    """A running simulation, shared through Redis or files; none behind a recorded demo history."""
     if "simulator" not in settings:
         raise NotPolled(Connection.SIMULATED)
     from django.conf import settings as django_settings
 
     from recovery.simulator.adapter import SimulatedAdapter
-    from recovery.simulator.store import SimulationStore, config_from_settings
+    from recovery.simulator.store import config_from_settings, simulation_store
 
     config = config_from_settings(dict(settings["simulator"]))
-    return SimulatedAdapter(SimulationStore.from_url(django_settings.REDIS_URL, config))
+    store = simulation_store(
+        config,
+        redis_url=django_settings.REDIS_URL,
+        state_dir=django_settings.SIMULATOR_STATE_DIR,
+    )
+    return SimulatedAdapter(store)
