@@ -69,8 +69,15 @@ class ClaimRequest(serializers.Serializer[None]):
     lease_seconds = serializers.IntegerField(min_value=10, max_value=3600, default=120)
 
 
+# One command line: at most this many arguments, each at most this long.
+MAX_ARGV = 64
+MAX_ARG_LENGTH = 4096
+
+
 class CommandRun(serializers.Serializer[None]):
-    argv = serializers.ListField(child=serializers.CharField(max_length=4096), max_length=64)
+    argv = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_ARG_LENGTH), max_length=MAX_ARGV
+    )
     returncode = serializers.IntegerField()
     output = serializers.CharField(max_length=8192, allow_blank=True, required=False, default="")
 
@@ -117,6 +124,22 @@ class ReportRequest(serializers.Serializer[None]):
             )
         bounded_json(MAX_COMMANDS_BYTES)([dict(command) for command in value])
         return value
+
+
+class DispatchRequest(serializers.Serializer[None]):
+    argv = serializers.ListField(
+        # Kept as sent: the trail must show the very command line that runs.
+        child=serializers.CharField(max_length=MAX_ARG_LENGTH, trim_whitespace=False),
+        min_length=1,
+        max_length=MAX_ARGV,
+        validators=[bounded_json(MAX_COMMANDS_BYTES)],
+        help_text="The exact command line about to run, one argument per item.",
+    )
+    sequence = serializers.IntegerField(
+        min_value=1,
+        max_value=recommendations.MAX_DISPATCH_SEQUENCE,
+        help_text="Which command this is of this controller's handling of the claim, from 1.",
+    )
 
 
 ERROR = inline_serializer("Error", {"error": serializers.CharField()})
@@ -333,6 +356,70 @@ def report(request: Request, recommendation_id: int) -> Response:
     except InvalidTransition as exc:
         return _conflict(exc)
     return Response(RecommendationForController(reported).data)
+
+
+@extend_schema(
+    tags=["advisor"],
+    request=DispatchRequest,
+    responses={
+        200: inline_serializer("Dispatched", {"event": serializers.IntegerField()}),
+        400: OpenApiResponse(ERROR, description="The body is not valid; fields say why."),
+        401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
+        404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
+        409: OpenApiResponse(
+            ERROR,
+            description="This controller does not hold the lease, or its lease ran out: "
+            "run nothing.",
+        ),
+    },
+    examples=[
+        OpenApiExample(
+            "About to set the exclusions",
+            value={
+                "argv": ["scontrol", "update", "JobId=48213", "ExcNodeList=gpu-a100-007"],
+                "sequence": 2,
+            },
+            request_only=True,
+        ),
+        OpenApiExample("Recorded", value={"event": 90412}, response_only=True),
+        OpenApiExample(
+            "The lease ran out",
+            value={
+                "error": "the lease of controller:slurm-advisor-1 on recommendation 812 ran out "
+                "at 2026-11-29T03:16:17+00:00: the next claimant acts on it, not "
+                "controller:slurm-advisor-1"
+            },
+            response_only=True,
+            status_codes=["409"],
+        ),
+    ],
+)
+@api_view(["POST"])
+@authentication_classes([ControllerTokenAuthentication])
+@permission_classes([IsController])
+def dispatch(request: Request, recommendation_id: int) -> Response:
+    """Record the scheduler command this controller is about to run, before it runs it.
+
+    Called once before every command that changes something, with its exact argv: a command
+    the scheduler carried out is then in the trail (a ``dispatched`` event) even when its
+    controller dies before it reports. Also the last check of the lease before the command:
+    answered 409 (the lease is another's, or has run out even if nobody took over yet), the
+    controller runs nothing and stops.
+    """
+    _own(request, recommendation_id)
+    body = DispatchRequest(data=request.data)
+    if not body.is_valid():
+        return _invalid(body.errors)
+    try:
+        event = recommendations.record_dispatch(
+            recommendation_id,
+            controller=_principal(request).actor,
+            argv=list(body.validated_data["argv"]),
+            sequence=body.validated_data["sequence"],
+        )
+    except InvalidTransition as exc:
+        return _conflict(exc)
+    return Response({"event": event.pk})
 
 
 @extend_schema(

@@ -38,6 +38,11 @@ urlpatterns = [
         name="advisor-claim",
     ),
     path(
+        "v1/advisor/recommendations/<int:recommendation_id>/dispatch/",
+        advisor.dispatch,
+        name="advisor-dispatch",
+    ),
+    path(
         "v1/advisor/recommendations/<int:recommendation_id>/report/",
         advisor.report,
         name="advisor-report",

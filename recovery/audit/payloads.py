@@ -170,6 +170,18 @@ class LeaseExpiredPayload(TypedDict):
     previous_owner: str
 
 
+class DispatchedPayload(TypedDict):
+    """A scheduler command its controller is about to run, recorded before it runs.
+
+    ``sequence`` numbers the commands of one controller's handling of a claim from 1.
+    """
+
+    recommendation: int
+    action: str
+    argv: list[str]
+    sequence: int
+
+
 class ReportPayload(TypedDict):
     """What a controller reports it did (executed, skipped, failed, to be retried)."""
 
@@ -299,7 +311,7 @@ AcknowledgementChangedPayload = TypedDict(
 
 
 class NoPayload(TypedDict):
-    """Kinds nothing in the loop records (``dispatched``, ``stopped``)."""
+    """Kinds nothing in the loop records (``stopped``)."""
 
 
 PAYLOADS: dict[str, type] = {
@@ -315,7 +327,7 @@ PAYLOADS: dict[str, type] = {
     "expired": ExpiredPayload,
     "claimed": ClaimedPayload,
     "lease_expired": LeaseExpiredPayload,
-    "dispatched": NoPayload,
+    "dispatched": DispatchedPayload,
     "scheduler_action": ReportPayload,
     "action_skipped": ReportPayload,
     "action_failed": ReportPayload,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -92,6 +93,14 @@ class AdvisorClient:
             "POST",
             f"/api/v1/advisor/recommendations/{recommendation_id}/renew/",
             {"lease_seconds": lease_seconds},
+        )
+
+    def dispatch(self, recommendation_id: int, argv: Sequence[str], sequence: int) -> None:
+        """Record in the trail the command about to run; refused (409) once the lease is lost."""
+        self._call(
+            "POST",
+            f"/api/v1/advisor/recommendations/{recommendation_id}/dispatch/",
+            {"argv": list(argv), "sequence": sequence},
         )
 
     def report(self, recommendation_id: int, body: dict[str, Any]) -> None:

@@ -12,6 +12,14 @@ user, a submit time that fits) and every fact the action depends on must have be
 read that fails or a fact that is unknown gives the recommendation back (``retry``) to be taken
 up again from the scheduler's state, by this controller or another. So does a half-done action:
 a requeued job that is still held or still lacks its exclusions is finished on the next pass.
+
+Every command is written ahead: before it runs, its exact command line is recorded in the
+trail through the Advisor API (``dispatch``, a ``dispatched`` event). A controller killed right
+after a command, or one whose command timed out after it took effect, leaves the command in
+the trail all the same. The dispatch is also the last check of the lease before each command:
+refused, or not answered, nothing runs. The requeue, the one command that must not run twice,
+is preceded by one more read of the job after its dispatch, so that a controller paused since
+it read the job does not restart an attempt that was restarted meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any, Protocol
 
 from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
 from recovery.sources.schedulers.base import (
+    Command,
     CommandResult,
     ExpeditedRequeueUnavailable,
     JobInfo,
@@ -65,6 +74,8 @@ class AdvisorAPI(Protocol):
 
     def renew(self, recommendation_id: int, lease_seconds: int) -> None: ...
 
+    def dispatch(self, recommendation_id: int, argv: Sequence[str], sequence: int) -> None: ...
+
     def report(self, recommendation_id: int, body: dict[str, Any]) -> None: ...
 
     def identity(self) -> ControllerIdentity: ...
@@ -80,6 +91,14 @@ class Retry(Exception):
 
 class LeaseLost(Exception):
     """Another controller may own the recommendation now: stop acting on it at once."""
+
+
+class NotRestarted(Exception):
+    """The job runs an attempt after the recommendation's: there is nothing to restart."""
+
+
+class EffectUnknown(SchedulerError):
+    """A command timed out or lost its connection: it may or may not have taken effect."""
 
 
 # A job's submit time as Slurm reports it and as the control plane stored it may differ by
@@ -224,28 +243,30 @@ class AdvisorController:
         self.clock = clock
         self._holding: int | None = None  # the recommendation whose lease is kept alive
         self._lease_renewed_at = 0.0
+        self._acting_on: int | None = None  # the recommendation the commands are dispatched for
+        self._dispatched = 0  # commands dispatched for it so far
 
     def check_identity(self, cluster: str) -> ControllerIdentity:
         """Refuse to start unless the token's cluster is ``cluster`` and Slurm agrees.
 
         Three things must name the same cluster: the ``--cluster`` it was started with, the
         cluster its token belongs to, and the ``ClusterName`` the scheduler reports (which the
-        control plane records as the cluster's scheduler name). An unreadable name is no match.
+        control plane records as the cluster's scheduler name). An unreadable name is no match,
+        and no mismatch either: ``SchedulerError``, to be asked again, as when the scheduler is
+        unreachable; ``MisconfiguredController`` only for names that were read and differ.
         """
         identity = self.api.identity()
         if identity.cluster != cluster:
             raise MisconfiguredController(
                 f"the token belongs to cluster {identity.cluster!r}, not to --cluster {cluster!r}"
             )
-        try:
-            reported = self.adapter.cluster_name()
-        except SchedulerError as exc:
-            raise MisconfiguredController(
-                f"cannot read the scheduler's cluster name: {exc}"
-            ) from None
+        # An unreachable scheduler (SchedulerError) is not a misconfiguration: the caller waits
+        # and asks again, as it does while the control plane is away.
+        reported = self.adapter.cluster_name()
         if reported is None:
-            raise MisconfiguredController(
-                "the scheduler did not report its cluster name: cannot tell that it is "
+            # Unknown, not wrong: slurmctld away answers nothing. Asked again until it answers.
+            raise SchedulerError(
+                "the scheduler did not report its cluster name: cannot tell yet that it is "
                 f"{identity.scheduler_cluster_name!r}"
             )
         if reported != identity.scheduler_cluster_name:
@@ -304,6 +325,8 @@ class AdvisorController:
     # ------------------------------------------------------------------ one recommendation
 
     def carry_out(self, recommendation: ReadyRecommendation) -> Outcome:
+        self._acting_on = recommendation.id
+        self._dispatched = 0
         try:
             job_id = validate_job_id(recommendation.job_id)
             validate_node_names(recommendation.excluded_nodes)
@@ -374,6 +397,7 @@ class AdvisorController:
             if job.state == "COMPLETING":
                 raise Retry(f"job {job.job_id} is still completing")
         assert job.restart_count is not None and job.excluded_nodes is not None
+        job_id = job.job_id
         requeue = job.restart_count < attempt and job.state != "PENDING"
         if requeue:
             problem = started_since(recommendation, job)
@@ -384,25 +408,38 @@ class AdvisorController:
         wanted_exclusions = sorted(set(job.excluded_nodes) | set(recommendation.excluded_nodes))
         missing_exclusions = not set(recommendation.excluded_nodes) <= set(job.excluded_nodes)
         if requeue:
-            if not missing_exclusions and self._requeued_expedited(job, outcome):
-                missing_exclusions = False
-            else:
-                self._act(outcome, self.adapter.requeue(job.job_id, hold=True))
+            try:
+                if not missing_exclusions and self._requeued_expedited(
+                    recommendation, job_id, outcome
+                ):
+                    missing_exclusions = False
+                else:
+                    self._command(
+                        outcome,
+                        Command.REQUEUE_HOLD,
+                        job_id,
+                        lambda: self.adapter.requeue(job_id, hold=True),
+                        recheck=lambda: self._still_to_restart(recommendation, job_id),
+                    )
+            except NotRestarted as exc:
+                outcome.converged = False
+                outcome.detail = f"nothing restarted: {exc}"
+                return
             job = self._wait(
-                job.job_id,
+                job_id,
                 lambda j: (
                     j.state in {"PENDING", "COMPLETING"} and (j.restart_count or 0) >= attempt
                 ),
             )
         elif missing_exclusions and job.is_pending and not job.held:
             # Keep it from starting on an excluded node while the exclusion is set.
-            self._act(outcome, self.adapter.hold(job.job_id))
+            self._command(outcome, Command.HOLD, job_id, lambda: self.adapter.hold(job_id))
         if missing_exclusions:
-            self._act(outcome, self._exclude(job.job_id, wanted_exclusions))
-        current = self._read_known(job.job_id)
+            self._exclude(outcome, job_id, wanted_exclusions)
+        current = self._read_known(job_id)
         if current.held:
-            self._act(outcome, self.adapter.release(job.job_id))
-        final = self._read(job.job_id)
+            self._command(outcome, Command.RELEASE, job_id, lambda: self.adapter.release(job_id))
+        final = self._read(job_id)
         outcome.converged = bool(
             final is not None
             and not final.unknown()
@@ -417,46 +454,91 @@ class AdvisorController:
             )
             outcome.detail = outcome.detail or f"{reason}: {job_snapshot(final)}"
 
-    def _requeued_expedited(self, job: JobInfo, outcome: Outcome) -> bool:
+    def _requeued_expedited(
+        self, recommendation: ReadyRecommendation, job_id: str, outcome: Outcome
+    ) -> bool:
         """Slurm 25.11's fast path, where the site and the job have it: restarted at once, at
-        top priority, with no hold to lift. Nothing else to set, so nothing is lost by it."""
+        top priority, with no hold to lift. Nothing else to set, so nothing is lost by it.
+
+        Where the job turns out not to have it, its dispatch stays in the trail with no command
+        after it, and the ordinary requeue is dispatched next.
+        """
         if not self.adapter.supports_expedited_requeue():
             return False
         self._keep_lease()
         try:
-            self._act(outcome, self.adapter.requeue_expedited(job.job_id))
+            self._command(
+                outcome,
+                Command.REQUEUE_EXPEDITED,
+                job_id,
+                lambda: self.adapter.requeue_expedited(job_id),
+                recheck=lambda: self._still_to_restart(recommendation, job_id),
+            )
         except ExpeditedRequeueUnavailable as exc:
-            logger.info("ordinary requeue for job %s: %s", job.job_id, exc)
+            logger.info("ordinary requeue for job %s: %s", job_id, exc)
             return False
         return True
 
-    def _exclude(self, job_id: str, nodes: list[str]) -> CommandResult:
+    def _still_to_restart(self, recommendation: ReadyRecommendation, job_id: str) -> None:
+        """Read the job once more after the requeue's dispatch, right before the requeue.
+
+        A controller paused since it read the job (SIGSTOP, a frozen VM) may come back to an
+        attempt that Slurm, a person or another controller restarted meanwhile; a second
+        requeue would throw away that new attempt. Raises ``Retry`` when the job moved on (the
+        next pass decides from its state) and ``NotRestarted`` when a newer attempt runs.
+        """
+        job = self._read_known(job_id)
+        attempt = recommendation.attempt
+        assert attempt is not None and job.restart_count is not None  # checked as known
+        if job.restart_count >= attempt or job.state in {"PENDING", "COMPLETING"}:
+            raise Retry(
+                f"job {job_id} changed since it was read (restart count {job.restart_count}, "
+                f"{job.state}): not requeued"
+            )
+        problem = started_since(recommendation, job)
+        if problem is not None:
+            raise NotRestarted(problem)
+
+    def _exclude(self, outcome: Outcome, job_id: str, nodes: list[str]) -> None:
         """Set the exclusions; Slurm accepts them only once the requeued job is pending."""
         deadline = self.clock() + self.settle_seconds
         while True:
             self._keep_lease()
             try:
-                return self.adapter.set_excluded_nodes(job_id, nodes)
+                self._command(
+                    outcome,
+                    Command.SET_EXCLUDED_NODES,
+                    job_id,
+                    lambda: self.adapter.set_excluded_nodes(job_id, nodes),
+                    nodes,
+                )
+                return
             except SchedulerError as exc:
                 if "no longer pending" not in str(exc) or self.clock() > deadline:
                     raise
             self.sleep(self.poll_seconds)
 
     def _stop(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
+        job_id = job.job_id
         if job.state == "COMPLETING":
             # The failed attempt is still winding down; Slurm refuses updates until it ends.
-            job = self._wait(job.job_id, lambda j: j.state != "COMPLETING")
+            job = self._wait(job_id, lambda j: j.state != "COMPLETING")
         if job.requeue_allowed and job.state not in FINISHED_STATES:
             try:
-                self._act(outcome, self.adapter.disable_requeue(job.job_id))
+                self._command(
+                    outcome,
+                    Command.DISABLE_REQUEUE,
+                    job_id,
+                    lambda: self.adapter.disable_requeue(job_id),
+                )
             except SchedulerError:
-                current = self._read(job.job_id)
+                current = self._read(job_id)
                 if current is None or current.state not in FINISHED_STATES:
                     raise
                 job = current  # it ended meanwhile: nothing left that could restart it
         if job.state not in FINISHED_STATES:
-            self._act(outcome, self.adapter.cancel(job.job_id))
-            job = self._wait(job.job_id, lambda j: j.state in FINISHED_STATES)
+            self._command(outcome, Command.CANCEL, job_id, lambda: self.adapter.cancel(job_id))
+            job = self._wait(job_id, lambda j: j.state in FINISHED_STATES)
         outcome.converged = job.state in FINISHED_STATES
 
     # ------------------------------------------------------------------ reading the scheduler
@@ -530,6 +612,66 @@ class AdvisorController:
         self._lease_renewed_at = self.clock()
 
     # ------------------------------------------------------------------ acting
+
+    def _command(
+        self,
+        outcome: Outcome,
+        command: Command,
+        job_id: str,
+        run: Callable[[], CommandResult],
+        nodes: Sequence[str] = (),
+        *,
+        recheck: Callable[[], None] | None = None,
+    ) -> CommandResult:
+        """Run one scheduler command, written ahead: its ``dispatched`` event is recorded first.
+
+        ``run`` must run exactly ``planned_argv(command, job_id, nodes)``. ``recheck``, called
+        between the dispatch and the command, may still call it off by raising. A command that
+        timed out or lost its connection raises ``EffectUnknown``, which names it.
+        """
+        argv = self.adapter.planned_argv(command, job_id, nodes)
+        self._dispatch(argv)
+        if recheck is not None:
+            recheck()
+        try:
+            result = run()
+        except ExpeditedRequeueUnavailable:
+            raise  # refused before anything ran
+        except SchedulerError as exc:
+            if exc.result is None:
+                raise EffectUnknown(
+                    f"the effect of `{' '.join(argv)}` is unknown (it may or may not have "
+                    f"run): {exc}"
+                ) from exc
+            raise
+        if tuple(result.argv) != argv:
+            logger.warning(
+                "ran `%s` but dispatched `%s`: the adapter's planned_argv is wrong",
+                " ".join(result.argv),
+                " ".join(argv),
+            )
+        self._act(outcome, result)
+        return result
+
+    def _dispatch(self, argv: tuple[str, ...]) -> None:
+        """Record the command about to run in the trail; the last check of the lease before it.
+
+        Refused (404, 409: the lease is lost or ran out), nothing runs and the controller stops
+        acting. Not answered (unreachable, 5xx, 429...), nothing runs either: the
+        recommendation goes back, and the scheduler's state decides the next time.
+        """
+        assert self._acting_on is not None
+        self._dispatched += 1
+        shown = " ".join(argv)
+        try:
+            self.api.dispatch(self._acting_on, argv, self._dispatched)
+        except AdvisorAPIError as exc:
+            if exc.status in {404, 409}:
+                raise LeaseLost(
+                    f"`{shown}` not run: the lease of recommendation {self._acting_on} is "
+                    f"lost: {exc}"
+                ) from None
+            raise Retry(f"`{shown}` not run: the control plane did not record it: {exc}") from None
 
     def _act(self, outcome: Outcome, result: CommandResult) -> None:
         outcome.outcome = "executed"

@@ -2,7 +2,8 @@
 
 Each function changes the status with a conditional UPDATE and writes its audit event in the
 same transaction, so the trail and the status can never disagree, and a repeated call (a
-double click, a re-delivered task) acts once.
+double click, a re-delivered task) acts once. ``record_dispatch`` changes no status: it writes
+a scheduler command's event ahead of the command, under a lock on the row it checks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from recovery.audit.actors import Actor
 from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_form_problem
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, EvidenceTrust, RecommendationStatus
-from recovery.models import Anomaly, Cluster, Node, Recommendation, Workload
+from recovery.models import Anomaly, AuditEvent, Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
 # MySQL's lock wait timeout and deadlock: the server rolled the transaction back, and running it
@@ -230,6 +231,66 @@ def renew_lease(recommendation_id: int, *, controller: str, lease_seconds: int) 
     if renewed != 1:
         raise InvalidTransition(_not_held_by(controller, recommendation_id))
     return Recommendation.objects.get(pk=recommendation_id)
+
+
+# A controller's commands for one claim are numbered from 1; no action takes this many.
+MAX_DISPATCH_SEQUENCE = 100_000
+
+
+@retrying_lock_conflicts
+def record_dispatch(
+    recommendation_id: int, *, controller: str, argv: list[str], sequence: int
+) -> AuditEvent:
+    """Record the scheduler command the lease holder is about to run: a ``dispatched`` event.
+
+    Written ahead of the command, so that a command the scheduler carried out is in the trail
+    even when its controller is killed before it reports. Allowed only to the controller that
+    holds the lease, and only while the lease runs: a holder paused past its lease must not act
+    even if nobody took over yet, the next claimant will. The row stays locked until the event
+    is written, so that no claim takes the recommendation over in between. Raises
+    ``InvalidTransition`` otherwise, and ``ValueError`` for an argv or sequence no controller
+    sends. Each call records one event (the controller dispatches each command once).
+    """
+    if not argv or not all(isinstance(arg, str) for arg in argv):
+        raise ValueError("argv must be a non-empty list of strings")
+    if isinstance(sequence, bool) or not 1 <= sequence <= MAX_DISPATCH_SEQUENCE:
+        raise ValueError(f"sequence must be from 1 to {MAX_DISPATCH_SEQUENCE}")
+    problem = free_form_problem(argv, max_bytes=MAX_COMMANDS_BYTES)
+    if problem is not None:
+        raise ValueError(f"argv: {problem}")
+    now = timezone.now()
+    with transaction.atomic():
+        # Only the recommendation's row is locked (a join would lock its workload too).
+        held = (
+            Recommendation.objects.select_for_update()
+            .filter(
+                pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
+            )
+            .first()
+        )
+        if held is None:
+            raise InvalidTransition(_not_held_by(controller, recommendation_id))
+        expires = held.lease_expires_at
+        if expires is None or expires <= now:
+            when = f" at {expires.isoformat()}" if expires is not None else ""
+            raise InvalidTransition(
+                f"the lease of {controller} on recommendation {recommendation_id} ran out{when}: "
+                f"the next claimant acts on it, not {controller}"
+            )
+        workload = Workload.objects.select_related("cluster").get(pk=held.workload_id)
+        return record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=workload.current_attempt or None,
+            kind=AuditKind.DISPATCHED,
+            actor=controller,
+            payload={
+                "recommendation": held.pk,
+                "action": held.action,
+                "argv": list(argv),
+                "sequence": sequence,
+            },
+        )
 
 
 def _not_held_by(controller: str, recommendation_id: int) -> str:

@@ -59,8 +59,8 @@ def test_the_checker_names_what_is_wrong_with_a_payload() -> None:
     assert payload_problems(AuditKind.RECOMMENDED, {**recommended, "recommendation": True}) == [
         "recommended: 'recommendation' is bool, expected int"
     ]
-    assert payload_problems("dispatched", {"recommendation": 3}) == [
-        "dispatched: unexpected key 'recommendation'"
+    assert payload_problems("stopped", {"recommendation": 3}) == [
+        "stopped: unexpected key 'recommendation'"
     ]
     assert payload_problems("teleported", {}) == ["unknown audit kind 'teleported'"]
 

@@ -8,7 +8,9 @@ real Slurm 22.05 and 24.11 in tests/slurm.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
+import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -62,14 +64,21 @@ def refused(argv: Sequence[str], said: str) -> SchedulerError:
     return SchedulerError(result.describe(), result)
 
 
+# What the controller posted and the scheduler ran, in order: ("dispatch" or "run", argv).
+Journal = list[tuple[str, tuple[str, ...]]]
+
+
 class ModelSlurm(SchedulerAdapter):
     """One job, changed by the controller's commands the way Slurm changes it."""
 
     def __init__(self, job: JobInfo, *, cluster: str | None = "lab") -> None:
         self.job: JobInfo | None = job
         self.commands: list[str] = []
+        self.journal: Journal = []  # every command run, with its argv
         self.read_errors = 0  # reads that fail as an unreachable scheduler does
         self.drop_after: str = ""  # a command that takes effect, then the connection drops
+        # Called once a command (by its verb) has taken effect, before it returns.
+        self.after: dict[str, Callable[[], None]] = {}
         self.cluster = cluster
 
     def cluster_name(self) -> str | None:
@@ -87,12 +96,16 @@ class ModelSlurm(SchedulerAdapter):
     def list_nodes(self) -> list[NodeInfo]:
         return []
 
-    def _done(self, verb: str, *argv: str) -> CommandResult:
+    def _done(self, *argv: str) -> CommandResult:
+        verb = argv[1] if argv[0] == "scontrol" else argv[0]
         self.commands.append(verb)
+        self.journal.append(("run", argv))
+        if verb in self.after:
+            self.after.pop(verb)()
         if self.drop_after == verb:
             self.drop_after = ""
             raise SchedulerError(f"the SSH connection dropped while `{verb}` ran")
-        return CommandResult(("scontrol", verb, *argv), 0, "", "")
+        return CommandResult(argv, 0, "", "")
 
     def _job(self) -> JobInfo:
         assert self.job is not None
@@ -111,7 +124,7 @@ class ModelSlurm(SchedulerAdapter):
             submit_time=(job.submit_time or SUBMITTED) + timedelta(hours=1),
             nodes=[],
         )
-        return self._done(verb, job_id)
+        return self._done("scontrol", verb, job_id)
 
     def set_excluded_nodes(self, job_id: str, nodes: Sequence[str]) -> CommandResult:
         job = self._job()
@@ -119,15 +132,15 @@ class ModelSlurm(SchedulerAdapter):
             argv = ["scontrol", "update", f"JobId={job_id}"]
             raise refused(argv, f"Job is no longer pending execution for job {job_id}")
         self.job = replace(job, excluded_nodes=list(nodes))
-        return self._done("update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}")
+        return self._done("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}")
 
     def release(self, job_id: str) -> CommandResult:
         self.job = replace(self._job(), held=False)
-        return self._done("release", job_id)
+        return self._done("scontrol", "release", job_id)
 
     def hold(self, job_id: str) -> CommandResult:
         self.job = replace(self._job(), held=True)
-        return self._done("hold", job_id)
+        return self._done("scontrol", "hold", job_id)
 
     def cancel(self, job_id: str) -> CommandResult:
         self.job = replace(self._job(), state="CANCELLED")
@@ -135,10 +148,10 @@ class ModelSlurm(SchedulerAdapter):
 
     def disable_requeue(self, job_id: str) -> CommandResult:
         self.job = replace(self._job(), requeue_allowed=False)
-        return self._done("update", f"JobId={job_id}", "Requeue=0")
+        return self._done("scontrol", "update", f"JobId={job_id}", "Requeue=0")
 
     def clear_start_delay(self, job_id: str) -> CommandResult:
-        return self._done("update", f"JobId={job_id}", "StartTime=now")
+        return self._done("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
 
 @dataclass
@@ -146,7 +159,11 @@ class FakeAPI:
     recommendations: list[ReadyRecommendation] = field(default_factory=list)
     reports: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     renewals: list[int] = field(default_factory=list)
-    lease_lost: bool = False
+    # (recommendation, argv, sequence) per dispatch recorded.
+    dispatches: list[tuple[int, list[str], int]] = field(default_factory=list)
+    journal: Journal = field(default_factory=list)  # shared with a ModelSlurm to see the order
+    lease_lost: bool = False  # renewals and dispatches are refused (409)
+    dispatch_error: AdvisorAPIError | None = None  # what every dispatch raises
     cluster: str = "lab"
     scheduler_cluster_name: str = "lab"
 
@@ -160,6 +177,14 @@ class FakeAPI:
         if self.lease_lost:
             raise AdvisorAPIError("409 held by controller:other", 409)
         self.renewals.append(recommendation_id)
+
+    def dispatch(self, recommendation_id: int, argv: Sequence[str], sequence: int) -> None:
+        if self.lease_lost:
+            raise AdvisorAPIError("409 held by controller:other", 409)
+        if self.dispatch_error is not None:
+            raise self.dispatch_error
+        self.dispatches.append((recommendation_id, list(argv), sequence))
+        self.journal.append(("dispatch", tuple(argv)))
 
     def report(self, recommendation_id: int, body: dict[str, Any]) -> None:
         self.reports.append((recommendation_id, body))
@@ -434,9 +459,9 @@ class SlowSlurm(ModelSlurm):
         super().__init__(job)
         self.clock = clock
 
-    def _done(self, verb: str, *argv: str) -> CommandResult:
+    def _done(self, *argv: str) -> CommandResult:
         self.clock.now += 30
-        return super()._done(verb, *argv)
+        return super()._done(*argv)
 
 
 def test_a_slow_restart_renews_its_lease_and_reports_every_command() -> None:
@@ -456,7 +481,9 @@ def test_a_slow_restart_renews_its_lease_and_reports_every_command() -> None:
 def test_a_lost_lease_stops_the_action_and_says_what_was_done() -> None:
     clock = Clock()
     slurm = SlowSlurm(running_job(), clock)
-    api = FakeAPI([restart()], lease_lost=True)
+    api = FakeAPI([restart()])
+    # Taken over while the slow requeuehold ran: the next renewal finds it lost.
+    slurm.after["requeuehold"] = lambda: setattr(api, "lease_lost", True)
     assert controller_for(slurm, api, clock, lease_seconds=60).run_once() == [(1, "retry")]
     assert slurm.commands == ["requeuehold"]  # nothing after the lease was found lost
     body = api.reports[0][1]
@@ -474,9 +501,55 @@ def test_it_starts_only_where_token_flag_and_slurm_name_the_same_cluster() -> No
         controller_for(slurm, FakeAPI()).check_identity("prod")
     with pytest.raises(MisconfiguredController, match="scheduler here is cluster 'lab'"):
         controller_for(slurm, FakeAPI(scheduler_cluster_name="a100")).check_identity("lab")
+
+
+def test_an_unreadable_cluster_name_is_asked_again_not_taken_for_a_misconfiguration() -> None:
+    """A controller restarted while slurmctld is away must wait for it, not exit for good."""
     unnamed = ModelSlurm(running_job(), cluster=None)
-    with pytest.raises(MisconfiguredController, match="did not report its cluster name"):
+    with pytest.raises(SchedulerError, match="did not report its cluster name"):
         controller_for(unnamed, FakeAPI()).check_identity("lab")
+    with pytest.raises(SchedulerError, match="connection refused"):
+        controller_for(SlurmAwayAtFirst(running_job()), FakeAPI()).check_identity("lab")
+
+
+class SlurmAwayAtFirst(ModelSlurm):
+    """slurmctld refuses the first ``away`` connections, then answers."""
+
+    def __init__(self, job: JobInfo, away: int = 1) -> None:
+        super().__init__(job, cluster="lab")
+        self.away = away
+
+    def cluster_name(self) -> str | None:
+        if self.away > 0:
+            self.away -= 1
+            raise SchedulerError("connection refused")
+        return self.cluster
+
+
+def test_a_controller_started_during_a_scheduler_outage_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the chaos run: a controller restarted while the scheduler was unreachable
+    exited with "not starting", and stayed down until something restarted it."""
+    from recovery.controller import cli
+
+    monkeypatch.setattr("recovery.controller.cli.time.sleep", lambda seconds: None)
+    controller = controller_for(SlurmAwayAtFirst(running_job(), away=3), FakeAPI())
+    out, err = io.StringIO(), io.StringIO()
+    options = cli.ControllerOptions.from_parsed(
+        {**vars(cli_parser().parse_args(["--cluster", "lab"]))}
+    )
+    cli.check_identity(controller, options, out=out, err=err)
+    assert "serves cluster lab" in out.getvalue()
+    assert err.getvalue().count("cannot check the cluster yet: connection refused") == 3
+
+
+def cli_parser() -> argparse.ArgumentParser:
+    from recovery.controller import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser
 
 
 # ---------------------------------------------------------------------- Slurm 25.11
@@ -496,7 +569,7 @@ class ExpeditingSlurm(ModelSlurm):
         if not self.job_expedites:
             raise ExpeditedRequeueUnavailable("not submitted with --requeue=expedite")
         self.job = replace(self._job(), state="PENDING", held=False, restart_count=1, nodes=[])
-        return self._done("requeue", job_id)
+        return self._done("scontrol", "requeue", job_id)
 
 
 def test_a_restart_with_nothing_to_exclude_takes_the_expedited_path() -> None:

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from recovery.sources.schedulers.optin import OptIn
 from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
+from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
 
 class SchedulerError(Exception):
@@ -45,6 +46,31 @@ class CommandResult:
         output = (self.stderr or self.stdout).strip().splitlines()
         said = output[-1][:300] if output else "no output"
         return f"`{' '.join(self.argv)}` exited {self.returncode}: {said}"
+
+
+class Command(StrEnum):
+    """A scheduler command that changes something, named as ``SchedulerAdapter.planned_argv``
+    takes it: one per action method (``requeue`` with and without ``hold``, the expedited
+    requeue, ``set_excluded_nodes``...). Reads are not commands here."""
+
+    REQUEUE = "requeue"
+    REQUEUE_HOLD = "requeuehold"
+    REQUEUE_EXPEDITED = "requeue_expedited"
+    SET_EXCLUDED_NODES = "set_excluded_nodes"
+    CLEAR_START_DELAY = "clear_start_delay"
+    RELEASE = "release"
+    HOLD = "hold"
+    CANCEL = "cancel"
+    DISABLE_REQUEUE = "disable_requeue"
+
+
+def _listed_order(name: str) -> tuple[str, int]:
+    """The order the simulated Slurm lists a job's excluded nodes in: by the name without its
+    trailing digits, then by all its digits as one number (``natural_key`` in
+    ``recovery/simulator/cluster/state.py``; ``tests/controller/test_dispatch.py`` checks that
+    the two agree)."""
+    digits = "".join(char for char in name if char.isdigit())
+    return name.rstrip("0123456789"), int(digits or 0)
 
 
 class Connection(StrEnum):
@@ -218,6 +244,45 @@ class SchedulerAdapter(abc.ABC):
 
     @abc.abstractmethod
     def disable_requeue(self, job_id: str) -> CommandResult: ...
+
+    def planned_argv(
+        self, command: Command, job_id: str, nodes: Sequence[str] = ()
+    ) -> tuple[str, ...]:
+        """The exact command line ``command`` runs on ``job_id`` (``nodes``: the exclusions of
+        ``SET_EXCLUDED_NODES``), known before it runs.
+
+        The Advisor Controller records it in the trail before running the command, so that a
+        command the scheduler carried out is never missing from the trail, even when the
+        controller is killed right after it. Both adapters here speak Slurm: this is Slurm's
+        command line, which the Slurm adapter builds its commands from and the simulator
+        imitates; an adapter for another scheduler overrides it. Raises ``InvalidIdentifier``
+        for an id or a node name no command may carry.
+        """
+        job_id = validate_job_id(job_id)
+        match command:
+            case Command.REQUEUE | Command.REQUEUE_EXPEDITED:
+                return ("scontrol", "requeue", job_id)
+            case Command.REQUEUE_HOLD:
+                return ("scontrol", "requeuehold", job_id)
+            case Command.SET_EXCLUDED_NODES:
+                names = self.excluded_nodes_value(nodes)
+                return ("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={names}")
+            case Command.CLEAR_START_DELAY:
+                return ("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+            case Command.RELEASE:
+                return ("scontrol", "release", job_id)
+            case Command.HOLD:
+                return ("scontrol", "hold", job_id)
+            case Command.CANCEL:
+                return ("scancel", job_id)
+            case Command.DISABLE_REQUEUE:
+                return ("scontrol", "update", f"JobId={job_id}", "Requeue=0")
+        raise AssertionError(f"no command line for {command!r}")
+
+    def excluded_nodes_value(self, nodes: Sequence[str]) -> str:
+        """The value of ``ExcNodeList=`` for ``nodes``: here each name once, comma-separated, in
+        the order the simulated Slurm writes them; Slurm's adapter compresses the list."""
+        return ",".join(sorted(set(validate_node_names(nodes)), key=_listed_order))
 
     def scheduler_version(self) -> str | None:
         """The scheduler's version (``24.11.5``), or None when unknown."""

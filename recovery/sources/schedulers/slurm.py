@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from recovery.sources.schedulers.base import (
+    Command,
     CommandResult,
     ExpeditedRequeueUnavailable,
     JobInfo,
@@ -285,8 +286,7 @@ class SlurmAdapter(SchedulerAdapter):
             if hold:
                 raise ValueError("an expedited requeue restarts the job at once; it cannot hold it")
             return self.requeue_expedited(job_id)
-        verb = "requeuehold" if hold else "requeue"
-        return self._run(["scontrol", verb, validate_job_id(job_id)])
+        return self._run_planned(Command.REQUEUE_HOLD if hold else Command.REQUEUE, job_id)
 
     def requeue_expedited(self, job_id: str) -> CommandResult:
         """Requeue a job that Slurm 25.11 restarts at once.
@@ -315,30 +315,35 @@ class SlurmAdapter(SchedulerAdapter):
                 f"no expedited requeue for job {job_id}: it was not submitted with "
                 "--requeue=expedite, and only such jobs skip the requeue delay"
             )
-        return self._run(["scontrol", "requeue", job_id])
+        return self._run_planned(Command.REQUEUE_EXPEDITED, job_id)
 
     def set_excluded_nodes(self, job_id: str, nodes: Sequence[str]) -> CommandResult:
-        names = compress_nodelist(validate_node_names(nodes)) if nodes else ""
-        return self._run(
-            ["scontrol", "update", f"JobId={validate_job_id(job_id)}", f"ExcNodeList={names}"]
-        )
+        return self._run_planned(Command.SET_EXCLUDED_NODES, job_id, nodes)
 
     def clear_start_delay(self, job_id: str) -> CommandResult:
-        return self._run(
-            ["scontrol", "update", f"JobId={validate_job_id(job_id)}", "StartTime=now"]
-        )
+        return self._run_planned(Command.CLEAR_START_DELAY, job_id)
 
     def release(self, job_id: str) -> CommandResult:
-        return self._run(["scontrol", "release", validate_job_id(job_id)])
+        return self._run_planned(Command.RELEASE, job_id)
 
     def hold(self, job_id: str) -> CommandResult:
-        return self._run(["scontrol", "hold", validate_job_id(job_id)])
+        return self._run_planned(Command.HOLD, job_id)
 
     def cancel(self, job_id: str) -> CommandResult:
-        return self._run(["scancel", validate_job_id(job_id)])
+        return self._run_planned(Command.CANCEL, job_id)
 
     def disable_requeue(self, job_id: str) -> CommandResult:
-        return self._run(["scontrol", "update", f"JobId={validate_job_id(job_id)}", "Requeue=0"])
+        return self._run_planned(Command.DISABLE_REQUEUE, job_id)
+
+    def excluded_nodes_value(self, nodes: Sequence[str]) -> str:
+        """Slurm's compressed hostlist (``gpu-[001-004]``): short on any cluster's scale."""
+        return compress_nodelist(validate_node_names(nodes)) if nodes else ""
+
+    def _run_planned(
+        self, command: Command, job_id: str, nodes: Sequence[str] = ()
+    ) -> CommandResult:
+        """Run ``command`` as ``planned_argv`` says: what the controller recorded is what runs."""
+        return self._run(list(self.planned_argv(command, job_id, nodes)))
 
     def _run(self, argv: list[str], *, check: bool = True) -> CommandResult:
         result = self.transport.run(argv, timeout=self.command_timeout)
