@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import redis
@@ -13,6 +12,7 @@ from recovery.loop.poll import is_polled
 from recovery.loop.poll import poll_cluster as poll
 from recovery.models import Cluster
 from recovery.sources.schedulers.base import SchedulerError
+from tasks.locks import held_while_running
 
 logger = logging.getLogger(__name__)
 
@@ -26,21 +26,18 @@ def poll_cluster(cluster_id: int) -> dict[str, int]:
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return {}
-    lock = redis.Redis.from_url(settings.REDIS_URL).lock(
-        f"wr:poll:{cluster_id}", timeout=settings.POLL_SECONDS * 60, blocking_timeout=0
-    )
-    if not lock.acquire():
-        return {"skipped": 1}
-    try:
-        summary = poll(cluster)
-    except SchedulerError as exc:
-        # An unreachable scheduler is reported, not retried in a loop: the next beat polls.
-        logger.warning("poll of %s failed: %s", cluster.name, exc)
-        return {"error": 1}
-    finally:
-        # A lock that expired during a very slow poll has nothing left to release.
-        with contextlib.suppress(redis.exceptions.LockError):
-            lock.release()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    with held_while_running(
+        client, f"wr:poll:{cluster_id}", timeout_s=settings.POLL_LOCK_SECONDS
+    ) as ours:
+        if not ours:
+            return {"skipped": 1}
+        try:
+            summary = poll(cluster)
+        except SchedulerError as exc:
+            # An unreachable scheduler is reported, not retried in a loop: the next beat polls.
+            logger.warning("poll of %s failed: %s", cluster.name, exc)
+            return {"error": 1}
     return summary.__dict__
 
 

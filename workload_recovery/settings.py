@@ -122,9 +122,15 @@ CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Beat keeps its schedule in memory: every entry is a short interval whose task is idempotent, so
+# a restarted beat that runs each at once loses nothing. The default shelve file gains nothing,
+# and a beat killed while writing it could not start again (found by the chaos run).
+CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
 POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
+# One poll per cluster at a time (tasks/locks.py): renewed while the poll runs, so a worker killed
+# in the middle of one holds its cluster back for this long at most.
+POLL_LOCK_SECONDS = max(3 * POLL_SECONDS, 15)
 WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
 # Job tokens (wrj_) expire: a key copied out of a job stops working on its own.
 JOB_TOKEN_MAX_TTL_HOURS = 24 * 30
