@@ -20,7 +20,7 @@ E2E_SLURM2411_CTLD_PORT ?= 17400
 E2E_SLURM2411_NODE_PORT ?= 17401
 E2E_SLURM2411_SSH_PORT ?= 2400
 
-.PHONY: install install-e2e install-browser install-prometheus demo test e2e lint format clean bench bench-detect bench-scale bench-console fuzz-api slurm-up slurm-down
+.PHONY: install install-e2e install-browser install-prometheus demo test e2e chaos lint format clean bench bench-detect bench-scale bench-console fuzz-api slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -75,6 +75,15 @@ e2e: install-e2e
 	REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest tests/e2e -m e2e || status=$$?; \
 	$(BIN)/python tests/e2e/report.py || status=1; \
 	exit $$status
+
+# A thousand faults (kills, pauses, database and broker restarts, scheduler outages) against the
+# production process layout on a simulated cluster, with a MariaDB and a Redis of its own; writes
+# var/chaos/report.json and fails when anything was done twice, lost or left unrecorded.
+# `make test` runs the short version (tests/chaos).
+CHAOS_SEED ?= 1
+
+chaos: install
+	$(BIN)/python -m bench.chaos --seed $(CHAOS_SEED)
 
 # Benchmarks print their figures next to a reference measured in the same run.
 bench: bench-detect bench-scale bench-console

@@ -1,0 +1,101 @@
+"""``make chaos``: a thousand faults against the production process layout, and what they broke.
+
+    python -m bench.chaos [--seed N] [--faults N] [--duration S] [--short]
+
+Writes ``var/chaos/report.json`` (and ``report-<label>-seed-<N>.json``), prints a summary, and
+exits 1 when any of the counts that must be zero is not: duplicate actions, actions on healthy
+attempts, lost failures, unfinished recommendations, audit gaps. See ``bench/chaos/run.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+from bench.chaos.run import WORK, ChaosOptions, ChaosRun
+
+# Enough to land at least 100 faults within three minutes, for `make test`.
+SHORT = ChaosOptions(
+    faults=200,
+    duration_s=85.0,
+    quiet_s=45.0,
+    reference_s=0.0,
+    jobs=8,
+    nodes=32,
+    faults_per_job_hour=4.0,
+    label="short",
+)
+MUST_BE_ZERO = (
+    "duplicate_actions", "acted_on_healthy_attempt", "lost", "unfinished", "audit_gaps",
+)  # fmt: skip
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    print(f"\nchaos run, seed {report['seed']} ({report['options']['label']}):")
+    print(f"  faults injected          {report['faults_injected']:>6}")
+    for kind, count in sorted(report["by_kind"].items()):
+        print(f"    {kind:<34} {count:>6}")
+    for kind, count in sorted(report["missed_by_kind"].items()):
+        print(f"    (found nothing to strike: {kind} {count})")
+    for name in MUST_BE_ZERO:
+        mark = "ok" if report[name] == 0 else "FAIL"
+        print(f"  {name:<26} {report[name]:>4}  {mark}")
+
+    def times(label: str, figure: dict[str, Any] | None) -> None:
+        if not figure or not figure.get("samples"):
+            print(f"  {label:<36} no samples")
+            return
+        print(
+            f"  {label:<36} median {figure['median']:>6} s  p95 {figure['p95']:>6} s"
+            f"  ({figure['samples']} restarts)"
+        )
+
+    times("recovery time, chaos (action)", report["recovery_time_s"])
+    times("recovery time, chaos (monitor)", report["recovery_time_s_monitor"])
+    times("recovery time, no faults (action)", report["recovery_time_s_without_faults"])
+    for cluster in report["clusters"]:
+        print(
+            f"  {cluster['cluster']}: {cluster['failures']} failures "
+            f"({cluster['failures_checked']} checked: {cluster['accounted_by']}), "
+            f"{cluster['commands']} scheduler commands"
+        )
+    exits = report["process_exits_not_caused_by_the_schedule"]
+    if exits:
+        print(f"  processes that exited on their own: {', '.join(e['role'] for e in exits)}")
+    print(f"  wall time {report['wall_s']} s; details in {report['work_dir']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--faults", type=int, help="faults scheduled")
+    parser.add_argument("--duration", type=float, help="seconds the schedule spans")
+    parser.add_argument("--quiet", type=float, help="seconds of quiet before the checks")
+    parser.add_argument("--reference", type=float, help="seconds of the run without faults")
+    parser.add_argument("--short", action="store_true", help="the version `make test` runs")
+    args = parser.parse_args(argv)
+    options = SHORT if args.short else ChaosOptions()
+    changes: dict[str, Any] = {"seed": args.seed}
+    for name, value in (
+        ("faults", args.faults),
+        ("duration_s", args.duration),
+        ("quiet_s", args.quiet),
+        ("reference_s", args.reference),
+    ):
+        if value is not None:
+            changes[name] = value
+    options = replace(options, **changes)
+    report = ChaosRun(options).run()
+    WORK.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, indent=2, default=str)
+    (WORK / "report.json").write_text(text)
+    (WORK / f"report-{options.label}-seed-{options.seed}.json").write_text(text)
+    print_summary(report)
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

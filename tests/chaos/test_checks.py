@@ -1,0 +1,122 @@
+"""The chaos run's checks on journals made by hand: each count catches what it is meant to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.chaos.checks import ClusterVerdict, charge_actions, command_verb, recovery_times
+from bench.chaos.schedule import ARMED, WEIGHTS, fault_schedule
+
+
+def command(at: float, argv: list[str], attempt: int, state: str = "FAILED") -> dict[str, Any]:
+    return {
+        "at": at,
+        "argv": argv,
+        "job_id": int(argv[-1].split("=")[-1]) if argv[0] == "scancel" else 1001,
+        "attempt": attempt,
+        "job_state": state,
+        "returncode": 0,
+        "effective": True,
+        "caller": "controller-1",
+        "timed_out_after": False,
+        "killed_after": False,
+    }
+
+
+def failure(at: float, attempt: int, kind: str = "gpu_faulty") -> dict[str, Any]:
+    return {
+        "job_id": 1001,
+        "attempt": attempt,
+        "attempt_started_at": at - 30,
+        "at": at,
+        "kind": kind,
+        "category": "gpu_hardware",
+        "effect": "crash",
+        "node": "gpu-0001",
+    }
+
+
+def verdict_of(journal: dict[str, Any]) -> ClusterVerdict:
+    verdict = ClusterVerdict("c")
+    charge_actions(journal, verdict)
+    return verdict
+
+
+def test_one_restart_per_failure_is_clean() -> None:
+    journal = {
+        "failures": [failure(100.0, 0), failure(200.0, 1)],
+        "commands": [
+            command(105.0, ["scontrol", "requeuehold", "1001"], 0),
+            command(106.0, ["scontrol", "release", "1001"], 1, "PENDING"),
+            command(205.0, ["scontrol", "requeuehold", "1001"], 1),
+        ],
+        "attempts": [],
+    }
+    verdict = verdict_of(journal)
+    assert verdict.duplicate_actions == []
+    assert verdict.acted_on_healthy_attempt == []
+
+
+def test_a_second_restart_of_one_failure_is_a_duplicate() -> None:
+    journal = {
+        "failures": [failure(100.0, 0)],
+        "commands": [
+            command(105.0, ["scontrol", "requeuehold", "1001"], 0),
+            command(109.0, ["scontrol", "requeuehold", "1001"], 1, "PENDING"),
+        ],
+        "attempts": [],
+    }
+    verdict = verdict_of(journal)
+    assert len(verdict.duplicate_actions) == 1
+    assert verdict.duplicate_actions[0]["failure_at"] == 100.0
+
+
+def test_restarting_the_running_successor_is_acting_on_a_healthy_attempt() -> None:
+    journal = {
+        "failures": [failure(100.0, 0)],
+        # Slurm requeued attempt 0 by itself; attempt 1 runs and trains; a late restart hits it.
+        "commands": [command(150.0, ["scontrol", "requeuehold", "1001"], 1, "RUNNING")],
+        "attempts": [],
+    }
+    verdict = verdict_of(journal)
+    assert verdict.duplicate_actions == []
+    assert len(verdict.acted_on_healthy_attempt) == 1
+
+
+def test_refused_and_ineffective_commands_are_not_actions() -> None:
+    refused = {**command(105.0, ["scontrol", "requeuehold", "1001"], 0), "effective": False}
+    journal = {
+        "failures": [failure(100.0, 0)],
+        "commands": [refused, command(106.0, ["scontrol", "requeuehold", "1001"], 0)],
+        "attempts": [],
+    }
+    assert verdict_of(journal).duplicate_actions == []
+
+
+def test_recovery_time_runs_from_the_failure_to_the_release() -> None:
+    journal = {
+        "failures": [failure(100.0, 0)],
+        "commands": [
+            command(104.0, ["scontrol", "requeuehold", "1001"], 0),
+            command(107.5, ["scontrol", "release", "1001"], 1, "PENDING"),
+        ],
+        "attempts": [],
+    }
+    assert recovery_times(journal) == [7.5]
+
+
+def test_command_verbs() -> None:
+    assert command_verb(["scancel", "7"]) == "scancel"
+    assert command_verb(["scontrol", "update", "JobId=7", "ExcNodeList=a"]) == "update:ExcNodeList"
+    assert command_verb(["scontrol", "requeuehold", "7"]) == "requeuehold"
+
+
+def test_the_schedule_is_a_function_of_the_seed() -> None:
+    first = fault_schedule(7, 300, 120.0)
+    assert first == fault_schedule(7, 300, 120.0)
+    assert first != fault_schedule(8, 300, 120.0)
+    assert [fault.at_s for fault in first] == sorted(fault.at_s for fault in first)
+    assert all(0 <= fault.at_s < 120.0 for fault in first)
+    # Every kind, struck and armed, appears in a schedule of this size.
+    assert {fault.kind for fault in first} == set(WEIGHTS)
+    assert set(WEIGHTS) >= ARMED
