@@ -11,8 +11,9 @@ state at that moment, whether it took effect) and every failure it made happen. 
 - ``lost``: a failure of an opted-in job, before the schedule ended, that left no anomaly, no
   recommendation and no audit event on its attempt.
 - ``unfinished``: recommendations still claimed past their lease, or ready past their deadline.
-- ``audit_gaps``: commands the simulator received with no ``dispatched`` event (or reported
-  command) naming them, and commands reported as run (return code 0) that it never received.
+- ``audit_gaps``: commands the simulator received with no ``dispatched`` event naming them
+  (controllers and the watchdog write each command into the trail before running it), and
+  commands reported as run (return code 0) that it never received.
 
 These functions need Django set up on the run's database; the journal is plain data.
 """
@@ -218,9 +219,6 @@ def audit_gaps(cluster: Any, journal: dict[str, Any], verdict: ClusterVerdict) -
             argv = tuple(command.get("argv") or ())
             if command.get("returncode") == 0:
                 claimed_run[argv] += 1
-            if kind == AuditKind.WATCHDOG_RELEASED:
-                # The watchdog records its commands after running them, with no dispatch first.
-                dispatched[argv] += 1
     for argv, count in received.items():
         missing = count - dispatched[argv]
         if missing > 0:

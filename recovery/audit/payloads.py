@@ -171,12 +171,14 @@ class LeaseExpiredPayload(TypedDict):
 
 
 class DispatchedPayload(TypedDict):
-    """A scheduler command its controller is about to run, recorded before it runs.
+    """A scheduler command its controller (or the watchdog) is about to run, recorded before it
+    runs.
 
-    ``sequence`` numbers the commands of one controller's handling of a claim from 1.
+    ``sequence`` numbers the commands of one controller's handling of a claim from 1, or of one
+    watchdog release; the watchdog's have no recommendation (``action``: ``watchdog_release``).
     """
 
-    recommendation: int
+    recommendation: int | None
     action: str
     argv: list[str]
     sequence: int

@@ -20,6 +20,7 @@ which the built-in default is used instead.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -32,7 +33,7 @@ from recovery.choices import AuditKind, RecommendationAction, RecommendationStat
 from recovery.loop.poll import adapter_for, is_polled
 from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
-from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
+from recovery.sources.schedulers.base import Command, SchedulerAdapter, SchedulerError
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +176,10 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
             )
         if not set(exclusions) <= set(job.excluded_nodes):
             wanted = sorted(set(job.excluded_nodes) | set(exclusions))
+            record_dispatch(workload, adapter, Command.SET_EXCLUDED_NODES, wanted, len(commands))
             excluded = adapter.set_excluded_nodes(workload.job_id, wanted)
             commands.append({"argv": list(excluded.argv), "returncode": excluded.returncode})
+    record_dispatch(workload, adapter, Command.RELEASE, (), len(commands))
     result = adapter.release(workload.job_id)
     commands.append({"argv": list(result.argv), "returncode": result.returncode})
     record_event(
@@ -196,6 +199,30 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
         },
     )
     return True
+
+
+def record_dispatch(
+    workload: Workload,
+    adapter: SchedulerAdapter,
+    command: Command,
+    nodes: Sequence[str],
+    done: int,
+) -> None:
+    """Write the command into the trail before it runs, as a controller does: a worker killed
+    right after the command still leaves it recorded (the release event comes after it)."""
+    record_event(
+        cluster=workload.cluster,
+        workload=workload,
+        attempt=workload.current_attempt or None,
+        kind=AuditKind.DISPATCHED,
+        actor=Actor.WATCHDOG,
+        payload={
+            "recommendation": None,
+            "action": "watchdog_release",
+            "argv": list(adapter.planned_argv(command, workload.job_id, nodes)),
+            "sequence": done + 1,
+        },
+    )
 
 
 def exclusions_to_keep(workload: Workload) -> list[str]:

@@ -111,6 +111,33 @@ def test_a_release_keeps_out_the_nodes_the_restart_was_to_avoid() -> None:
     event = AuditEvent.objects.get(kind=AuditKind.WATCHDOG_RELEASED)
     assert event.payload["excluded_nodes"] == ["gpu-002"]
     assert [c["argv"][1] for c in event.payload["commands"]] == ["update", "release"]
+    # Each command was written into the trail before it ran, with the argv it ran.
+    dispatched = AuditEvent.objects.filter(kind=AuditKind.DISPATCHED).order_by("id")
+    assert [d.payload["argv"] for d in dispatched] == [c["argv"] for c in event.payload["commands"]]
+    assert {d.actor for d in dispatched} == {"watchdog"}
+    assert all(d.pk < event.pk for d in dispatched)
+
+
+class DyingAfterRelease(Releasing):
+    """The worker running the watchdog is killed right after the release took effect."""
+
+    def release(self, job_id: str) -> CommandResult:  # type: ignore[override]
+        super().release(job_id)
+        raise KeyboardInterrupt("worker killed")
+
+
+def test_a_watchdog_killed_after_its_release_leaves_the_release_in_the_trail() -> None:
+    """Found while checking the chaos run's audit-gap count: the watchdog recorded its
+    commands only after running them, so a worker killed in between left a release the
+    scheduler carried out with no event naming it."""
+    cluster, _ = held_workload(minutes_ago=60)
+    scheduler = DyingAfterRelease()
+    with pytest.raises(KeyboardInterrupt):
+        run_watchdog(adapters={cluster.pk: scheduler})
+    assert scheduler.released == ["4242"]
+    assert not AuditEvent.objects.filter(kind=AuditKind.WATCHDOG_RELEASED).exists()
+    dispatched = AuditEvent.objects.get(kind=AuditKind.DISPATCHED)
+    assert dispatched.payload["argv"] == ["scontrol", "release", "4242"]
 
 
 def test_a_hold_whose_exclusions_cannot_be_read_is_not_released() -> None:
