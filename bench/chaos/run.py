@@ -27,7 +27,8 @@ from typing import Any
 from bench.chaos import schedule as faults
 from bench.chaos.checks import ClusterVerdict, check_records, summarise_times
 from bench.chaos.roles import Role, Supervisor
-from bench.chaos.services import PrivateMariaDB, PrivateRedis, Service, free_port
+from bench.chaos.services import PrivateMariaDB, PrivateRedis, Service
+from workload_recovery.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "var" / "chaos"

@@ -13,28 +13,15 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
+from workload_recovery.stack import free_port
+
 
 class ServiceError(RuntimeError):
     """A service could not be provided; the message says what was missing or what it printed."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def port_answers(port: int, timeout_s: float = 0.3) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 class Service:
@@ -172,15 +159,9 @@ class PrivateRedis(Service):
         ]  # fmt: skip
 
     def ready(self) -> bool:
-        import redis
+        from workload_recovery.stack import redis_answers
 
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.3, socket_timeout=0.3)
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        return redis_answers(self.url, timeout_seconds=0.3)
 
 
 def _user() -> str:
