@@ -75,6 +75,7 @@ MAX_FOLDED_SIGNATURES_SHOWN = 20
 # How long after an attempt ended a node's failure still counts as evidence about it, and how
 # long after a controller's restart Slurm's requeue notice is still its echo.
 RECENT_END = timedelta(minutes=10)
+PRINTED_BEFORE_START_TOLERANCE = timedelta(seconds=2)
 # Progress samples older than this are dropped: the longest window a detector reads.
 SAMPLE_RETENTION = timedelta(hours=2)
 
@@ -182,13 +183,15 @@ def attempt_with_nodes(
     nodes: list[str],
     previous_attempts: dict[int, Attempt | None] | None = None,
 ) -> Attempt | None:
-    """The attempt evidence naming ``nodes`` is about: the previous one when only it ran there.
+    """The attempt evidence naming ``nodes`` is about: the previous one when only it had them.
 
     A node failure reported while the job already runs again elsewhere (Slurm requeued it
-    itself) belongs to the allocation that lost the node. ``previous_attempts`` keeps the
+    itself) belongs to the allocation that lost the node, even when the new allocation kept
+    some of the old nodes: evidence naming a node the current attempt does not have, and only
+    nodes the previous one had, is the previous attempt's. ``previous_attempts`` keeps the
     previous attempt once read, for the other findings of the same read.
     """
-    if attempt is None or not nodes or not attempt.nodes or set(nodes) & set(attempt.nodes):
+    if attempt is None or not nodes or not attempt.nodes or set(nodes) <= set(attempt.nodes):
         return attempt
     known = previous_attempts if previous_attempts is not None else {}
     if attempt.number not in known:
@@ -196,9 +199,60 @@ def attempt_with_nodes(
             workload=workload, number=attempt.number - 1
         ).first()
     previous = known[attempt.number]
-    if previous is not None and set(nodes) & set(previous.nodes):
+    if previous is not None and set(nodes) <= set(previous.nodes):
+        return previous
+    if (
+        previous is not None
+        and not set(nodes) & set(attempt.nodes)
+        and set(nodes) & set(previous.nodes)
+    ):
         return previous
     return attempt
+
+
+def printed_at(finding: Finding, read: ReadContext | None) -> datetime | None:
+    """When the finding's line was printed: its own time, else that of the last timed progress
+    line before it in the same read (lines such as srun's carry no time of their own)."""
+    if finding.at is not None or read is None or finding.first_line is None:
+        return finding.at
+    before = [
+        point.at
+        for point in read.progress
+        if point.at is not None and point.line < finding.first_line
+    ]
+    return max(before, default=None)
+
+
+def attempt_printing_at(
+    workload: Workload,
+    attempt: Attempt | None,
+    at: datetime | None,
+    previous_attempts: dict[int, Attempt | None],
+) -> Attempt | None:
+    """The previous attempt when the evidence was printed before the current one started.
+
+    A poll that comes late (workers down, a slow database) reads the end of the previous
+    attempt and the start of the next in one read, after Slurm requeued the job itself; what
+    the previous attempt printed is not the new one's failure, and acting on it would restart a
+    healthy attempt. A time within ``PRINTED_BEFORE_START_TOLERANCE`` of the start is the new
+    attempt's (node clocks differ by that much), and so is one before the previous attempt
+    began (a clock far off, or a log not in UTC, proves nothing).
+    """
+    if attempt is None or attempt.started_at is None or at is None:
+        return attempt
+    if at >= attempt.started_at - PRINTED_BEFORE_START_TOLERANCE:
+        return attempt
+    if attempt.number not in previous_attempts:
+        previous_attempts[attempt.number] = Attempt.objects.filter(
+            workload=workload, number=attempt.number - 1
+        ).first()
+    previous = previous_attempts[attempt.number]
+    if previous is None or previous.started_at is None:
+        return attempt
+    # Only a time inside the previous attempt's run: a log whose clock is far off says nothing.
+    if at < previous.started_at - PRINTED_BEFORE_START_TOLERANCE:
+        return attempt
+    return previous
 
 
 def _is_requeue_notice(finding: Finding) -> bool:
@@ -256,6 +310,10 @@ def record_anomalies(
     for finding in findings:
         ignored_nodes = _drop_invalid_node_names(finding)
         attempt_of_finding = attempt_with_nodes(workload, attempt, finding.nodes, previous_attempts)
+        if attempt_of_finding is attempt:
+            attempt_of_finding = attempt_printing_at(
+                workload, attempt, printed_at(finding, read), previous_attempts
+            )
         prepared.append((finding, ignored_nodes, attempt_of_finding, _fingerprint(finding, scope)))
     stored = _stored(workload, [fingerprint for *_, fingerprint in prepared])
     for finding, ignored_nodes, attempt_of_finding, fingerprint in prepared:

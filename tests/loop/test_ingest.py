@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from django.utils import timezone
 
 from recovery.choices import AuditKind
 from recovery.loop.logs import ingest_workload_logs
-from recovery.models import Anomaly, Attempt, AuditEvent, LogCursor, Workload
+from recovery.models import Anomaly, Attempt, AuditEvent, LogCursor, Recommendation, Workload
 from recovery.sources.schedulers.transport import LocalTransport
 from tests.factories import WorkloadFactory
 
@@ -150,3 +151,83 @@ def test_output_read_before_a_requeued_job_starts_again_belongs_to_the_old_attem
     ingest_workload_logs(workload, LocalTransport())
     attempt = Anomaly.objects.get().attempt
     assert attempt is not None and attempt.number == 1
+
+
+def test_a_node_failure_read_after_slurm_restarted_the_job_is_the_old_attempts(
+    workload: Workload,
+) -> None:
+    """Found by the chaos run: polls delayed by killed workers read srun's node-failure lines
+    only once Slurm's own requeue had started the job again on a new allocation that kept one
+    of the old nodes (the batch host). The lines were filed under the new, healthy attempt and
+    a restart of it was recommended and carried out."""
+    now = timezone.now()
+    Attempt.objects.filter(workload=workload, number=1).update(
+        nodes=["gpu-0003", "gpu-0004", "gpu-0005"], started_at=now, ended_at=now
+    )
+    Attempt.objects.create(
+        workload=workload, number=2, nodes=["gpu-0003", "gpu-0005", "gpu-0008"], started_at=now
+    )
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    workload.refresh_from_db()
+    write(
+        workload,
+        "srun: error: Node failure on gpu-0004\n"
+        "slurmstepd-gpu-0003: error: *** JOB 1002 ON gpu-0003 CANCELLED AT 2026-12-02T06:45:50 "
+        "DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n",
+    )
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 1
+    assert not Recommendation.objects.filter(attempt__number=2).exists()
+
+
+def test_a_notice_printed_before_the_restart_started_is_the_old_attempts(
+    workload: Workload,
+) -> None:
+    """Found by the chaos run: a preemption notice (no time of its own) read late, after Slurm
+    had requeued and started the job again, was filed under the new attempt and marked survived
+    by the new attempt's progress. Its place in the output, after the old attempt's timed
+    progress lines and before the new attempt's, says whose it is."""
+    start = timezone.now().replace(microsecond=0)
+    restarted = start + timedelta(seconds=40)
+    Attempt.objects.filter(workload=workload, number=1).update(
+        nodes=["gpu-0001", "gpu-0002"], started_at=start, ended_at=restarted
+    )
+    Attempt.objects.create(
+        workload=workload, number=2, nodes=["gpu-0001", "gpu-0002"], started_at=restarted
+    )
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    workload.refresh_from_db()
+
+    def progress(at: datetime, step: int) -> str:
+        return f"[{at.isoformat()}] iteration {step:8d}/     900 | lm loss: 2.5 |\n"
+
+    write(
+        workload,
+        progress(start + timedelta(seconds=30), 10)
+        + "slurmstepd: error: *** JOB 1001 ON gpu-0001 CANCELLED AT 2026-12-02T06:43:52 "
+        "DUE TO PREEMPTION ***\n"
+        + progress(restarted + timedelta(seconds=5), 11)
+        + progress(restarted + timedelta(seconds=9), 12),
+    )
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 1
+
+
+def test_a_crash_printed_after_the_restart_started_is_the_new_attempts(
+    workload: Workload,
+) -> None:
+    start = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+    restarted = start + timedelta(seconds=40)
+    Attempt.objects.filter(workload=workload, number=1).update(
+        nodes=["gpu-0001"], started_at=start, ended_at=restarted
+    )
+    Attempt.objects.create(workload=workload, number=2, nodes=["gpu-0001"], started_at=restarted)
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    workload.refresh_from_db()
+    at = (restarted + timedelta(seconds=5)).isoformat()
+    write(workload, f"[{at}] iteration        3/     900 | lm loss: 2.5 |\n" + XID)
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 2
