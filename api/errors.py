@@ -7,6 +7,8 @@ The shape extends what the Advisor API already answers (``{"error": "<message>"}
      "fields": {...},  # 400 only: what was wrong with each field or query parameter
      "retry_after": 12}  # 429 only, also sent as the Retry-After header
 
+A database that cannot answer is a 503 (``code``: ``unavailable``) with a Retry-After header.
+
 ``detail`` repeats the message for clients written against DRF's default ``{"detail": …}``.
 ``exception_handler`` is DRF's EXCEPTION_HANDLER; ``not_found`` and ``server_error`` are
 Django's handler404 and handler500, which answer JSON under /api/ and the usual pages elsewhere.
@@ -18,6 +20,8 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from drf_spectacular.utils import inline_serializer
@@ -51,6 +55,10 @@ ERROR_SCHEMA = inline_serializer(
 )
 
 INVALID_MESSAGE = "The request is not valid; the fields say why."
+DATABASE_UNAVAILABLE_MESSAGE = (
+    "The database cannot answer right now; nothing was changed. Try again in a few seconds."
+)
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 
 def error_body(message: str, code: str, **extra: Any) -> dict[str, Any]:
@@ -69,7 +77,17 @@ def _first_code(codes: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's handler (status, headers such as Retry-After and WWW-Authenticate), reshaped; an
-    unexpected exception is logged and answered with a generic 500."""
+    unexpected exception is logged and answered with a generic 500. A database that cannot
+    answer now (down, restarting, a lock wait or deadlock it gave up on) is a 503 with
+    Retry-After: callers such as the Advisor Controller try again, and nothing was changed."""
+    if isinstance(exc, DatabaseOperationalError | DatabaseInterfaceError):
+        logger.warning("database unavailable for an API request: %s", exc)
+        set_rollback()
+        return Response(
+            error_body(DATABASE_UNAVAILABLE_MESSAGE, "unavailable"),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -166,7 +166,7 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
     if job is None or job.held is not True:
         return False  # released meanwhile, gone, or its hold cannot be read
     exclusions = exclusions_to_keep(workload)
-    commands = []
+    commands: list[dict[str, object]] = []
     if exclusions:
         if job.excluded_nodes is None:
             raise SchedulerError(

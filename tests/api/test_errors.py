@@ -163,6 +163,34 @@ def test_500_is_generic_json_and_logged(
     assert SECRET in caplog.text
 
 
+def test_a_database_that_cannot_answer_is_a_503_to_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the chaos run: while MariaDB restarted, every Advisor API call was a 500 with
+    the server-error message, which reads like a bug; it is the database being away.
+
+    GIVEN a controller calling while the database refuses connections
+    THEN the answer is a JSON 503 with Retry-After, saying nothing was changed."""
+    from django.db import OperationalError
+
+    from recovery.loop import recommendations
+
+    cluster = ClusterFactory()
+    _, key = ControllerToken.issue(cluster, "ctl")
+
+    def refused(*args: Any) -> Any:
+        raise OperationalError(2002, "Can't connect to server on '127.0.0.1' (115)")
+
+    monkeypatch.setattr(recommendations, "claimable_for", refused)
+    response = APIClient().get(
+        "/api/v1/advisor/recommendations/", HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+    body = assert_error(response, 503, "unavailable")
+    assert response["Retry-After"] == "5"
+    assert "nothing was changed" in body["error"]
+    assert "127.0.0.1" not in response.content.decode()
+
+
 @pytest.mark.urls(__name__)
 def test_django_404_under_api_is_json_and_elsewhere_a_page() -> None:
     assert_error(Client().get("/api/v1/no-such-thing/"), 404, "not_found")
