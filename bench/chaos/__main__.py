@@ -38,6 +38,8 @@ def print_summary(report: dict[str, Any]) -> None:
     print(f"  faults injected          {report['faults_injected']:>6}")
     for kind, count in sorted(report["by_kind"].items()):
         print(f"    {kind:<34} {count:>6}")
+    for kind, count in sorted(report["armed_by_kind"].items()):
+        print(f"    ({kind}: armed {count} times, landed {report['by_kind'].get(kind, 0)})")
     for kind, count in sorted(report["missed_by_kind"].items()):
         print(f"    (found nothing to strike: {kind} {count})")
     for name in MUST_BE_ZERO:

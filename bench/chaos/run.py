@@ -40,10 +40,10 @@ MAX_ARMED = 3
 @dataclass(frozen=True)
 class ChaosOptions:
     seed: int = 1
-    faults: int = 1200
-    duration_s: float = 1200.0
+    faults: int = 1300
+    duration_s: float = 850.0
     quiet_s: float = 90.0
-    reference_s: float = 180.0
+    reference_s: float = 90.0
     jobs: int = 10
     nodes: int = 40
     speedup: float = 30.0
@@ -57,16 +57,22 @@ class ChaosOptions:
 
 @dataclass
 class Landed:
-    """What the schedule did, kind by kind: struck, or found nothing to strike."""
+    """What the schedule did, kind by kind: struck, armed (lands when a command comes), or found
+    nothing to strike."""
 
     struck: dict[str, int] = field(default_factory=dict)
+    armed: dict[str, int] = field(default_factory=dict)
     missed: dict[str, int] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
 
-    def add(self, fault: faults.Fault, struck: bool, note: str = "") -> None:
-        book = self.struck if struck else self.missed
+    def add(self, fault: faults.Fault, outcome: str, note: str = "") -> None:
+        book = {"struck": self.struck, "armed": self.armed, "missed": self.missed}[outcome]
         book[fault.kind] = book.get(fault.kind, 0) + 1
-        self.log.append(f"{fault.describe()} {'struck' if struck else 'missed'} {note}".rstrip())
+        self.log.append(f"{fault.describe()} {outcome} {note}".rstrip())
+
+
+def _struck(done: bool) -> str:
+    return "struck" if done else "missed"
 
 
 class ChaosRun:
@@ -286,30 +292,34 @@ class ChaosRun:
             }[kind]
             targets = [r for r in supervisor.of_kind(role_kind) if r.alive and not r.paused_until]
             if not targets:
-                self.landed.add(fault, False, "nothing alive to kill")
+                self.landed.add(fault, "missed", "nothing alive to kill")
                 return
             role = targets[fault.pick % len(targets)]
-            self.landed.add(fault, supervisor.kill(role, fault.delay_s), role.name)
+            self.landed.add(fault, _struck(supervisor.kill(role, fault.delay_s)), role.name)
         elif kind == faults.PAUSE_CONTROLLER:
             targets = [
                 r for r in supervisor.of_kind("controller") if r.alive and not r.paused_until
             ]
             if not targets:
-                self.landed.add(fault, False, "no controller to pause")
+                self.landed.add(fault, "missed", "no controller to pause")
                 return
             role = targets[fault.pick % len(targets)]
             seconds = self.options.lease_s + fault.delay_s
-            self.landed.add(fault, supervisor.pause(role, seconds), f"{role.name} {seconds:.1f}s")
+            self.landed.add(
+                fault, _struck(supervisor.pause(role, seconds)), f"{role.name} {seconds:.1f}s"
+            )
         elif kind in {faults.RESTART_MARIADB, faults.RESTART_REDIS}:
             service: Service = self.db if kind == faults.RESTART_MARIADB else self.redis
             if service.name in self.restarting or not service.running:
-                self.landed.add(fault, False, f"{service.name} already down")
+                self.landed.add(fault, "missed", f"{service.name} already down")
                 return
             self.restarting.add(service.name)
             threading.Thread(
                 target=self._restart_service, args=(service, fault), daemon=True
             ).start()
-            self.landed.add(fault, True, f"{'killed' if fault.crash else 'stopped'} {service.name}")
+            self.landed.add(
+                fault, "struck", f"{'killed' if fault.crash else 'stopped'} {service.name}"
+            )
         else:
             name = sorted(self.chaos_clusters)[fault.pick % len(self.chaos_clusters)]
             store = self.stores[name]
@@ -323,10 +333,9 @@ class ChaosRun:
                     pending = store.chaos()["kills_after_command"]
                     store.set_chaos(kills_after_command=min(pending + 1, MAX_ARMED))
             except Exception as exc:  # the scheduler's lock was busy: this fault did not land
-                self.landed.add(fault, False, f"{name}: {exc}")
+                self.landed.add(fault, "missed", f"{name}: {exc}")
                 return
-            armed = kind in faults.ARMED
-            self.landed.add(fault, not armed, f"{name}{' armed' if armed else ''}")
+            self.landed.add(fault, "armed" if kind in faults.ARMED else "struck", name)
 
     def _restart_service(self, service: Service, fault: faults.Fault) -> None:
         try:
@@ -463,6 +472,7 @@ class ChaosRun:
             "options": asdict(self.options),
             "faults_injected": sum(by_kind.values()),
             "by_kind": by_kind,
+            "armed_by_kind": self.landed.armed,
             "missed_by_kind": self.landed.missed,
             **counts,
             "passed": all(value == 0 for value in counts.values()),
