@@ -40,10 +40,10 @@ MAX_ARMED = 3
 @dataclass(frozen=True)
 class ChaosOptions:
     seed: int = 1
-    faults: int = 1300
+    faults: int = 1400
     duration_s: float = 850.0
     quiet_s: float = 90.0
-    reference_s: float = 90.0
+    reference_s: float = 60.0
     jobs: int = 10
     nodes: int = 40
     speedup: float = 30.0
