@@ -13,9 +13,10 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from bench.chaos.run import WORK, ChaosOptions, ChaosRun
+from bench.chaos.run import WORK, ChaosOptions, ChaosRun, recheck
 
 # Enough to land at least 100 faults within three minutes, for `make test`.
 SHORT = ChaosOptions(
@@ -78,7 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", type=float, help="seconds of quiet before the checks")
     parser.add_argument("--reference", type=float, help="seconds of the run without faults")
     parser.add_argument("--short", action="store_true", help="the version `make test` runs")
+    parser.add_argument(
+        "--recheck",
+        metavar="REPORT",
+        help="run the checks again on the folder a finished run left (its report.json names it)",
+    )
     args = parser.parse_args(argv)
+    if args.recheck:
+        report = recheck(Path(args.recheck))
+        Path(args.recheck).write_text(json.dumps(report, indent=2, default=str))
+        print_summary(report)
+        return 0 if report["passed"] else 1
     options = SHORT if args.short else ChaosOptions()
     changes: dict[str, Any] = {"seed": args.seed}
     for name, value in (

@@ -14,6 +14,7 @@ period with every process up; then the checks (``bench.chaos.checks``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -22,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from bench.chaos import schedule as faults
 from bench.chaos.checks import ClusterVerdict, check_records, summarise_times
@@ -69,6 +70,36 @@ class Landed:
         book = {"struck": self.struck, "armed": self.armed, "missed": self.missed}[outcome]
         book[fault.kind] = book.get(fault.kind, 0) + 1
         self.log.append(f"{fault.describe()} {outcome} {note}".rstrip())
+
+
+def verdict_counts(verdicts: list[ClusterVerdict]) -> dict[str, int]:
+    """The counts that must be zero, over every cluster."""
+    return {
+        "duplicate_actions": sum(len(v.duplicate_actions) for v in verdicts),
+        "acted_on_healthy_attempt": sum(len(v.acted_on_healthy_attempt) for v in verdicts),
+        "lost": sum(len(v.lost) for v in verdicts),
+        "unfinished": sum(len(v.unfinished) for v in verdicts),
+        "audit_gaps": sum(len(v.unrecorded_commands) + len(v.phantom_commands) for v in verdicts),
+    }
+
+
+def cluster_details(verdicts: list[ClusterVerdict]) -> list[dict[str, Any]]:
+    return [
+        {
+            "cluster": v.cluster,
+            "failures": v.failures,
+            "failures_checked": v.failures_checked,
+            "accounted_by": dict(v.accounted_by),
+            "commands": v.commands,
+            "duplicate_actions": v.duplicate_actions[:20],
+            "acted_on_healthy_attempt": v.acted_on_healthy_attempt[:20],
+            "lost": v.lost[:20],
+            "unfinished": v.unfinished[:20],
+            "unrecorded_commands": v.unrecorded_commands[:20],
+            "phantom_commands": v.phantom_commands[:20],
+        }
+        for v in verdicts
+    ]
 
 
 def _struck(done: bool) -> str:
@@ -458,15 +489,7 @@ class ChaosRun:
         )
         action = next(v for v in verdicts if v.cluster.endswith("action"))
         monitor = next(v for v in verdicts if v.cluster.endswith("monitor"))
-        counts = {
-            "duplicate_actions": sum(len(v.duplicate_actions) for v in verdicts),
-            "acted_on_healthy_attempt": sum(len(v.acted_on_healthy_attempt) for v in verdicts),
-            "lost": sum(len(v.lost) for v in verdicts),
-            "unfinished": sum(len(v.unfinished) for v in verdicts),
-            "audit_gaps": sum(
-                len(v.unrecorded_commands) + len(v.phantom_commands) for v in verdicts
-            ),
-        }
+        counts = verdict_counts(verdicts)
         return {
             "seed": self.options.seed,
             "options": asdict(self.options),
@@ -479,22 +502,7 @@ class ChaosRun:
             "recovery_time_s": summarise_times(action.recovery_times_s),
             "recovery_time_s_monitor": summarise_times(monitor.recovery_times_s),
             "recovery_time_s_without_faults": reference or None,
-            "clusters": [
-                {
-                    "cluster": v.cluster,
-                    "failures": v.failures,
-                    "failures_checked": v.failures_checked,
-                    "accounted_by": dict(v.accounted_by),
-                    "commands": v.commands,
-                    "duplicate_actions": v.duplicate_actions[:20],
-                    "acted_on_healthy_attempt": v.acted_on_healthy_attempt[:20],
-                    "lost": v.lost[:20],
-                    "unfinished": v.unfinished[:20],
-                    "unrecorded_commands": v.unrecorded_commands[:20],
-                    "phantom_commands": v.phantom_commands[:20],
-                }
-                for v in verdicts
-            ],
+            "clusters": cluster_details(verdicts),
             "process_exits_not_caused_by_the_schedule": [
                 {"role": e.role, "code": e.code, "log_tail": e.log_tail[-1500:]}
                 for e in unexpected
@@ -505,3 +513,51 @@ class ChaosRun:
             "schedule_ended_at": datetime.fromtimestamp(schedule_end, tz=UTC).isoformat(),
             "work_dir": str(self.work),
         }
+
+
+def recheck(report_path: Path) -> dict[str, Any]:
+    """The checks again, on what a finished run left in its folder (its database, the
+    simulator's journals): the verdict of a run after the checks changed, without running the
+    faults again. Fault counts and recovery times are the run's own."""
+    from recovery.simulator.store import published_simulation
+
+    previous = json.loads(report_path.read_text())
+    work = Path(previous["work_dir"])
+    db = PrivateMariaDB(work / "mariadb")
+    db.start()
+    try:
+        os.environ.update(
+            {
+                "DATABASE_URL": db.url,
+                "DJANGO_SETTINGS_MODULE": "workload_recovery.settings",
+                "WR_VAR_DIR": str(work / "var"),
+            }
+        )
+        import django
+
+        django.setup()
+        now = datetime.now(UTC)
+        until = datetime.fromisoformat(previous["schedule_ended_at"]).timestamp()
+        verdicts = []
+        for cluster in previous["clusters"]:
+            store = published_simulation(
+                cluster["cluster"], redis_url="", state_dir=str(work / "sim-state")
+            )
+            verdicts.append(
+                check_records(
+                    cluster["cluster"],
+                    cast("dict[str, Any]", store.reading().journal()),
+                    failures_until=until,
+                    now=now,
+                )
+            )
+    finally:
+        db.stop()
+    counts = verdict_counts(verdicts)
+    return {
+        **previous,
+        **counts,
+        "passed": all(value == 0 for value in counts.values()),
+        "clusters": cluster_details(verdicts),
+        "rechecked_at": now.isoformat(),
+    }
