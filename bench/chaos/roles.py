@@ -34,10 +34,6 @@ class Role:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen is not None else None
-
 
 @dataclass
 class Exit:

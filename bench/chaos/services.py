@@ -9,6 +9,7 @@ back empty).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import shutil
@@ -24,7 +25,7 @@ class ServiceError(RuntimeError):
     """A service could not be provided; the message says what was missing or what it printed."""
 
 
-class Service:
+class Service(abc.ABC):
     """One server process: started, stopped (cleanly or killed) and started again on its port."""
 
     name = "service"
@@ -35,11 +36,13 @@ class Service:
         self.popen: subprocess.Popen[bytes] | None = None
         self.log = work_dir / f"{self.name}.log"
 
+    @abc.abstractmethod
     def argv(self) -> list[str]:
-        raise NotImplementedError
+        """The server's command line."""
 
+    @abc.abstractmethod
     def ready(self) -> bool:
-        raise NotImplementedError
+        """Whether the server answers now."""
 
     @property
     def running(self) -> bool:
