@@ -9,8 +9,8 @@ state at that moment, whether it took effect) and every failure it made happen. 
 - ``acted_on_healthy_attempt``: a restart or stop that reached an attempt that was running and
   had not failed: the action of an earlier failure landing on its successor.
 - ``lost``: a failure of an opted-in job, before the schedule ended, that left no anomaly, no
-  recommendation and no audit event on its attempt; or, for an attempt the control plane never
-  saw (it started and ended between two polls), no anomaly naming the failed node since.
+  recommendation and no audit event on its attempt (an attempt Slurm started and requeued
+  between two polls has a row of its own, made by the poll that saw the restart count jump).
 - ``unfinished``: recommendations still claimed past their lease, or ready past their deadline.
 - ``audit_gaps``: commands the simulator received with no ``dispatched`` event naming them
   (controllers and the watchdog write each command into the trail before running it), and
@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 RESTARTS = frozenset({"requeue", "requeuehold"})
@@ -123,7 +123,7 @@ def check_records(
 ) -> ClusterVerdict:
     """Every check for one cluster: the journal against the database."""
     from recovery.choices import AuditKind, RecommendationStatus
-    from recovery.models import Anomaly, Attempt, AuditEvent, Cluster, Recommendation, Workload
+    from recovery.models import Anomaly, AuditEvent, Cluster, Recommendation, Workload
 
     verdict = ClusterVerdict(cluster_name, journal)
     verdict.failures = len(journal["failures"])
@@ -152,16 +152,6 @@ def check_records(
             "workload_id", "attempt"
         )
     )
-    seen_attempts = set(
-        Attempt.objects.filter(workload__cluster=cluster).values_list("workload_id", "number")
-    )
-    # (workload, node) -> when anomalies naming that node were recorded.
-    named: dict[tuple[int, str], list[datetime]] = {}
-    for named_workload, nodes, evidence_at in Anomaly.objects.filter(
-        workload__cluster=cluster
-    ).values_list("workload_id", "implicated_nodes", "evidence_at"):
-        for node in nodes or []:
-            named.setdefault((named_workload, node), []).append(evidence_at)
     for failure in journal["failures"]:
         if failure["at"] > failures_until or failure.get("effect") in NOT_INTERRUPTIONS:
             continue
@@ -175,17 +165,6 @@ def check_records(
             verdict.accounted_by["recommendation"] += 1
         elif workload_id is not None and key in events:
             verdict.accounted_by["audit event"] += 1
-        elif (
-            workload_id is not None
-            and key not in seen_attempts
-            and failure.get("node")
-            and any(
-                at >= utc(failure["at"]) for at in named.get((workload_id, failure["node"]), [])
-            )
-        ):
-            # The attempt started and ended between two polls, so the control plane never had
-            # it; its evidence was recorded, naming the failed node, under the next attempt.
-            verdict.accounted_by["node named, attempt never seen"] += 1
         else:
             verdict.lost.append(
                 {**failure, "workload": workload_id, "why": "no anomaly, recommendation or event"}
@@ -265,7 +244,3 @@ def summarise_times(values: list[float]) -> dict[str, Any]:
         "median": round(statistics.median(values), 2) if values else None,
         "p95": round(percentile(values, 0.95) or 0.0, 2) if values else None,
     }
-
-
-def utc(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=UTC)

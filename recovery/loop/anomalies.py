@@ -177,37 +177,65 @@ def record_findings(
     return len(created)
 
 
+# How far back evidence read now may belong: the attempts before the current one that the
+# control plane never saw running, up to the last one it saw. More than this many requeues
+# between two reads is not a gap in observation but a lost cluster.
+EARLIER_ATTEMPTS_CONSIDERED = 8
+
+
+class EarlierAttempts:
+    """The attempts before the current one, newest first, read once per read of output."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self._before: dict[int, list[Attempt]] = {}
+
+    def before(self, attempt: Attempt) -> list[Attempt]:
+        if attempt.number not in self._before:
+            self._before[attempt.number] = list(
+                Attempt.objects.filter(workload=self.workload, number__lt=attempt.number).order_by(
+                    "-number"
+                )[:EARLIER_ATTEMPTS_CONSIDERED]
+            )
+        return self._before[attempt.number]
+
+
+def never_seen_running(attempt: Attempt) -> bool:
+    """An attempt Slurm started and requeued between two polls: its nodes and start unknown."""
+    return attempt.started_at is None and not attempt.nodes
+
+
 def attempt_with_nodes(
     workload: Workload,
     attempt: Attempt | None,
     nodes: list[str],
-    previous_attempts: dict[int, Attempt | None] | None = None,
+    earlier: EarlierAttempts | None = None,
 ) -> Attempt | None:
-    """The attempt evidence naming ``nodes`` is about: the previous one when only it had them.
+    """The attempt evidence naming ``nodes`` is about: an earlier one when only it had them.
 
     A node failure reported while the job already runs again elsewhere (Slurm requeued it
     itself) belongs to the allocation that lost the node, even when the new allocation kept
     some of the old nodes: evidence naming a node the current attempt does not have, and only
-    nodes the previous one had, is the previous attempt's. ``previous_attempts`` keeps the
-    previous attempt once read, for the other findings of the same read.
+    nodes the previous one had, is the previous attempt's. Between the two there may be
+    attempts the control plane never saw running (``never_seen_running``): one of them had the
+    nodes when the last attempt seen does not (a job first seen after Slurm restarted it has
+    only such attempts before it). What the current attempt lacks is never its failure.
     """
     if attempt is None or not nodes or not attempt.nodes or set(nodes) <= set(attempt.nodes):
         return attempt
-    known = previous_attempts if previous_attempts is not None else {}
-    if attempt.number not in known:
-        known[attempt.number] = Attempt.objects.filter(
-            workload=workload, number=attempt.number - 1
-        ).first()
-    previous = known[attempt.number]
-    if previous is not None and set(nodes) <= set(previous.nodes):
-        return previous
-    if (
-        previous is not None
-        and not set(nodes) & set(attempt.nodes)
-        and set(nodes) & set(previous.nodes)
-    ):
-        return previous
-    return attempt
+    earlier = earlier or EarlierAttempts(workload)
+    named = set(nodes)
+    first_unseen = None
+    for previous in earlier.before(attempt):
+        if never_seen_running(previous):
+            first_unseen = first_unseen or previous
+            continue
+        if named <= set(previous.nodes) or (
+            not named & set(attempt.nodes) and named & set(previous.nodes)
+        ):
+            return previous
+        break
+    return first_unseen or attempt
 
 
 def printed_at(finding: Finding, read: ReadContext | None) -> datetime | None:
@@ -227,32 +255,38 @@ def attempt_printing_at(
     workload: Workload,
     attempt: Attempt | None,
     at: datetime | None,
-    previous_attempts: dict[int, Attempt | None],
+    earlier: EarlierAttempts | None = None,
 ) -> Attempt | None:
-    """The previous attempt when the evidence was printed before the current one started.
+    """The earlier attempt when the evidence was printed before the current one started.
 
     A poll that comes late (workers down, a slow database) reads the end of the previous
     attempt and the start of the next in one read, after Slurm requeued the job itself; what
     the previous attempt printed is not the new one's failure, and acting on it would restart a
     healthy attempt. A time within ``PRINTED_BEFORE_START_TOLERANCE`` of the start is the new
     attempt's (node clocks differ by that much), and so is one before the previous attempt
-    began (a clock far off, or a log not in UTC, proves nothing).
+    began, or before the job was submitted (a clock far off, or a log not in UTC, proves
+    nothing). An attempt never seen running started at a time nobody knows, after the one
+    before it: evidence printed since that one began, and before the current one, is the
+    newest such attempt's.
     """
     if attempt is None or attempt.started_at is None or at is None:
         return attempt
     if at >= attempt.started_at - PRINTED_BEFORE_START_TOLERANCE:
         return attempt
-    if attempt.number not in previous_attempts:
-        previous_attempts[attempt.number] = Attempt.objects.filter(
-            workload=workload, number=attempt.number - 1
-        ).first()
-    previous = previous_attempts[attempt.number]
-    if previous is None or previous.started_at is None:
+    earlier = earlier or EarlierAttempts(workload)
+    first_unseen = None
+    for previous in earlier.before(attempt):
+        if never_seen_running(previous):
+            first_unseen = first_unseen or previous
+            continue
+        if previous.started_at is None:
+            break
+        if at >= previous.started_at - PRINTED_BEFORE_START_TOLERANCE:
+            return first_unseen or previous
         return attempt
-    # Only a time inside the previous attempt's run: a log whose clock is far off says nothing.
-    if at < previous.started_at - PRINTED_BEFORE_START_TOLERANCE:
-        return attempt
-    return previous
+    if first_unseen is not None and at >= workload.submit_time - PRINTED_BEFORE_START_TOLERANCE:
+        return first_unseen
+    return attempt
 
 
 def _is_requeue_notice(finding: Finding) -> bool:
@@ -305,14 +339,14 @@ def record_anomalies(
     created_anomalies: list[Anomaly] = []
     to_decide: list[Anomaly] = []
     caps = _Caps(workload)
-    previous_attempts: dict[int, Attempt | None] = {}
+    earlier = EarlierAttempts(workload)
     prepared = []
     for finding in findings:
         ignored_nodes = _drop_invalid_node_names(finding)
-        attempt_of_finding = attempt_with_nodes(workload, attempt, finding.nodes, previous_attempts)
+        attempt_of_finding = attempt_with_nodes(workload, attempt, finding.nodes, earlier)
         if attempt_of_finding is attempt:
             attempt_of_finding = attempt_printing_at(
-                workload, attempt, printed_at(finding, read), previous_attempts
+                workload, attempt, printed_at(finding, read), earlier
             )
         prepared.append((finding, ignored_nodes, attempt_of_finding, _fingerprint(finding, scope)))
     stored = _stored(workload, [fingerprint for *_, fingerprint in prepared])

@@ -102,6 +102,9 @@ class PollSummary:
 
 # What the poller needs to tell which workload and attempt a job is and what state it is in.
 # With one of them unknown the job's workload is neither created nor changed in that poll.
+# Requeues while nobody looked that get an attempt of their own (``_record_unseen_attempts``).
+UNSEEN_ATTEMPTS_RECORDED = 50
+
 FACTS_FOR_SYNC = ("state", "user", "submit_time", "restart_count", "held")
 
 
@@ -465,6 +468,7 @@ def _sync_job(
     assert job.restart_count is not None
     number = job.restart_count + 1
     attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)
+    _record_unseen_attempts(workload, number)
     _close_earlier_attempts(workload, number, now)
     was_running = attempt.exit_state == AttemptExitState.RUNNING
     _update_attempt(attempt, job)
@@ -571,6 +575,37 @@ def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
         attempt.ended_at = job.end_time or attempt.ended_at
         attempt.exit_code = job.exit_code if job.exit_code is not None else job.exit_signal
     attempt.save()
+
+
+def _record_unseen_attempts(workload: Workload, number: int) -> None:
+    """Attempts Slurm started and requeued while nobody looked: they ran, so they count.
+
+    Slurm requeues a job itself (a node failed, it was preempted) and raises the restart
+    count; when that happens between two polls (workers down, a slow database), or before the
+    job is first seen, the count jumps. The attempts in between get rows of their own, ended
+    and without nodes or start time (the scheduler no longer tells them), so that the retry
+    budget counts them and what they printed has an attempt to be filed under: read with the
+    current attempt's output, the previous attempt's node failure would otherwise be taken
+    for the current one's and restart a healthy job. At most ``UNSEEN_ATTEMPTS_RECORDED``
+    of them, the newest.
+    """
+    lowest = max(1, number - UNSEEN_ATTEMPTS_RECORDED)
+    if number <= lowest:
+        return
+    known = set(
+        Attempt.objects.filter(
+            workload=workload, number__gte=lowest, number__lt=number
+        ).values_list("number", flat=True)
+    )
+    missing = [n for n in range(lowest, number) if n not in known]
+    if missing:
+        Attempt.objects.bulk_create(
+            [
+                Attempt(workload=workload, number=n, exit_state=AttemptExitState.REQUEUED)
+                for n in missing
+            ],
+            ignore_conflicts=True,  # the row lock on the workload makes this rare, not wrong
+        )
 
 
 def _close_earlier_attempts(workload: Workload, number: int, now: datetime) -> None:

@@ -231,3 +231,81 @@ def test_a_crash_printed_after_the_restart_started_is_the_new_attempts(
     ingest_workload_logs(workload, LocalTransport())
     anomaly = Anomaly.objects.get()
     assert anomaly.attempt is not None and anomaly.attempt.number == 2
+
+
+def unseen_attempts_before(workload: Workload, current: int, **current_fields: object) -> None:
+    """As the poll leaves a job Slurm requeued while nobody looked: the attempts before
+    ``current`` not seen running have rows without nodes or start."""
+    Attempt.objects.filter(workload=workload, number=1).update(
+        exit_state="requeued", ended_at=timezone.now()
+    )
+    for number in range(2, current):
+        Attempt.objects.create(workload=workload, number=number, exit_state="requeued")
+    Attempt.objects.create(workload=workload, number=current, **current_fields)
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=current)
+    workload.refresh_from_db()
+
+
+def test_a_node_failure_of_an_attempt_never_seen_running_is_not_the_current_attempts(
+    workload: Workload,
+) -> None:
+    """Found by the chaos run: a job first polled after Slurm had requeued it for a dead node
+    (workers were down) had the dead node's srun line read with its second attempt's output.
+    With no row for the first attempt, it was filed under the second, healthy one; the
+    restart recommended for it was approved and carried out on a job that was training."""
+    unseen_attempts_before(workload, 2, nodes=["gpu-0001", "gpu-0002"], started_at=timezone.now())
+    write(workload, "srun: error: Node failure on gpu-0022\n" + PROGRESS.format(step=3))
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 1
+    assert anomaly.implicated_nodes == ["gpu-0022"]
+    assert not Recommendation.objects.filter(attempt__number=2).exists()
+
+
+def test_evidence_printed_before_the_current_start_goes_to_the_attempt_never_seen(
+    workload: Workload,
+) -> None:
+    start = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+    restarted = start + timedelta(seconds=60)
+    Attempt.objects.filter(workload=workload, number=1).update(nodes=["gpu-0001"], started_at=start)
+    unseen_attempts_before(workload, 3, nodes=["gpu-0001"], started_at=restarted)
+    at = (restarted - timedelta(seconds=20)).isoformat()
+    write(
+        workload,
+        f"[{at}] iteration        3/     900 | lm loss: 2.5 |\n"
+        "slurmstepd: error: *** JOB 1001 ON gpu-0001 CANCELLED AT 2026-12-02T06:43:52 "
+        "DUE TO PREEMPTION ***\n",
+    )
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 2
+
+
+def test_a_node_the_last_attempt_seen_had_is_its_own_across_an_unseen_attempt(
+    workload: Workload,
+) -> None:
+    now = timezone.now()
+    Attempt.objects.filter(workload=workload, number=1).update(
+        nodes=["gpu-0001", "gpu-0002"], started_at=now - timedelta(minutes=5)
+    )
+    unseen_attempts_before(workload, 3, nodes=["gpu-0007", "gpu-0008"], started_at=now)
+    write(workload, "srun: error: Node failure on gpu-0002\n")
+    ingest_workload_logs(workload, LocalTransport())
+    first = Anomaly.objects.get()
+    assert first.attempt is not None and first.attempt.number == 1
+
+
+def test_a_clock_before_the_submission_says_nothing_about_an_unseen_attempt(
+    workload: Workload,
+) -> None:
+    restarted = timezone.now().replace(microsecond=0)
+    unseen_attempts_before(workload, 2, nodes=["gpu-0001"], started_at=restarted)
+    long_before = (workload.submit_time - timedelta(days=3)).isoformat()
+    write(
+        workload,
+        f"[{long_before}] iteration        3/     900 | lm loss: 2.5 |\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+    )
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 2

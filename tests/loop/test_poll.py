@@ -97,6 +97,56 @@ def test_an_allocation_still_completing_after_a_requeue_is_not_the_new_attempts(
     assert second.started_at == SUBMITTED + timedelta(minutes=10)
 
 
+def test_attempts_slurm_ran_and_requeued_between_two_polls_are_recorded_and_counted() -> None:
+    """
+    GIVEN a running job polled at its first attempt
+    WHEN Slurm requeues it twice on its own before the next poll (restart count 0 -> 2)
+    THEN attempt 2 exists, requeued, with no nodes or start time the scheduler no longer
+         tells; attempt 3 runs; the retry budget counts three attempts
+    """
+    from recovery.loop.policy import history_of
+
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]))
+    again = job(restart_count=2, nodes=["node005"], submit_time=SUBMITTED + timedelta(minutes=9),
+                start_time=SUBMITTED + timedelta(minutes=10))  # fmt: skip
+    poll_cluster(cluster, Scripted([again]))
+    poll_cluster(cluster, Scripted([again]))
+
+    first, unseen, current = Attempt.objects.order_by("number")
+    assert [a.number for a in (first, unseen, current)] == [1, 2, 3]
+    assert first.nodes == ["node001", "node002"]
+    assert (unseen.nodes, unseen.started_at, unseen.exit_state) == (
+        [],
+        None,
+        AttemptExitState.REQUEUED,
+    )
+    assert unseen.ended_at is not None
+    assert current.nodes == ["node005"]
+    assert history_of(Workload.objects.get()).attempts == 3
+
+
+def test_a_job_first_seen_after_slurm_restarted_it_has_its_earlier_attempts_recorded() -> None:
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job(restart_count=2)]))
+    attempts = Attempt.objects.order_by("number")
+    assert [(a.number, a.exit_state, a.nodes) for a in attempts] == [
+        (1, AttemptExitState.REQUEUED, []),
+        (2, AttemptExitState.REQUEUED, []),
+        (3, AttemptExitState.RUNNING, ["node001", "node002"]),
+    ]
+    assert all(a.ended_at is not None for a in attempts[:2])
+
+
+def test_only_the_newest_unseen_attempts_are_recorded() -> None:
+    from recovery.loop.poll import UNSEEN_ATTEMPTS_RECORDED
+
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job(restart_count=UNSEEN_ATTEMPTS_RECORDED + 10)]))
+    numbers = list(Attempt.objects.order_by("number").values_list("number", flat=True))
+    assert numbers == list(range(11, UNSEEN_ATTEMPTS_RECORDED + 12))
+
+
 def test_a_reused_job_id_is_a_new_workload() -> None:
     cluster = ClusterFactory()
     poll_cluster(cluster, Scripted([job(state="COMPLETED")]))
