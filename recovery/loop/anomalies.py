@@ -200,11 +200,6 @@ class EarlierAttempts:
         return self._before[attempt.number]
 
 
-def never_seen_running(attempt: Attempt) -> bool:
-    """An attempt Slurm started and requeued between two polls: its nodes and start unknown."""
-    return attempt.started_at is None and not attempt.nodes
-
-
 def attempt_with_nodes(
     workload: Workload,
     attempt: Attempt | None,
@@ -217,9 +212,10 @@ def attempt_with_nodes(
     itself) belongs to the allocation that lost the node, even when the new allocation kept
     some of the old nodes: evidence naming a node the current attempt does not have, and only
     nodes the previous one had, is the previous attempt's. Between the two there may be
-    attempts the control plane never saw running (``never_seen_running``): one of them had the
-    nodes when the last attempt seen does not (a job first seen after Slurm restarted it has
-    only such attempts before it). What the current attempt lacks is never its failure.
+    attempts whose nodes nobody read (Slurm started and requeued them between two polls, see
+    ``recovery.loop.poll``): one of them had the nodes when the last attempt whose nodes are
+    known does not (a job first seen after Slurm restarted it has only such attempts before
+    it). What the current attempt lacks is never its failure.
     """
     if attempt is None or not nodes or not attempt.nodes or set(nodes) <= set(attempt.nodes):
         return attempt
@@ -227,7 +223,7 @@ def attempt_with_nodes(
     named = set(nodes)
     first_unseen = None
     for previous in earlier.before(attempt):
-        if never_seen_running(previous):
+        if not previous.nodes:
             first_unseen = first_unseen or previous
             continue
         if named <= set(previous.nodes) or (
@@ -265,9 +261,9 @@ def attempt_printing_at(
     healthy attempt. A time within ``PRINTED_BEFORE_START_TOLERANCE`` of the start is the new
     attempt's (node clocks differ by that much), and so is one before the previous attempt
     began, or before the job was submitted (a clock far off, or a log not in UTC, proves
-    nothing). An attempt never seen running started at a time nobody knows, after the one
-    before it: evidence printed since that one began, and before the current one, is the
-    newest such attempt's.
+    nothing). An attempt whose start nobody read (Slurm started and requeued it between two
+    polls) started after the one before it: evidence printed since that one began, and before
+    the current one, is the newest such attempt's.
     """
     if attempt is None or attempt.started_at is None or at is None:
         return attempt
@@ -276,11 +272,9 @@ def attempt_printing_at(
     earlier = earlier or EarlierAttempts(workload)
     first_unseen = None
     for previous in earlier.before(attempt):
-        if never_seen_running(previous):
+        if previous.started_at is None:
             first_unseen = first_unseen or previous
             continue
-        if previous.started_at is None:
-            break
         if at >= previous.started_at - PRINTED_BEFORE_START_TOLERANCE:
             return first_unseen or previous
         return attempt

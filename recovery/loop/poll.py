@@ -549,20 +549,25 @@ def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
     # Right after a requeue the job is still COMPLETING its previous allocation, with the
     # restart count already raised: until it starts again, its nodes and start time are the
     # previous attempt's.
-    previous_start = (
+    previous = (
         Attempt.objects.filter(workload=attempt.workload_id, number=attempt.number - 1)
-        .values_list("started_at", flat=True)
+        .only("started_at", "nodes")
         .first()
         if attempt.number > 1 and attempt.started_at is None
         else None
     )
+    previous_start = previous.started_at if previous is not None else None
     started_anew = job.start_time is not None and (
         previous_start is None or job.start_time > previous_start
     )
     if attempt.number > 1 and attempt.started_at is None and job.state == "COMPLETING":
         # Slurm moves the start time at a requeue, before the old allocation has finished
-        # completing: these are still the previous attempt's nodes.
+        # completing: these are still the previous attempt's nodes, the only sight of them
+        # when Slurm started and requeued it between two polls.
         started_anew = False
+        if previous is not None and not previous.nodes and job.nodes:
+            previous.nodes = job.nodes
+            previous.save(update_fields=["nodes"])
     if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"} and started_anew:
         attempt.nodes = job.nodes  # Slurm forgets them on requeue: keep them now
     if job.excluded_nodes is not None:

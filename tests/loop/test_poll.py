@@ -126,6 +126,20 @@ def test_attempts_slurm_ran_and_requeued_between_two_polls_are_recorded_and_coun
     assert history_of(Workload.objects.get()).attempts == 3
 
 
+def test_an_unseen_attempt_still_completing_lends_its_nodes_to_that_attempt() -> None:
+    """Slurm started and requeued attempt 2 between two polls; the poll finds its allocation
+    still COMPLETING with the count already raised: those nodes are attempt 2's, not 3's."""
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]))
+    completing = job(state="COMPLETING", restart_count=2, nodes=["node007", "node008"],
+                     submit_time=SUBMITTED + timedelta(minutes=9),
+                     start_time=SUBMITTED + timedelta(minutes=9))  # fmt: skip
+    poll_cluster(cluster, Scripted([completing]))
+    unseen, current = Attempt.objects.filter(number__gt=1).order_by("number")
+    assert (unseen.number, unseen.nodes, unseen.started_at) == (2, ["node007", "node008"], None)
+    assert (current.number, current.nodes, current.started_at) == (3, [], None)
+
+
 def test_a_job_first_seen_after_slurm_restarted_it_has_its_earlier_attempts_recorded() -> None:
     cluster = ClusterFactory()
     poll_cluster(cluster, Scripted([job(restart_count=2)]))
