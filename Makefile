@@ -113,7 +113,7 @@ bench-console: install install-browser
 # any error not in mypy-baseline and on an entry there that no longer occurs.
 LINT_ENV := DATABASE_URL=sqlite:///var/lint.sqlite3
 
-lint: install
+lint: install install-e2e
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(LINT_ENV) $(BIN)/python deploy/dev/mypy_baseline.py
