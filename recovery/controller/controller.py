@@ -5,7 +5,8 @@ or another controller meant to do: a controller killed half-way and restarted (o
 controller taking over an expired lease) reads the job, sees what already happened, and does
 only what is left. A restart of attempt N is done when Slurm's restart count has reached N,
 the excluded nodes are set and the job is no longer held; a stop is done when further requeue
-is disabled and the job has ended.
+is disabled and the job has ended, and is not for this job any more once it was requeued into
+a later attempt (nobody judged that one).
 
 Nothing is done on a guess. Before any command the job must be the recommendation's job (same
 user, a submit time that fits) and every fact the action depends on must have been read; a
@@ -214,6 +215,24 @@ def started_since(recommendation: ReadyRecommendation, job: JobInfo) -> str | No
             f"{recommendation.attempt} (started {recommendation.attempt_started_at.isoformat()})"
         )
     return None
+
+
+def newer_attempt(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
+    """Why a stop decided for attempt N is not this job's to carry out now.
+
+    The decision was about attempt N's failure; when Slurm (its own requeue after a node
+    failure, a preemption) or a person started attempt N+1 meanwhile, stopping would end an
+    attempt nobody judged, maybe one that is training. Its own failure, if it comes, is decided
+    afresh.
+    """
+    attempt = recommendation.attempt
+    assert job.restart_count is not None  # checked as known
+    if attempt is None or job.restart_count < attempt or job.state in FINISHED_STATES:
+        return None
+    return (
+        f"job {job.job_id} is at attempt {job.restart_count + 1} ({job.state}), restarted "
+        f"after attempt {attempt} that the stop was decided for"
+    )
 
 
 class AdvisorController:
@@ -520,6 +539,11 @@ class AdvisorController:
 
     def _stop(self, recommendation: ReadyRecommendation, job: JobInfo, outcome: Outcome) -> None:
         job_id = job.job_id
+        problem = newer_attempt(recommendation, job)
+        if problem is not None:
+            outcome.converged = False
+            outcome.detail = f"nothing stopped: {problem}"
+            return
         if job.state == "COMPLETING":
             # The failed attempt is still winding down; Slurm refuses updates until it ends.
             job = self._wait(job_id, lambda j: j.state != "COMPLETING")

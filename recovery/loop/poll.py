@@ -568,8 +568,15 @@ def _update_attempt(attempt: Attempt, job: JobInfo) -> None:
         if previous is not None and not previous.nodes and job.nodes:
             previous.nodes = job.nodes
             previous.save(update_fields=["nodes"])
-    if job.nodes and job.state in {"RUNNING", "COMPLETING", "CONFIGURING"} and started_anew:
-        attempt.nodes = job.nodes  # Slurm forgets them on requeue: keep them now
+    # Slurm forgets the nodes on requeue: keep them now. A job that ended still lists the
+    # allocation it ended on, the only sight of it when the attempt started and ended between
+    # two polls (what it printed names those nodes, and must be told from what the previous
+    # attempt printed about its own).
+    allocated = (
+        job.state in {"RUNNING", "COMPLETING", "CONFIGURING"} or job.state in ATTEMPT_ENDINGS
+    )
+    if job.nodes and allocated and started_anew:
+        attempt.nodes = job.nodes
     if job.excluded_nodes is not None:
         attempt.excluded_nodes = job.excluded_nodes
     if started_anew and job.state != "PENDING":

@@ -324,6 +324,24 @@ def test_a_job_that_started_again_since_the_attempt_is_not_restarted_twice(
     assert "nothing restarted" in outcome.detail
 
 
+def test_a_stop_for_an_attempt_slurm_has_restarted_since_stops_nothing() -> None:
+    """Found by the chaos run: a stop decided for attempt 2's node failure was claimed after
+    Slurm's own requeue had started attempt 3; Requeue=0 and scancel ended a job that was
+    training."""
+    slurm = ModelSlurm(running_job(restart_count=2, start_time=STARTED + timedelta(hours=1)))
+    outcome = controller_for(slurm).carry_out(restart(action="stop", attempt=2))
+    assert slurm.commands == []
+    assert (outcome.outcome, outcome.converged) == ("skipped", False)
+    assert "nothing stopped" in outcome.detail and "attempt 3" in outcome.detail
+
+
+def test_a_stop_for_the_attempt_still_running_is_carried_out() -> None:
+    slurm = ModelSlurm(running_job(restart_count=1))
+    outcome = controller_for(slurm).carry_out(restart(action="stop", attempt=2))
+    assert slurm.commands == ["update", "scancel"]
+    assert (outcome.outcome, outcome.converged) == ("executed", True), outcome.detail
+
+
 def test_a_job_still_completing_is_left_until_it_shows_what_it_becomes() -> None:
     slurm = ModelSlurm(running_job(state="COMPLETING"))
     outcome = controller_for(slurm).carry_out(restart())

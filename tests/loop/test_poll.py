@@ -140,6 +140,22 @@ def test_an_unseen_attempt_still_completing_lends_its_nodes_to_that_attempt() ->
     assert (current.number, current.nodes, current.started_at) == (3, [], None)
 
 
+def test_an_attempt_first_seen_after_it_ended_keeps_the_nodes_slurm_still_lists() -> None:
+    """Found by the chaos run: attempt 2 started and failed between two polls. Slurm still
+    listed its nodes, but only a running attempt's were kept; with none, the previous
+    attempt's node failure read in the same output could not be told from this one's."""
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]))
+    failed = job(state="FAILED", restart_count=1, nodes=["node003", "node004"], exit_code=1,
+                 submit_time=SUBMITTED + timedelta(minutes=9),
+                 start_time=SUBMITTED + timedelta(minutes=10),
+                 end_time=SUBMITTED + timedelta(minutes=11))  # fmt: skip
+    poll_cluster(cluster, Scripted([failed]))
+    second = Attempt.objects.get(number=2)
+    assert second.nodes == ["node003", "node004"]
+    assert second.exit_state == AttemptExitState.FAILED
+
+
 def test_a_job_first_seen_after_slurm_restarted_it_has_its_earlier_attempts_recorded() -> None:
     cluster = ClusterFactory()
     poll_cluster(cluster, Scripted([job(restart_count=2)]))
