@@ -14,7 +14,9 @@ from recovery.sources.schedulers.nodelist import NodeListError, expand_nodelist
 JOB_ID = r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$"
 NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 STREAM = r"^[A-Za-z0-9._:@/-]+$"
-SLURM_STATE = r"^[A-Za-z_]*$"
+# One or more letters: a field that may be blank says so itself (allow_blank), and the schema
+# offers "empty" as its own alternative, which a pattern matching "" would make ambiguous.
+SLURM_STATE = r"^[A-Za-z_]+$"
 EXIT_CODE_TEXT = r"^[0-9]+:[0-9]+$"
 # Clocks drift; a heartbeat stamped later than this is refused rather than trusted.
 MAX_CLOCK_AHEAD = timedelta(minutes=5)
