@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -50,6 +51,13 @@ class Service(abc.ABC):
 
     def start(self, wait_s: float = 60.0) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        if not port_is_free(self.port):
+            # Taken while this one was down (a test's own server on a free port, say): the
+            # stranger would answer for it, and the run's processes would talk to it.
+            raise ServiceError(
+                f"{self.name}: port {self.port} was taken by another process while it was "
+                "stopped; run make chaos alone"
+            )
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
                 self.argv(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -165,6 +173,16 @@ class PrivateRedis(Service):
         from workload_recovery.stack import redis_answers
 
         return redis_answers(self.url, timeout_seconds=0.3)
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _user() -> str:
