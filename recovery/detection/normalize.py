@@ -63,6 +63,10 @@ _MESSAGE_NODES = [
     compile_linear(r"on (?:host|node) ([A-Za-z0-9][A-Za-z0-9._-]*\d[A-Za-z0-9._-]*)"),
 ]
 _MESSAGE_TASK = compile_linear(r"srun: error: \S+: task (\d+): ")
+# slurmstepd's notice carries its own time ("*** JOB 42 ON gpu-001 CANCELLED AT
+# 2026-12-02T12:11:14 DUE TO PREEMPTION ***"), often on a line with no other: it says when the
+# attempt was ended, which a late read needs to tell whose notice it is.
+_MESSAGE_CANCELLED_AT = compile_linear(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT (\S+)")
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,10 @@ def parse_line(line: str) -> LineContext:
         found = _MESSAGE_TASK.search(message)
         if found is not None:
             rank = int(found.group(1))
+    if at is None:
+        found = _MESSAGE_CANCELLED_AT.search(message)
+        if found is not None:
+            at = parse_timestamp(found.group(1))
     if node is None:
         for pattern in _MESSAGE_NODES:
             found = pattern.search(message)

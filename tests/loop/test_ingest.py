@@ -184,7 +184,7 @@ def test_a_node_failure_read_after_slurm_restarted_the_job_is_the_old_attempts(
 def test_a_notice_printed_before_the_restart_started_is_the_old_attempts(
     workload: Workload,
 ) -> None:
-    """Found by the chaos run: a preemption notice (no time of its own) read late, after Slurm
+    """Found by the chaos run: a preemption notice read late, after Slurm
     had requeued and started the job again, was filed under the new attempt and marked survived
     by the new attempt's progress. Its place in the output, after the old attempt's timed
     progress lines and before the new attempt's, says whose it is."""
@@ -205,7 +205,8 @@ def test_a_notice_printed_before_the_restart_started_is_the_old_attempts(
     write(
         workload,
         progress(start + timedelta(seconds=30), 10)
-        + "slurmstepd: error: *** JOB 1001 ON gpu-0001 CANCELLED AT 2026-12-02T06:43:52 "
+        + "slurmstepd: error: *** JOB 1001 ON gpu-0001 CANCELLED AT "
+        f"{(start + timedelta(seconds=35)).replace(tzinfo=None).isoformat()} "
         "DUE TO PREEMPTION ***\n"
         + progress(restarted + timedelta(seconds=5), 11)
         + progress(restarted + timedelta(seconds=9), 12),
@@ -273,7 +274,8 @@ def test_evidence_printed_before_the_current_start_goes_to_the_attempt_never_see
     write(
         workload,
         f"[{at}] iteration        3/     900 | lm loss: 2.5 |\n"
-        "slurmstepd: error: *** JOB 1001 ON gpu-0001 CANCELLED AT 2026-12-02T06:43:52 "
+        "slurmstepd: error: *** JOB 1001 ON gpu-0001 CANCELLED AT "
+        f"{(restarted - timedelta(seconds=15)).replace(tzinfo=None).isoformat()} "
         "DUE TO PREEMPTION ***\n",
     )
     ingest_workload_logs(workload, LocalTransport())
@@ -309,3 +311,30 @@ def test_a_clock_before_the_submission_says_nothing_about_an_unseen_attempt(
     ingest_workload_logs(workload, LocalTransport())
     anomaly = Anomaly.objects.get()
     assert anomaly.attempt is not None and anomaly.attempt.number == 2
+
+
+def test_a_notice_read_alone_after_the_restart_is_the_old_attempts_by_its_own_time(
+    workload: Workload,
+) -> None:
+    """Found by the short chaos run: Slurm preempted and requeued the job, the next read began
+    with the preemption notice and no timed line before it; the notice's own "CANCELLED AT"
+    time was not read, so it was filed under the new attempt and marked survived."""
+    start = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+    restarted = start + timedelta(seconds=40)
+    Attempt.objects.filter(workload=workload, number=1).update(
+        nodes=["gpu-0014", "gpu-0015"], started_at=start, ended_at=restarted
+    )
+    Attempt.objects.create(
+        workload=workload, number=2, nodes=["gpu-0012", "gpu-0014"], started_at=restarted
+    )
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=2)
+    workload.refresh_from_db()
+    cancelled = (restarted - timedelta(seconds=3)).replace(tzinfo=None).isoformat()
+    write(
+        workload,
+        f"slurmstepd: error: *** JOB 1005 ON gpu-0014 CANCELLED AT {cancelled} "
+        "DUE TO PREEMPTION ***\n",
+    )
+    ingest_workload_logs(workload, LocalTransport())
+    anomaly = Anomaly.objects.get()
+    assert anomaly.attempt is not None and anomaly.attempt.number == 1
