@@ -102,10 +102,10 @@ class PollSummary:
 
 # What the poller needs to tell which workload and attempt a job is and what state it is in.
 # With one of them unknown the job's workload is neither created nor changed in that poll.
+FACTS_FOR_SYNC = ("state", "user", "submit_time", "restart_count", "held")
+
 # Requeues while nobody looked that get an attempt of their own (``_record_unseen_attempts``).
 UNSEEN_ATTEMPTS_RECORDED = 50
-
-FACTS_FOR_SYNC = ("state", "user", "submit_time", "restart_count", "held")
 
 
 def adapter_for(cluster: Cluster) -> SchedulerAdapter:
@@ -467,8 +467,10 @@ def _sync_job(
 
     assert job.restart_count is not None
     number = job.restart_count + 1
-    attempt, _ = Attempt.objects.get_or_create(workload=workload, number=number)
-    _record_unseen_attempts(workload, number)
+    attempt, new_attempt = Attempt.objects.get_or_create(workload=workload, number=number)
+    if new_attempt:
+        # Only the poll makes attempts, so a gap below this one can only have opened now.
+        _record_unseen_attempts(workload, number)
     _close_earlier_attempts(workload, number, now)
     was_running = attempt.exit_state == AttemptExitState.RUNNING
     _update_attempt(attempt, job)
