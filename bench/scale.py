@@ -20,20 +20,25 @@ its phases and a cProfile of one call, in this process).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 
 from bench.scaling.report import print_profile, print_table, scale_out_notes, verdict
 from bench.scaling.stack import Bench
-from bench.scaling.steps import WORK, Step, StepResult
+from bench.scaling.steps import ROOT, WORK, Step, StepResult
 
 DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/workload_recovery_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/3"
 # Jobs@nodes. The 4,000-node steps are the cluster size of the issue; the smaller clusters
 # separate what grows with nodes from what grows with jobs (a job uses 2-4 nodes).
-DEFAULT_STEPS = "50@200,100@400,250@1000,100@4000,1000@4000"
+DEFAULT_STEPS = "50@200,250@1000,100@4000,1000@4000,2000@8000"
 QUICK_STEPS = "50@200,250@1000"
+# The scale-out step: this load again with 1, 2 and 4 worker processes of one pool process each.
+DEFAULT_SCALE_OUT = "1000@4000"
+SCALE_OUT_WORKERS = (1, 2, 4)
+RESULTS = ROOT / "var" / "bench" / "scale.json"
 # Polls taken apart right after these steps. Past saturation one poll reads minutes of backlog
 # and takes minutes itself, so the largest loads whose polls still finish within a step are
 # profiled: one with many jobs, one with many nodes.
@@ -63,6 +68,11 @@ def main() -> int:
         "--compare-concurrency", type=int, default=0,
         help="run the largest step again with this many pool processes (0: no)",
     )  # fmt: skip
+    parser.add_argument(
+        "--scale-out", default=None,
+        help=f"step run with {'/'.join(map(str, SCALE_OUT_WORKERS))} worker processes "
+        f"(default {DEFAULT_SCALE_OUT}; none: skip)",
+    )  # fmt: skip
     parser.add_argument("--reference-runs", type=int, default=3)
     parser.add_argument(
         "--profile", default=DEFAULT_PROFILE, help="steps whose poll is taken apart, or none"
@@ -76,6 +86,9 @@ def main() -> int:
     if args.warmup is None:
         args.warmup = 10.0 if args.quick else 15.0
     steps = [Step.parse(text, args.nodes) for text in args.steps.split(",") if text.strip()]
+    if args.scale_out is None:
+        args.scale_out = "none" if args.quick else DEFAULT_SCALE_OUT
+    scale_out = None if args.scale_out == "none" else Step.parse(args.scale_out, args.nodes)
 
     bench = Bench(args)
     db = bench.settings.DATABASES["default"]
@@ -113,6 +126,12 @@ def main() -> int:
         if args.compare_concurrency:
             results.append(bench.run_step(largest, args.compare_concurrency, keep_logs=True))
             print_table(results[-1:], args.poll_seconds)
+        if scale_out is not None:
+            for processes in SCALE_OUT_WORKERS:
+                results.append(
+                    bench.run_step(scale_out, 1, keep_logs=False, worker_processes=processes)
+                )
+                print_table(results[-1:], args.poll_seconds)
         print("\nreference: the detector alone on the largest step's logs ...", flush=True)
         reference = bench.reference(largest)
     except KeyboardInterrupt:
@@ -126,7 +145,22 @@ def main() -> int:
     for step, runs, top in profiles:
         print_profile(step, runs, top)
     verdict(results, reference, profiles, args.poll_seconds)
-    scale_out_notes(results, args.poll_seconds)
+    scale_out_notes(results, scale_out)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "cores": os.cpu_count(),
+                "poll_seconds": args.poll_seconds,
+                "speedup": args.speedup,
+                "steps": [r.as_json() for r in results],
+                "reference": reference,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwritten: {RESULTS.relative_to(ROOT)}")
     return 0
 
 

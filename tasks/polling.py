@@ -1,27 +1,40 @@
-"""Polling tasks: one cluster's poll, the beat's round over every cluster, a hook's poll."""
+"""Polling tasks: a cluster's snapshot, its workloads shard by shard, the beat's round, a hook's.
+
+A cluster's poll is split so that any number of workers on any number of hosts share a large
+cluster: ``poll_cluster`` takes the scheduler's snapshot (one listing of jobs and nodes, synced
+against what is stored, under the cluster's lock), then queues ``process_workloads`` for each
+shard of the listed workloads (ids modulo ``WORKLOAD_SHARDS``) on the workload queue. Each shard
+has a lock of its own, so a workload is never processed by two workers at once; a shard whose
+previous batch still runs is skipped, and its work waits for the next poll (the cursors, the
+endings to judge and the progress checks are all kept in the database).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from typing import Any
 
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
-from recovery.loop.poll import is_polled
+from recovery.loop.poll import adapter_for, is_polled, log_store_of
 from recovery.loop.poll import poll_cluster as poll
+from recovery.loop.workloads import process_workloads as process
 from recovery.models import Cluster
-from recovery.sources.schedulers.base import SchedulerError
+from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
 from tasks.locks import held_while_running
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(name="tasks.polling.poll_cluster")
-def poll_cluster(cluster_id: int) -> dict[str, int]:
-    """Sync one cluster's jobs and nodes. Safe to repeat: it records differences only.
+def poll_cluster(cluster_id: int) -> dict[str, Any]:
+    """Sync one cluster's jobs and nodes, then queue its workloads' work. Safe to repeat.
 
-    One poll per cluster at a time: a slow poll is not overtaken by the next beat's.
+    One snapshot per cluster at a time: a slow poll is not overtaken by the next beat's.
     """
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
@@ -33,12 +46,81 @@ def poll_cluster(cluster_id: int) -> dict[str, int]:
         if not ours:
             return {"skipped": 1}
         try:
-            summary = poll(cluster)
+            summary = poll(cluster, workloads=False)
         except SchedulerError as exc:
             # An unreachable scheduler is reported, not retried in a loop: the next beat polls.
             logger.warning("poll of %s failed: %s", cluster.name, exc)
             return {"error": 1}
-    return summary.__dict__
+    shards = queue_workloads(cluster_id, summary.workload_ids)
+    result: dict[str, Any] = {
+        key: value for key, value in summary.__dict__.items() if key != "workload_ids"
+    }
+    result["shards"] = shards
+    return result
+
+
+def shard_of(workload_id: int) -> int:
+    return workload_id % settings.WORKLOAD_SHARDS
+
+
+def queue_workloads(cluster_id: int, workload_ids: list[int]) -> int:
+    """One ``process_workloads`` per shard that holds any of ``workload_ids``; returns how many.
+
+    Each expires before the next poll would queue its shard again.
+    """
+    shards: dict[int, list[int]] = {}
+    for workload_id in sorted(workload_ids):
+        shards.setdefault(shard_of(workload_id), []).append(workload_id)
+    for shard, ids in sorted(shards.items()):
+        process_workloads.apply_async(
+            (cluster_id, shard, ids),
+            queue=settings.WORKLOAD_QUEUE,
+            expires=settings.POLL_SECONDS * 0.9,
+        )
+    return len(shards)
+
+
+# Adapters by cluster and settings, kept by each worker process: an SSH cluster's connection is
+# opened once per process, not once per shard and poll.
+_ADAPTERS: OrderedDict[tuple[int, str, str], SchedulerAdapter] = OrderedDict()
+ADAPTERS_KEPT = 32
+
+
+def _adapter(cluster: Cluster) -> SchedulerAdapter:
+    key = (cluster.pk, str(cluster.connection), repr(cluster.connection_settings))
+    adapter = _ADAPTERS.get(key)
+    if adapter is None:
+        adapter = _ADAPTERS[key] = adapter_for(cluster)
+        while len(_ADAPTERS) > ADAPTERS_KEPT:
+            _ADAPTERS.popitem(last=False)
+    _ADAPTERS.move_to_end(key)
+    return adapter
+
+
+@shared_task(name="tasks.polling.process_workloads")
+def process_workloads(cluster_id: int, shard: int, workload_ids: list[int]) -> dict[str, Any]:
+    """Read, judge and check one shard's workloads (``recovery.loop.workloads``).
+
+    Only ids of the shard are processed: a message queued when the shard count was different
+    must not put a workload in two shards at once.
+    """
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {}
+    ids = [pk for pk in workload_ids if isinstance(pk, int) and shard_of(pk) == shard]
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    with held_while_running(
+        client, f"wr:poll:{cluster_id}:shard:{shard}", timeout_s=settings.POLL_LOCK_SECONDS
+    ) as ours:
+        if not ours:
+            return {"skipped": 1}
+        try:
+            transport = _adapter(cluster).transport
+        except SchedulerError as exc:
+            logger.warning("workloads of %s not read: %s", cluster.name, exc)
+            return {"error": 1}
+        summary = process(cluster, ids, transport, timezone.now(), log_store=log_store_of(cluster))
+    return dict(summary.__dict__)
 
 
 def queue_poll(cluster_id: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -118,6 +119,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("WR_CELERY_QUEUE", "recovery")
+# A cluster's per-workload work (tasks.polling.process_workloads), split into shards of workload
+# ids: its own queue, so that a site can give it workers of its own (`celery worker -Q`); a
+# worker started without -Q consumes both.
+WORKLOAD_QUEUE = env_str("WR_WORKLOAD_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.workloads")
+WORKLOAD_SHARDS = env_int("WR_WORKLOAD_SHARDS", 16, minimum=1, maximum=4096)
+CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(WORKLOAD_QUEUE)]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}

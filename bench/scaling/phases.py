@@ -57,10 +57,10 @@ def profile_poll(
         (SimulatedAdapter, "list_nodes", "list_nodes (simulated store)"),
         (SimulatedAdapter, "list_jobs", "list_jobs (simulated store)"),
         (polling, "_sync_nodes", "sync nodes"),
-        (polling, "_sync_job", "sync jobs"),
+        (polling, "_sync_jobs", "sync jobs"),
         (polling, "ingest_node_kernel_logs", "node kernel logs"),
-        (polling, "ingest_workload_logs", "ingest job logs"),
-        (polling, "_run_monitors", "monitors (endings, nodes, hang/straggler)"),
+        (polling, "process_workloads", "workloads (output, endings, hang/straggler)"),
+        (polling, "_run_cluster_monitors", "monitors (nodes, suspects)"),
         (polling, "decide_pending", "decide_pending"),
     ]
     for owner, name, label in targets:

@@ -99,10 +99,13 @@ def pids_named(*names: str) -> list[int]:
     return found
 
 
-def cpu_ticks(groups: dict[str, int], services: dict[str, list[int]]) -> dict[str, int]:
-    """CPU ticks so far per role: a child's whole process group, or a service's processes."""
+def cpu_ticks(groups: dict[str, list[int]], services: dict[str, list[int]]) -> dict[str, int]:
+    """CPU ticks so far per role: its children's whole process groups, or a service's processes.
+
+    User and system time only: a process waiting on MariaDB, Redis or a file spends none.
+    """
     totals = dict.fromkeys([*groups, *services], 0)
-    by_group = {pgid: role for role, pgid in groups.items()}
+    by_group = {pgid: role for role, pgids in groups.items() for pgid in pgids}
     for pid in _pids():
         stat = _proc_stat(pid)
         if stat is not None and stat[0] in by_group:

@@ -50,6 +50,7 @@ class Bench:
 
         self.redis = redis.Redis.from_url(settings.REDIS_URL)
         self.queue = settings.CELERY_TASK_DEFAULT_QUEUE
+        self.workload_queue = settings.WORKLOAD_QUEUE
         self.services = {
             "mariadb": pids_named("mariadbd", "mysqld"),
             "redis": pids_named("redis-server"),
@@ -103,7 +104,7 @@ class Bench:
 
     def clear_redis(self) -> None:
         """The broker queue, results, locks and simulations of this bench's Redis database."""
-        keys = [self.queue, "unacked", "unacked_index"]
+        keys = [self.queue, self.workload_queue, "unacked", "unacked_index"]
         for pattern in ("celery-task-meta-*", "wr:sim:*", "wr:poll:*"):
             keys += list(self.redis.scan_iter(pattern, count=1000))
         if keys:
@@ -125,14 +126,21 @@ class Bench:
 
     # ------------------------------------------------------------------ one step
 
-    def run_step(self, step: Step, concurrency: int, *, keep_logs: bool) -> StepResult:
+    def run_step(
+        self, step: Step, concurrency: int, *, keep_logs: bool, worker_processes: int = 1
+    ) -> StepResult:
         from recovery.choices import ClusterMode
         from recovery.demo.live import ensure_simulated_cluster
         from tasks.polling import poll_cluster
 
         args = self.args
+        workers_said = (
+            f"{worker_processes} worker processes"
+            if worker_processes > 1
+            else f"worker concurrency {concurrency}"
+        )
         print(
-            f"\n== {step.jobs} jobs on {step.nodes} nodes, worker concurrency {concurrency}: "
+            f"\n== {step.jobs} jobs on {step.nodes} nodes, {workers_said}: "
             f"{args.warmup:g} s warm-up + {args.seconds:g} s measured",
             flush=True,
         )
@@ -157,17 +165,24 @@ class Bench:
             logs / "simulate.log",
             self.env,
         )  # fmt: skip
-        worker = self.children.start(
-            "worker",
-            [self.celery, "-A", "tasks", "worker", "-E", "--loglevel", "WARNING",
-             "--concurrency", str(concurrency), "-n", f"{step.name}@%h"],
-            logs / "worker.log",
-            self.env,
-        )  # fmt: skip
-        self._wait_for_worker()
-        result = StepResult(step, concurrency)
+        # Separate worker processes stand for separate hosts: each has a name of its own.
+        workers = [
+            self.children.start(
+                f"worker {index}",
+                [self.celery, "-A", "tasks", "worker", "-E", "--loglevel", "WARNING",
+                 "--concurrency", str(concurrency), "-n", f"{step.name}-{index}@%h"],
+                logs / f"worker-{index}.log",
+                self.env,
+            )
+            for index in range(worker_processes)
+        ]  # fmt: skip
+        self._wait_for_worker(worker_processes)
+        result = StepResult(step, concurrency, worker_processes)
         state_key = f"wr:sim:{config.name}:state"
-        groups = {"simulate": simulate.popen.pid, "worker": worker.popen.pid}
+        groups = {
+            "simulate": [simulate.popen.pid],
+            "worker": [worker.popen.pid for worker in workers],
+        }
         services = {**self.services, "bench driver": [os.getpid()]}
 
         started = time.monotonic()
@@ -202,14 +217,7 @@ class Bench:
             if sim_stopped_at is not None:
                 # Drain: the last failures are detected by a poll that starts after the clock
                 # stopped; polls keep coming until one such poll has finished.
-                tasks = events.snapshot()
-                caught_up = any(
-                    t.started
-                    and t.started > sim_stopped_at
-                    and t.finished
-                    and not t.result.get("skipped")
-                    for t in tasks
-                )
+                caught_up = self._caught_up(events.snapshot(), sim_stopped_at)
                 if caught_up or time.time() - sim_stopped_at > args.drain_seconds:
                     break
                 if now >= next_poll:
@@ -218,7 +226,8 @@ class Bench:
                     next_poll += args.poll_seconds
             time.sleep(max(0.0, min(1.0, next_poll - time.monotonic())))
         drained = time.time() - (sim_stopped_at or time.time())
-        self.children.stop(worker)
+        for worker in workers:
+            self.children.stop(worker)
         events.stop()
         self._finish(result, config, cluster.pk, mark, events.snapshot(), running_samples)
         result.undetected_note = (
@@ -231,13 +240,40 @@ class Bench:
             shutil.rmtree(log_dir, ignore_errors=True)
         return result
 
-    def _wait_for_worker(self) -> None:
+    def _wait_for_worker(self, count: int) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             self.children.check()
-            if self.app.control.ping(timeout=1.0):
+            if len(self.app.control.ping(timeout=1.0)) >= count:
                 return
-        raise SystemExit("the Celery worker did not answer a ping within 60 s")
+        raise SystemExit(f"{count} Celery worker(s) did not answer a ping within 60 s")
+
+    @staticmethod
+    def _caught_up(tasks: list[PollTask], sim_stopped_at: float) -> bool:
+        """Whether a snapshot taken after the clock stopped, and all its shards, have run.
+
+        The last failures are detected by the shard tasks of a poll that started after the
+        simulation's clock stopped.
+        """
+        polls = sorted(
+            (
+                t
+                for t in tasks
+                if t.kind == "poll"
+                and t.started
+                and t.started > sim_stopped_at
+                and t.finished
+                and not t.result.get("skipped")
+            ),
+            key=lambda t: t.started or 0.0,
+        )
+        if not polls:
+            return False
+        first = polls[0]
+        wanted = int(first.result.get("shards", 0))
+        started = first.started or 0.0
+        shards = [t for t in tasks if t.kind == "shard" and t.sent >= started]
+        return len(shards) >= wanted and all(t.finished for t in shards)
 
     def _sim_clock(self, state_key: str, name: str) -> tuple[float | None, int]:
         """How far the simulation's clock is behind the wall clock, and its running jobs.
@@ -264,7 +300,11 @@ class Bench:
         return lag, sum(1 for job in jobs if job["state"] == "RUNNING")
 
     def _mark(
-        self, config: Any, groups: dict[str, int], services: dict[str, list[int]], cluster_id: int
+        self,
+        config: Any,
+        groups: dict[str, list[int]],
+        services: dict[str, list[int]],
+        cluster_id: int,
     ) -> dict[str, Any]:
         from django.db import connection
 
@@ -323,9 +363,11 @@ class Bench:
             backlog += data.count(b"\n", done_to, size)
         result.written_lines_s = written / window
         result.ingested_lines_s = ingested / window
+        result.lines_ingested = ingested
         result.ingested_mb_s = ingested_bytes / window / 1e6
         result.backlog_lines = backlog
-        result.db_queries_s = (end["questions"] - start["questions"]) / window
+        result.db_queries = end["questions"] - start["questions"]
+        result.db_queries_s = result.db_queries / window
         for role, ticks in end["cpu"].items():
             result.cpu[role] = (ticks - start["cpu"].get(role, 0)) / CLOCK_TICKS / window * 100
         busy = end["machine"][0] - start["machine"][0]
@@ -333,6 +375,18 @@ class Bench:
         result.machine_busy = busy / total * 100 * (os.cpu_count() or 1) if total else 0.0
 
         in_window = [t for t in tasks if start["time"] <= t.sent <= end["time"]]
+        for shard in (t for t in in_window if t.kind == "shard"):
+            if shard.expired:
+                result.shards_expired += 1
+            elif shard.result.get("skipped"):
+                result.shards_skipped += 1
+            elif shard.runtime is not None:
+                result.shard_runtimes.append(shard.runtime)
+                result.workloads_processed += int(shard.result.get("workloads", 0))
+        in_window = [t for t in in_window if t.kind == "poll"]
+        result.job_polls = sum(
+            int(t.result.get("jobs_seen", 0)) for t in in_window if t.runtime is not None
+        )
         result.polls_sent = len(in_window)
         for task in in_window:
             if task.expired:

@@ -32,6 +32,9 @@ class Step:
 @dataclass
 class PollTask:
     sent: float
+    # "poll" (a cluster's snapshot, sent by the bench in beat's role) or "shard" (a batch of
+    # its workloads, queued by the snapshot's task).
+    kind: str = "poll"
     started: float | None = None
     finished: float | None = None
     runtime: float | None = None
@@ -44,6 +47,8 @@ class PollTask:
 class StepResult:
     step: Step
     concurrency: int
+    # Worker processes: one with ``concurrency`` pool processes, or as many single ones.
+    worker_processes: int = 1
     window_s: float = 0.0
     jobs_running: float = 0.0
     written_lines_s: float = 0.0
@@ -69,12 +74,98 @@ class StepResult:
     anomalies: dict[str, int] = field(default_factory=dict)
     undetected_note: str = ""
     db_queries_s: float = 0.0
+    db_queries: int = 0
+    # Opted-in jobs listed, summed over the snapshots done in the window: job polls.
+    job_polls: int = 0
+    # Workloads processed by shard tasks in the window, and the shard tasks' own figures.
+    workloads_processed: int = 0
+    shard_runtimes: list[float] = field(default_factory=list)
+    shards_skipped: int = 0
+    shards_expired: int = 0
     cpu: dict[str, float] = field(default_factory=dict)
     machine_busy: float = 0.0
+    lines_ingested: int = 0
+
+    @property
+    def workers(self) -> int:
+        return self.concurrency * self.worker_processes
+
+    @property
+    def worker_cpu_s(self) -> float:
+        """CPU seconds (user + system, from /proc) of every worker process over the window."""
+        return self.cpu.get("worker", 0.0) / 100 * self.window_s
+
+    @property
+    def cpu_s_per_1000_lines(self) -> float:
+        if not self.lines_ingested:
+            return math.nan
+        return self.worker_cpu_s / (self.lines_ingested / 1000)
+
+    @property
+    def service_cpu_s_per_1000_lines(self) -> float:
+        """The same for MariaDB and Redis, which the workers wait on."""
+        if not self.lines_ingested:
+            return math.nan
+        spent = (self.cpu.get("mariadb", 0.0) + self.cpu.get("redis", 0.0)) / 100 * self.window_s
+        return spent / (self.lines_ingested / 1000)
+
+    @property
+    def queries_per_job_poll(self) -> float:
+        return self.db_queries / self.job_polls if self.job_polls else math.nan
+
+    @property
+    def detection_median_s(self) -> float:
+        return median(self.latencies)
+
+    @property
+    def detection_p95_s(self) -> float:
+        return percentile(self.latencies, 95)
+
+    @property
+    def never_detected(self) -> int:
+        return sum(1 for value in self.latencies if math.isinf(value))
+
+    def as_json(self) -> dict[str, object]:
+        """The step's figures as ``var/bench/scale.json`` holds them."""
+
+        def number(value: float) -> float | None:
+            return None if math.isnan(value) or math.isinf(value) else round(value, 4)
+
+        return {
+            "jobs": self.step.jobs,
+            "nodes": self.step.nodes,
+            "workers": self.workers,
+            "worker_processes": self.worker_processes,
+            "window_s": number(self.window_s),
+            "jobs_running": number(self.jobs_running),
+            "lines_written_per_s": number(self.written_lines_s),
+            "lines_ingested_per_s": number(self.ingested_lines_s),
+            "backlog_lines": self.backlog_lines,
+            "detection_median_s": number(self.detection_median_s) if self.latencies else None,
+            "detection_p95_s": number(self.detection_p95_s) if self.latencies else None,
+            "detection_p95_is_never": bool(self.latencies) and math.isinf(self.detection_p95_s),
+            "crashes_measured": len(self.latencies),
+            "never_detected": self.never_detected,
+            "queries_per_job_poll": number(self.queries_per_job_poll),
+            "cpu_s_per_1000_lines": number(self.cpu_s_per_1000_lines),
+            "service_cpu_s_per_1000_lines": number(self.service_cpu_s_per_1000_lines),
+            "worker_cpu_s": number(self.worker_cpu_s),
+            "job_polls_per_worker_cpu_s": number(self.job_polls / self.worker_cpu_s)
+            if self.worker_cpu_s
+            else None,
+            "lines_per_worker_cpu_s": number(self.lines_ingested / self.worker_cpu_s)
+            if self.worker_cpu_s
+            else None,
+            "poll_median_s": number(median(self.poll_runtimes)),
+            "shard_median_s": number(median(self.shard_runtimes)),
+            "cpu_percent": {role: round(value, 1) for role, value in self.cpu.items()},
+            "machine_busy_percent": round(self.machine_busy, 1),
+            "passed": self.passed,
+        }
 
     @property
     def passed(self) -> bool:
-        if len(self.latencies) < MIN_SAMPLES:
+        if len(self.latencies) < MIN_SAMPLES or self.never_detected:
             return False
         return (
             statistics.median(self.latencies) < TARGET_MEDIAN_S

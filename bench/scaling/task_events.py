@@ -12,6 +12,8 @@ from typing import Any
 
 from bench.scaling.steps import PollTask
 
+SHARD_TASK = "tasks.polling.process_workloads"
+
 
 class TaskEvents:
     """Start and finish of the poll tasks, from the worker's task events."""
@@ -51,6 +53,11 @@ class TaskEvents:
             return
         with self.lock:
             task = self.tasks.get(event.get("uuid", ""))
+            if task is None and kind == "task-received" and event.get("name") == SHARD_TASK:
+                # Queued by a snapshot's task, not by this process: known from its arrival.
+                task = self.tasks[event["uuid"]] = PollTask(
+                    sent=float(event["timestamp"]), kind="shard"
+                )
             if task is None:
                 return
             if kind == "task-started":

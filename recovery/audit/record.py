@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from recovery.audit import live
 from recovery.models import AuditEvent, Cluster, Workload
@@ -35,3 +35,21 @@ def record_event(
     event = AuditEvent.objects.create(**fields)
     transaction.on_commit(lambda: live.announce_event(event))
     return event
+
+
+def record_events(events: list[AuditEvent]) -> list[AuditEvent]:
+    """Append unsaved events in one statement; announced to live views once committed.
+
+    Where the database cannot say which ids a multi-row insert gave (MySQL proper), each is
+    inserted on its own: an announcement names its event.
+    """
+    if not events:
+        return []
+    if connection.features.can_return_rows_from_bulk_insert:
+        AuditEvent.objects.bulk_create(events)
+    else:
+        for event in events:
+            event.save()
+    saved = list(events)
+    transaction.on_commit(lambda: live.announce_events(saved))
+    return saved

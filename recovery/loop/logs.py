@@ -28,6 +28,7 @@ from functools import partial
 from typing import Protocol
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
@@ -42,6 +43,7 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.detection.scanner import LogScanner, ScanResult
+from recovery.detection.signature_set import SignatureSet
 from recovery.loop.anomalies import RECENT_END, record_findings, record_read
 from recovery.loop.patterns import active_signature_set
 from recovery.models import (
@@ -191,10 +193,13 @@ def read_new_lines(
     return consumed
 
 
-def scan(data: bytes) -> ScanResult:
+def scan(data: bytes, signatures: SignatureSet | None = None) -> ScanResult:
+    """Scan one read; ``signatures`` defaults to the active set (a query to see it is current)."""
     # A poll reads a few seconds of output: keep every rank's progress lines for the hang and
     # straggler detectors, not only the last few of each block.
-    scanner = LogScanner(active_signature_set(), progress_samples_per_block=PROGRESS_SAMPLES)
+    scanner = LogScanner(
+        signatures or active_signature_set(), progress_samples_per_block=PROGRESS_SAMPLES
+    )
     scanner.feed(data)
     return scanner.finish()
 
@@ -213,6 +218,7 @@ def ingest_node_kernel_logs(
     template = (cluster.connection_settings or {}).get("node_kernel_log")
     if not template:
         return summary
+    on_nodes: dict[str, list[OnNode]] | None = None
     for node in Node.objects.filter(cluster=cluster):
         path = str(template).replace("{node}", node.name)
         size = transport.file_size(path)
@@ -228,7 +234,9 @@ def ingest_node_kernel_logs(
                 for finding in result.findings:
                     if node.name not in finding.nodes:
                         finding.nodes.append(node.name)
-                for workload, attempt, _ in attempts_on_node(cluster, node.name, now):
+                if on_nodes is None:
+                    on_nodes = attempts_by_node(cluster, now)
+                for workload, attempt, _ in on_nodes.get(node.name, []):
                     summary.anomalies_new += record_findings(
                         workload,
                         attempt,
@@ -242,26 +250,66 @@ def ingest_node_kernel_logs(
     return summary
 
 
-def attempts_on_node(
-    cluster: Cluster, node: str, now: datetime
-) -> list[tuple[Workload, Attempt, bool]]:
+OnNode = tuple[Workload, Attempt, bool]
+
+
+def attempts_on_node(cluster: Cluster, node: str, now: datetime) -> list[OnNode]:
     """Current attempts on ``node``, running or ended within ``RECENT_END``."""
-    found = []
-    workloads = Workload.objects.filter(cluster=cluster, opted_in=True).exclude(
-        state__in=[WorkloadState.COMPLETED, WorkloadState.CANCELLED]
+    return attempts_by_node(cluster, now).get(node, [])
+
+
+def attempts_by_node(cluster: Cluster, now: datetime) -> dict[str, list[OnNode]]:
+    """For each node, the current attempts on it (see ``attempts_on_node``).
+
+    Of each opted-in workload not yet completed or cancelled, its two newest attempts are
+    looked at, the newer first; the first of them on a node that is running, or ended within
+    ``RECENT_END``, is the workload's attempt on that node. Rows are read as plain values and
+    objects are made only for the attempts that are on a node now (four queries at most).
+    """
+    workloads_now = {
+        pk: (current, state)
+        for pk, current, state in Workload.objects.filter(cluster=cluster, opted_in=True)
+        .exclude(state__in=[WorkloadState.COMPLETED, WorkloadState.CANCELLED])
+        .values_list("pk", "current_attempt", "state")
+    }
+    rows = (
+        Attempt.objects.filter(
+            workload__in=list(workloads_now), number__gte=F("workload__current_attempt") - 1
+        )
+        .order_by("workload_id", "-number")
+        .values_list("pk", "workload_id", "number", "nodes", "exit_state", "ended_at")
     )
-    for workload in workloads.select_related("cluster"):
-        attempts = Attempt.objects.filter(workload=workload).order_by("-number")[:2]
-        for attempt in attempts:
-            if node not in attempt.nodes:
+    newest: dict[int, list[tuple[int, int, list[object], str, datetime | None]]] = {}
+    for pk, workload_id, number, nodes, exit_state, ended_at in rows:
+        kept = newest.setdefault(workload_id, [])
+        if len(kept) < 2:
+            kept.append(
+                (pk, number, nodes if isinstance(nodes, list) else [], exit_state, ended_at)
+            )
+    found: dict[str, list[tuple[int, int, bool]]] = {}
+    for workload_id, kept in newest.items():
+        taken: set[str] = set()
+        for pk, number, nodes, exit_state, ended_at in kept:
+            ended = exit_state != AttemptExitState.RUNNING or ended_at is not None
+            current, state = workloads_now[workload_id]
+            running = not ended and current == number
+            recent = ended and (ended_at or now) >= now - RECENT_END
+            if not ((running and state == WorkloadState.RUNNING) or recent):
                 continue
-            ended = attempt.exit_state != AttemptExitState.RUNNING or attempt.ended_at is not None
-            running = not ended and workload.current_attempt == attempt.number
-            recent = ended and (attempt.ended_at or now) >= now - RECENT_END
-            if (running and workload.state == WorkloadState.RUNNING) or recent:
-                found.append((workload, attempt, running))
-                break
-    return found
+            names = {node for node in nodes if isinstance(node, str)}
+            for node in names - taken:
+                found.setdefault(node, []).append((workload_id, pk, running))
+            taken |= names
+    if not found:
+        return {}
+    wanted_workloads = {w for pairs in found.values() for w, _, _ in pairs}
+    wanted_attempts = {a for pairs in found.values() for _, a, _ in pairs}
+    workloads = Workload.objects.select_related("cluster").in_bulk(list(wanted_workloads))
+    attempts = Attempt.objects.in_bulk(list(wanted_attempts))
+    return {
+        node: [(workloads[w], attempts[a], running) for w, a, running in pairs]
+        for node, pairs in found.items()
+    }
 
 
 def _mark_node(node: Node, result: ScanResult, now: datetime) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 
@@ -32,7 +33,7 @@ from recovery.detection.straggler import (
 )
 from recovery.loop.anomalies import record_anomalies
 from recovery.loop.confirmation import apply, settle, suspects_of
-from recovery.loop.logs import attempts_on_node
+from recovery.loop.logs import OnNode, attempts_by_node
 from recovery.loop.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
 from recovery.sources.schedulers.base import JobInfo
@@ -67,12 +68,47 @@ def straggler_policy(policy: Policy) -> StragglerPolicy:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class SchedulerEnding:
+    """What the scheduler said when it ended an attempt, as ``Attempt.ending_to_judge`` keeps it."""
+
+    state: str
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str = ""
+    end_time: datetime | None = None
+
+    @classmethod
+    def of(cls, job: JobInfo) -> SchedulerEnding:
+        # The poller keeps endings only of the jobs it synced, and syncs none of unknown state.
+        assert job.state is not None
+        return cls(job.state, job.exit_code, job.exit_signal, job.reason, job.end_time)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "exit_signal": self.exit_signal,
+            "reason": self.reason,
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SchedulerEnding:
+        end_time = data.get("end_time")
+        return cls(
+            state=str(data.get("state") or ""),
+            exit_code=data.get("exit_code"),
+            exit_signal=data.get("exit_signal"),
+            reason=str(data.get("reason") or ""),
+            end_time=datetime.fromisoformat(end_time) if end_time else None,
+        )
+
+
 def check_job_ending(
-    workload: Workload, attempt: Attempt, job: JobInfo, now: datetime
+    workload: Workload, attempt: Attempt, job: SchedulerEnding, now: datetime
 ) -> list[Anomaly]:
     """Record what the scheduler says about an attempt that ended abnormally."""
-    # The poller passes only the jobs it synced, and it syncs none whose state is unknown.
-    assert job.state is not None
     # Implicate only the nodes the scheduler took out, not a whole allocation that ended.
     out = {
         node.name
@@ -103,7 +139,9 @@ def check_job_ending(
     )
 
 
-def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
+def check_node(
+    cluster: Cluster, node: Node, now: datetime, on_nodes: dict[str, list[OnNode]] | None = None
+) -> list[Anomaly]:
     """Tie a node the scheduler took out of service to the workloads that ran on it.
 
     DOWN and FAIL (the node is gone) are evidence for the workloads running there and for
@@ -111,6 +149,8 @@ def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
     is already failing is the likely cause of that failure. A drained node is evidence only for
     attempts that ended on it, and only when the reason names a component: an operator draining
     a node for maintenance does not make the jobs on it fail.
+
+    ``on_nodes`` is ``attempts_by_node`` of the cluster, when the caller checks several nodes.
     """
     state = node.scheduler_state
     tokens = {part.strip().lower().rstrip("*~#!%$@^-") for part in state.split("+")}
@@ -126,7 +166,9 @@ def check_node(cluster: Cluster, node: Node, now: datetime) -> list[Anomaly]:
         node.health = NodeHealth.UNHEALTHY
         node.save(update_fields=["health", "updated_at"])
     created: list[Anomaly] = []
-    for workload, attempt, running in attempts_on_node(cluster, node.name, now):
+    if on_nodes is None:
+        on_nodes = attempts_by_node(cluster, now)
+    for workload, attempt, running in on_nodes.get(node.name, []):
         if not gone:
             undecided = Anomaly.objects.filter(
                 workload=workload, attempt=attempt, decided_at__isnull=True

@@ -10,7 +10,10 @@ otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -74,13 +77,44 @@ class Decision:
 
 def policy_for(workload: Workload) -> Policy:
     """The enabled policy matching the most of cluster, environment and partition."""
-    candidates = Policy.objects.filter(enabled=True).filter(
-        Q(cluster__isnull=True) | Q(cluster=workload.cluster_id),
-        Q(environment="") | Q(environment=workload.environment),
-        Q(partition="") | Q(partition=workload.partition),
-    )
+    cached: list[Policy] | None = getattr(_policies, "enabled", None)
+    if cached is None:
+        candidates: Iterable[Policy] = Policy.objects.filter(enabled=True).filter(
+            Q(cluster__isnull=True) | Q(cluster=workload.cluster_id),
+            Q(environment="") | Q(environment=workload.environment),
+            Q(partition="") | Q(partition=workload.partition),
+        )
+    else:
+        candidates = [
+            p
+            for p in cached
+            if p.cluster_id in (None, workload.cluster_id)
+            and p.environment in ("", workload.environment)
+            and p.partition in ("", workload.partition)
+        ]
     best = max(candidates, key=lambda p: (p.specificity, bool(p.cluster_id), p.pk), default=None)
     return best or Policy(name="built-in defaults")
+
+
+_policies = threading.local()
+
+
+@contextlib.contextmanager
+def policies_read_once() -> Iterator[None]:
+    """Inside the block ``policy_for`` chooses among the enabled policies as read on entry.
+
+    For a batch of workloads processed in a few seconds (``recovery.loop.workloads``): one
+    query for all of them instead of one per anomaly and check. A policy edited meanwhile
+    applies from the next batch. An inner block uses the outer one's reading.
+    """
+    if getattr(_policies, "enabled", None) is not None:
+        yield
+        return
+    _policies.enabled = list(Policy.objects.filter(enabled=True))
+    try:
+        yield
+    finally:
+        _policies.enabled = None
 
 
 def history_of(workload: Workload, policy: Policy | None = None) -> History:

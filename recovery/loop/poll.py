@@ -9,29 +9,26 @@ job id seen again with no restarts and another submit time is a new job (ids wra
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
+from recovery.audit.live import announcements_batched
 from recovery.audit.record import record_event
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
 from recovery.loop.anomalies import finish_awaited_attributions
 from recovery.loop.gpu_checks import check_gpu_metrics, metric_store_of
-from recovery.loop.log_stores import ingest_from_source
-from recovery.loop.logs import ingest_node_kernel_logs, ingest_workload_logs
-from recovery.loop.monitors import (
-    check_job_ending,
-    check_node,
-    check_progress,
-    check_suspects,
-    out_of_service,
-)
-from recovery.loop.policy import decide_pending
+from recovery.loop.logs import OnNode, attempts_by_node, ingest_node_kernel_logs
+from recovery.loop.monitors import SchedulerEnding, check_node, check_suspects
+from recovery.loop.policy import decide_pending, policies_read_once
+from recovery.loop.workloads import process_workloads
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.sources.logs import (
     LogSource,
@@ -98,6 +95,11 @@ class PollSummary:
     metric_store_error: str = ""
     # Jobs left as they were because a fact the poller needs could not be read: "job: why".
     unreadable: list[str] = field(default_factory=list)
+    # Jobs listed with the same facts as at the last poll: nothing of theirs was written.
+    unchanged: int = 0
+    # The workloads whose output, endings and progress are for ``process_workloads``: this
+    # poll's own (``poll_cluster``) or, split across workers, ``tasks.polling``'s.
+    workload_ids: list[int] = field(default_factory=list)
 
 
 # What the poller needs to tell which workload and attempt a job is and what state it is in.
@@ -142,15 +144,19 @@ def poll_cluster(
     *,
     now: datetime | None = None,
     ingest_logs: bool = True,
+    workloads: bool = True,
 ) -> PollSummary:
     """Sync the cluster once; a failed poll is recorded on the cluster, then raised as before.
+
+    With ``workloads`` false the per-workload half (``recovery.loop.workloads``) is left to the
+    caller, for the workloads in ``summary.workload_ids``.
 
     The Console reads ``last_poll_error`` to say the scheduler cannot be reached; the caller
     still decides what a failure means (the task logs a SchedulerError, anything else raises).
     """
     now = now or timezone.now()
     try:
-        summary = _poll(cluster, adapter, now=now, ingest_logs=ingest_logs)
+        summary = _poll(cluster, adapter, now=now, ingest_logs=ingest_logs, workloads=workloads)
     except Exception as exc:
         _record_poll_failure(cluster, exc, now)
         raise
@@ -194,7 +200,12 @@ def _record_poll_success(cluster: Cluster, now: datetime) -> None:
 
 
 def _poll(
-    cluster: Cluster, adapter: SchedulerAdapter | None, *, now: datetime, ingest_logs: bool
+    cluster: Cluster,
+    adapter: SchedulerAdapter | None,
+    *,
+    now: datetime,
+    ingest_logs: bool,
+    workloads: bool,
 ) -> PollSummary:
     """One poll: the scheduler's snapshot, each signal source in turn, then the decisions.
 
@@ -202,28 +213,46 @@ def _poll(
     kernel log before the output of the jobs on it, and every source before the monitors, which
     judge what the sources did not say (how an attempt ended, a silence, a slow node).
     """
-    adapter = adapter or adapter_for(cluster)
+    with announcements_batched(), policies_read_once():
+        return _poll_once(
+            cluster, adapter or adapter_for(cluster), now=now, ingest_logs=ingest_logs,
+            workloads=workloads,
+        )  # fmt: skip
+
+
+def _poll_once(
+    cluster: Cluster,
+    adapter: SchedulerAdapter,
+    *,
+    now: datetime,
+    ingest_logs: bool,
+    workloads: bool,
+) -> PollSummary:
     summary = PollSummary()
     jobs = _read_snapshot(cluster, adapter, summary)
-    synced = _sync_jobs(cluster, jobs, now, summary)
+    listed = _sync_jobs(cluster, jobs, now, summary)
+    summary.workload_ids = _newest_workloads(cluster, listed)
     if ingest_logs:
-        transport = adapter.transport
-        _read_kernel_logs(cluster, transport, now, summary)
-        _read_job_logs(cluster, synced.opted_in, transport, now, summary)
+        _read_kernel_logs(cluster, adapter.transport, now, summary)
         _read_gpu_metrics(cluster, now, summary)
-    summary.anomalies_new += _run_monitors(cluster, synced.endings, now)
+    if workloads:
+        done = process_workloads(
+            cluster,
+            summary.workload_ids,
+            adapter.transport,
+            now,
+            log_store=log_store_of(cluster),
+            read_logs=ingest_logs,
+        )
+        summary.log_bytes += done.log_bytes
+        summary.outputs_refused += done.outputs_refused
+        summary.anomalies_new += done.anomalies_new
+        summary.log_store_error = done.log_store_error
+    summary.anomalies_new += _run_cluster_monitors(cluster, now)
     # Verdicts a worker killed after its read's commit never asked the provider for.
     finish_awaited_attributions(cluster.pk, now)
     summary.decisions = decide_pending(cluster, now)
     return summary
-
-
-@dataclass
-class _SyncedJobs:
-    # Job ids of the opted-in jobs this poll listed: their logs are read.
-    opted_in: list[str] = field(default_factory=list)
-    # (workload id, attempt id, job) of the attempts this poll saw end, for the monitors.
-    endings: list[tuple[int, int, JobInfo]] = field(default_factory=list)
 
 
 def _read_snapshot(
@@ -238,14 +267,29 @@ def _read_snapshot(
     return jobs
 
 
+def synced_facts(cluster: Cluster, job: JobInfo) -> str:
+    """A digest of everything a sync of ``job`` reads: equal digests, nothing to write."""
+    facts = repr((job, cluster.environment))
+    return hashlib.sha256(facts.encode(errors="replace")).hexdigest()
+
+
 def _sync_jobs(
     cluster: Cluster, jobs: list[JobInfo], now: datetime, summary: PollSummary
-) -> _SyncedJobs:
-    """Each job of ours becomes its workload and attempt; workloads no longer listed, unknown."""
-    synced = _SyncedJobs()
-    for job in jobs:
-        if not job.opt_in.opted_in and not any(key in job.comment for key in RECOVERY_KEYS):
-            continue  # not ours: no opt-in key at all
+) -> list[str]:
+    """Each job of ours becomes its workload and attempt; workloads no longer listed, unknown.
+
+    Returns the job ids of the opted-in jobs listed: their workloads' output is read. A job
+    whose facts are those its workload was last synced from is not synced again: a sync of
+    the same facts writes nothing (the poll is level-triggered), so it is skipped unread.
+    """
+    ours = [
+        job
+        for job in jobs
+        if job.opt_in.opted_in or any(key in job.comment for key in RECOVERY_KEYS)
+    ]
+    last_synced = _last_synced(cluster, [job.job_id for job in ours])
+    opted_in: list[str] = []
+    for job in ours:
         summary.jobs_seen += 1
         unknown = job.unknown(FACTS_FOR_SYNC)
         if unknown:
@@ -254,20 +298,48 @@ def _sync_jobs(
             summary.unreadable.append(f"job {job.job_id}: {said}")
             logger.warning("job %s left as it was: unknown %s", job.job_id, said)
             continue
-        try:
-            with transaction.atomic():
-                created, changed, ended = _sync_job(cluster, job, now)
-        except IntegrityError:
-            summary.ignored += 1  # another worker created it this instant; the next poll syncs
-            continue
-        summary.workloads_created += created
-        summary.state_changes += changed
-        if ended is not None and job.opt_in.opted_in:
-            synced.endings.append((*ended, job))
+        digest = synced_facts(cluster, job)
+        if last_synced.get(job.job_id) == digest:
+            summary.unchanged += 1
+        else:
+            try:
+                with transaction.atomic():
+                    created, changed = _sync_job(cluster, job, now, digest)
+            except IntegrityError:
+                summary.ignored += 1  # another worker created it this instant; the next poll syncs
+                continue
+            summary.workloads_created += created
+            summary.state_changes += changed
         if job.opt_in.opted_in:
-            synced.opted_in.append(job.job_id)
+            opted_in.append(job.job_id)
     summary.state_changes += _forget_vanished(cluster, {job.job_id for job in jobs})
-    return synced
+    return opted_in
+
+
+def _last_synced(cluster: Cluster, job_ids: list[str]) -> dict[str, str]:
+    """The facts digest of each job id's newest workload."""
+    found: dict[str, str] = {}
+    rows = (
+        Workload.objects.filter(cluster=cluster, job_id__in=job_ids)
+        .order_by("job_id", "-submit_time", "-id")
+        .values_list("job_id", "synced_facts")
+    )
+    for job_id, digest in rows:
+        found.setdefault(job_id, digest)
+    return found
+
+
+def _newest_workloads(cluster: Cluster, job_ids: list[str]) -> list[int]:
+    """The newest workload of each of ``job_ids`` (a reused job id has older ones)."""
+    newest: dict[str, int] = {}
+    rows = (
+        Workload.objects.filter(cluster=cluster, job_id__in=job_ids)
+        .order_by("job_id", "-submit_time", "-id")
+        .values_list("job_id", "pk")
+    )
+    for job_id, pk in rows:
+        newest.setdefault(job_id, pk)
+    return list(newest.values())
 
 
 def _read_kernel_logs(
@@ -284,41 +356,6 @@ def _read_kernel_logs(
     summary.anomalies_new += kernel.anomalies_new
 
 
-def _read_job_logs(
-    cluster: Cluster,
-    job_ids: list[str],
-    transport: Transport | None,
-    now: datetime,
-    summary: PollSummary,
-) -> None:
-    """Each listed job's new output: its output files, then the cluster's log store."""
-    workloads = Workload.objects.filter(cluster=cluster, job_id__in=job_ids).order_by(
-        "-submit_time"
-    )
-    log_store = log_store_of(cluster)
-    done: set[str] = set()
-    for workload in workloads.select_related("cluster"):
-        if workload.job_id in done:
-            continue
-        done.add(workload.job_id)
-        if transport is not None:
-            read = ingest_workload_logs(workload, transport, now=now)
-            summary.log_bytes += read.bytes_read
-            summary.outputs_refused += read.refused
-            summary.anomalies_new += read.anomalies_new
-        if log_store is not None:
-            try:
-                pulled = ingest_from_source(workload, log_store, now)
-            except LogSourceError as error:
-                # The store is down for every job alike: say it once, read it next poll.
-                summary.log_store_error = str(error)
-                logger.warning("log store of %s: %s", cluster.name, error)
-                log_store = None
-                continue
-            summary.log_bytes += pulled.bytes_read
-            summary.anomalies_new += pulled.anomalies_new
-
-
 def _read_gpu_metrics(cluster: Cluster, now: datetime, summary: PollSummary) -> None:
     """The GPUs' DCGM metrics, when the cluster names a metric store."""
     metric_store = metric_store_of(cluster)
@@ -331,27 +368,73 @@ def _read_gpu_metrics(cluster: Cluster, now: datetime, summary: PollSummary) -> 
         logger.warning("metric store of %s: %s", cluster.name, gpus.error)
 
 
-def _run_monitors(cluster: Cluster, endings: list[tuple[int, int, JobInfo]], now: datetime) -> int:
-    """After the logs had their say: job endings, nodes out of service, suspected crashes,
-    hangs, stragglers."""
+# Slurm's spellings of a node out of service (see ``monitors.out_of_service``), as a filter.
+OUT_OF_SERVICE = (
+    Q(scheduler_state__contains="*")
+    | Q(scheduler_state__icontains="down")
+    | Q(scheduler_state__icontains="drain")
+    | Q(scheduler_state__icontains="fail")
+    | Q(scheduler_state__icontains="not_responding")
+)
+
+
+# A node out of service is checked at once for an attempt that is new on it or when the node
+# changed, and otherwise at most this often: a check that changed nothing records nothing new
+# unless a workload on the node started failing meanwhile (a node that stops responding is
+# then its cause).
+NODE_RECHECK_SECONDS = 30.0
+# (cluster, node, what of the node and which attempt was checked) -> when, kept by each worker
+# process: a worker that has not seen it checks it, so losing this memory costs one check.
+_NODES_CHECKED: dict[tuple[int, str, str], datetime] = {}
+NODES_CHECKED_KEPT = 100_000
+
+
+def _due_on_node(
+    cluster: Cluster, node: Node, on_node: list[OnNode], now: datetime
+) -> list[OnNode] | None:
+    """The attempts on ``node`` to check now; None when nothing is due at all.
+
+    ``node.updated_at`` tells a node of another life (another test, a re-created row) apart.
+    """
+    seen = repr((node.scheduler_state, node.state_reason, node.health, node.updated_at))
+    fresh = timedelta(seconds=NODE_RECHECK_SECONDS)
+
+    def due(key: tuple[int, str, str]) -> bool:
+        last = _NODES_CHECKED.get(key)
+        if last is not None and timedelta(0) <= now - last < fresh:
+            return False
+        _NODES_CHECKED[key] = now
+        return True
+
+    if len(_NODES_CHECKED) > NODES_CHECKED_KEPT:
+        _NODES_CHECKED.clear()
+    node_due = due((cluster.pk, node.name, seen))
+    entries = [
+        entry
+        for entry in on_node
+        if due((cluster.pk, node.name, f"{seen}|{entry[1].pk}|{entry[1].exit_state}|{entry[2]}"))
+    ]
+    if node_due:
+        return on_node
+    return entries or None
+
+
+def _run_cluster_monitors(cluster: Cluster, now: datetime) -> int:
+    """After the sources had their say: nodes out of service, suspected crashes settled.
+
+    How each attempt ended and the hang and straggler checks are per workload
+    (``recovery.loop.workloads``).
+    """
     new = 0
-    for workload_id, attempt_id, job in endings:
-        with transaction.atomic():
-            workload = Workload.objects.select_related("cluster").get(pk=workload_id)
-            attempt = Attempt.objects.get(pk=attempt_id)
-            new += len(check_job_ending(workload, attempt, job, now))
-    for node in Node.objects.filter(cluster=cluster).exclude(scheduler_state=""):
-        if not out_of_service(node.scheduler_state):
+    out = list(Node.objects.filter(cluster=cluster).filter(OUT_OF_SERVICE))
+    on_nodes = attempts_by_node(cluster, now) if out else {}
+    for node in out:
+        due = _due_on_node(cluster, node, on_nodes.get(node.name, []), now)
+        if due is None:
             continue
         with transaction.atomic():
-            new += len(check_node(cluster, node, now))
+            new += len(check_node(cluster, node, now, {node.name: due}))
     new += len(check_suspects(cluster, now))
-    running = Workload.objects.filter(
-        cluster=cluster, opted_in=True, state=WorkloadState.RUNNING
-    ).select_related("cluster")
-    for workload in running:
-        with transaction.atomic():
-            new += len(check_progress(workload, now))
     return new
 
 
@@ -427,12 +510,11 @@ def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
 WORK_DIR_LENGTH = 1024  # Workload.work_dir
 
 
-def _sync_job(
-    cluster: Cluster, job: JobInfo, now: datetime
-) -> tuple[bool, bool, tuple[int, int] | None]:
-    """Upsert the job's workload and attempt; returns (created, state changed, ended attempt).
+def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tuple[bool, bool]:
+    """Upsert the job's workload and attempt; returns (created, state changed).
 
-    The ended attempt is (workload id, attempt id) when this poll saw the attempt end.
+    An attempt this poll saw end abnormally keeps the scheduler's word on it
+    (``Attempt.ending_to_judge``) for the monitors, once its output has been read.
     """
     workload = (
         Workload.objects.select_for_update()
@@ -471,16 +553,19 @@ def _sync_job(
     if new_attempt:
         # Only the poll makes attempts, so a gap below this one can only have opened now.
         _record_unseen_attempts(workload, number)
-    _close_earlier_attempts(workload, number, now)
+    if number > 1:
+        _close_earlier_attempts(workload, number, now)
     was_running = attempt.exit_state == AttemptExitState.RUNNING
     _update_attempt(attempt, job)
-    ended = None
-    if was_running and attempt.exit_state not in (
-        AttemptExitState.RUNNING,
-        AttemptExitState.COMPLETED,
-        AttemptExitState.CANCELLED,
+    if (
+        was_running
+        and job.opt_in.opted_in
+        and attempt.exit_state
+        not in (AttemptExitState.RUNNING, AttemptExitState.COMPLETED, AttemptExitState.CANCELLED)
     ):
-        ended = (workload.pk, attempt.pk)
+        Attempt.objects.filter(pk=attempt.pk).update(
+            ending_to_judge=SchedulerEnding.of(job).to_json()
+        )
 
     new_state = _workload_state(job)
     changed = new_state != workload.state
@@ -521,8 +606,9 @@ def _sync_job(
     workload.state = new_state
     workload.state_reason = job.reason[:255]
     workload.current_attempt = number
+    workload.synced_facts = digest
     workload.save()
-    return created, changed, ended
+    return created, changed
 
 
 def _is_another_job(workload: Workload, job: JobInfo) -> bool:
@@ -624,9 +710,14 @@ def _record_unseen_attempts(workload: Workload, number: int) -> None:
 
 def _close_earlier_attempts(workload: Workload, number: int, now: datetime) -> None:
     """Attempts before the current one ended when the job was requeued, whatever we saw."""
-    Attempt.objects.filter(workload=workload, number__lt=number, ended_at__isnull=True).update(
-        ended_at=now
-    )
     Attempt.objects.filter(
-        workload=workload, number__lt=number, exit_state=AttemptExitState.RUNNING
-    ).update(exit_state=AttemptExitState.REQUEUED)
+        Q(ended_at__isnull=True) | Q(exit_state=AttemptExitState.RUNNING),
+        workload=workload,
+        number__lt=number,
+    ).update(
+        ended_at=Coalesce("ended_at", Value(now)),
+        exit_state=Case(
+            When(exit_state=AttemptExitState.RUNNING, then=Value(AttemptExitState.REQUEUED)),
+            default=F("exit_state"),
+        ),
+    )

@@ -51,6 +51,12 @@ class Workload(models.Model):
         help_text="The uid the job runs as; its output files are read only when it owns them. "
         "Empty when the scheduler did not report it: then nothing is read.",
     )
+    # A digest of the scheduler's facts this row was last synced from: a job whose facts did
+    # not change since is not synced again (``recovery.loop.poll``).
+    synced_facts = models.CharField(max_length=64, blank=True, editable=False)
+    progress_checked_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="Last hang and straggler check."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -85,6 +91,10 @@ class Attempt(models.Model):
     )
     exit_code = models.IntegerField(null=True, blank=True)
     produced_checkpoint = models.BooleanField(default=False)
+    # How the scheduler said the attempt ended, until the monitors have judged it after the
+    # attempt's output was read (``recovery.loop.workloads``): kept here, a worker killed in
+    # between leaves it for the next one.
+    ending_to_judge = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["workload", "number"]
@@ -135,7 +145,10 @@ class ProgressSample(models.Model):
 
     class Meta:
         ordering = ["workload", "at", "id"]
-        indexes = [models.Index(fields=["workload", "attempt", "at"])]
+        indexes = [
+            models.Index(fields=["workload", "attempt", "at"]),
+            models.Index(fields=["workload", "at"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workload} step {self.step} at {self.at:%H:%M:%S}"

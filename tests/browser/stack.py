@@ -188,7 +188,7 @@ class BrowserStack:
             [
                 celery, "-A", "tasks", "worker",
                 "--pool", "solo",
-                "--queues", CELERY_QUEUE,
+                "--queues", f"{CELERY_QUEUE},{CELERY_QUEUE}.workloads",
                 "--hostname", WORKER_NAME,
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "--loglevel", "INFO",

@@ -323,3 +323,41 @@ BUILT_IN_PROGRESS = (
     _progress_bar,
     _generic,
 )
+
+# Text without which a recogniser's patterns cannot match (in an ASCII message, lower-cased
+# for the case-insensitive ones): a recogniser is skipped when none of its words is there.
+# Each search costs microseconds and every progress line of every job is read; most lines
+# match the first or second recogniser that may apply.
+_NEEDS: dict[object, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # (lower-cased words, words as written)
+    _nemo_log: (("training epoch",), ()),
+    _megatron: (("iteration",), ()),
+    _deepspeed: (("step",), ()),
+    _torchtitan: (("step:",), ()),
+    _fairseq: (("num_updates",), ()),
+    _llama_recipes: (("training epoch:",), ()),
+    _huggingface_log_dict: ((), ("step",)),
+    _progress_bar: (("epoch",), ("%", "[")),
+    _generic: (("step", "iter"), ()),
+}
+
+
+def recognise_progress(message: str) -> Progress | None:
+    """The first built-in recogniser's reading of ``message``, or None."""
+    if not message.isascii():
+        # Case-insensitive matching folds some non-ASCII letters (the Kelvin sign, the long
+        # s) onto ASCII ones that lower() leaves alone: no shortcut.
+        for recognise in BUILT_IN_PROGRESS:
+            progress = recognise(message)
+            if progress is not None:
+                return progress
+        return None
+    lower = message.lower()
+    for recognise in BUILT_IN_PROGRESS:
+        folded, exact = _NEEDS[recognise]
+        if not any(word in lower for word in folded) and not any(word in message for word in exact):
+            continue
+        progress = recognise(message)
+        if progress is not None:
+            return progress
+    return None

@@ -13,7 +13,7 @@ from recovery.detection.progress.checkpoints import (
     clean_path,
 )
 from recovery.detection.progress.fields import to_float, to_int
-from recovery.detection.progress.formats import BUILT_IN_PROGRESS, NOT_PROGRESS
+from recovery.detection.progress.formats import NOT_PROGRESS, recognise_progress
 from recovery.detection.progress.records import CHECKPOINT_HINT, PROGRESS_HINT, Checkpoint, Progress
 
 if TYPE_CHECKING:
@@ -93,11 +93,7 @@ class ProgressParser:
             )
         if NOT_PROGRESS.search(message):
             return None
-        for recognise in BUILT_IN_PROGRESS:
-            progress = recognise(message)
-            if progress is not None:
-                return progress
-        return None
+        return recognise_progress(message)
 
     def parse_checkpoint(self, message: str) -> Checkpoint | None:
         """A finished checkpoint save, or None."""

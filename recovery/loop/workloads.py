@@ -1,0 +1,452 @@
+"""The per-workload half of a poll: new output read, endings judged, progress checked.
+
+A cluster's poll (``recovery.loop.poll``) takes the scheduler's snapshot and syncs it; what each
+listed workload then needs is done here, for a batch of workloads at a time, so that a large
+cluster's workloads can be shared among workers (``tasks.polling.process_workloads``, one batch
+per shard of workload ids, never two workers on one shard).
+
+The hot path is written in bulk. Most reads of a running job's output hold progress lines and
+nothing else: their cursors, progress samples and the workloads' last progress are written with
+one statement each for the whole batch, in one transaction, after every file was read and
+scanned. A read that found a failure, a finished checkpoint or the first progress of a restart
+takes the full path of ``recovery.loop.anomalies.record_read``, one workload at a time, as
+before. Either way a cursor moves only in the transaction that records what was read, and only
+from the offset the read started at, so a worker killed anywhere re-reads the same bytes and
+records nothing twice.
+
+Then the monitors that judge one workload: how an ended attempt ended (``Attempt.
+ending_to_judge``, set by the poll when the scheduler reported the ending: judged after the
+output that explains it was read) and, at most every ``PROGRESS_CHECK_SECONDS``, hangs and
+stragglers.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recovery.audit.actors import Actor
+from recovery.audit.live import announcements_batched
+from recovery.audit.record import record_events
+from recovery.choices import AuditKind, EvidenceSource, Severity, WorkloadState
+from recovery.detection.scanner import ScanResult
+from recovery.detection.signature_set import SignatureSet
+from recovery.loop.anomalies import SAMPLE_RETENTION, record_read
+from recovery.loop.log_stores import ingest_from_source
+from recovery.loop.logs import (
+    IngestSummary,
+    output_access,
+    read_new_lines,
+    record_refused_output,
+    scan,
+)
+from recovery.loop.monitors import SchedulerEnding, check_job_ending, check_progress
+from recovery.loop.patterns import active_signature_set
+from recovery.loop.policy import policies_read_once
+from recovery.models import Attempt, AuditEvent, Cluster, LogCursor, ProgressSample, Workload
+from recovery.sources.logs import LogSource, LogSourceError
+from recovery.sources.schedulers.base import Transport
+from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
+
+logger = logging.getLogger(__name__)
+
+# Hangs are judged against a silence of minutes (the policy's hang timeout is one minute at
+# least) and stragglers over a window of minutes: a check every few polls loses nothing of it,
+# and each check reads up to two thousand progress samples.
+PROGRESS_CHECK_SECONDS = 15.0
+# Rows per INSERT of progress samples.
+SAMPLES_PER_STATEMENT = 2000
+
+
+@dataclass
+class WorkloadsSummary:
+    workloads: int = 0
+    log_bytes: int = 0
+    outputs_refused: int = 0
+    anomalies_new: int = 0
+    # Reads recorded one by one (a failure, a checkpoint, a restart's first progress).
+    full_reads: int = 0
+    progress_checks: int = 0
+    log_store_error: str = ""
+
+
+@dataclass
+class _Read:
+    """One output file's new lines, scanned, before anything of it is written."""
+
+    workload: Workload
+    cursor: LogCursor
+    started_at: tuple[int, int]  # the cursor's (offset, truncations) the read began from
+    result: ScanResult
+    attempt: Attempt | None
+
+
+@dataclass
+class _Batch:
+    workloads: list[Workload]
+    # Each workload's newest attempts, newest first (at most two: ``attempt_writing``).
+    attempts: dict[int, list[Attempt]] = field(default_factory=dict)
+    # (workload id, attempt number) that already recorded progress resumed.
+    resumed: set[tuple[int, int]] = field(default_factory=set)
+
+
+def process_workloads(
+    cluster: Cluster,
+    workload_ids: list[int],
+    transport: Transport | None,
+    now: datetime | None = None,
+    *,
+    log_store: LogSource | None = None,
+    read_logs: bool = True,
+) -> WorkloadsSummary:
+    """Read, judge and check the given workloads of ``cluster`` (others are ignored)."""
+    with announcements_batched(), policies_read_once():
+        return _process(
+            cluster, workload_ids, transport, now or timezone.now(), log_store, read_logs
+        )
+
+
+def _process(
+    cluster: Cluster,
+    workload_ids: list[int],
+    transport: Transport | None,
+    now: datetime,
+    log_store: LogSource | None,
+    read_logs: bool,
+) -> WorkloadsSummary:
+    summary = WorkloadsSummary()
+    workloads = list(Workload.objects.filter(cluster=cluster, pk__in=workload_ids))
+    for workload in workloads:
+        workload.cluster = cluster
+    summary.workloads = len(workloads)
+    if not workloads:
+        return summary
+    if read_logs and transport is not None:
+        _read_outputs(_load_batch(workloads), transport, now, summary)
+    if read_logs and log_store is not None:
+        _read_log_store(workloads, log_store, now, summary)
+    summary.anomalies_new += _judge_endings(workloads, now)
+    _check_progress(workloads, now, summary)
+    return summary
+
+
+def _load_batch(workloads: list[Workload]) -> _Batch:
+    batch = _Batch(workloads)
+    newest = Q()
+    for workload in workloads:
+        newest |= Q(
+            workload_id=workload.pk,
+            number__lte=workload.current_attempt,
+            number__gte=workload.current_attempt - 1,
+        )
+    for attempt in Attempt.objects.filter(newest).order_by("workload_id", "-number"):
+        batch.attempts.setdefault(attempt.workload_id, []).append(attempt)
+    restarted = [w.pk for w in workloads if w.current_attempt > 1]
+    if restarted:
+        batch.resumed = set(
+            AuditEvent.objects.filter(
+                workload_id__in=restarted, kind=AuditKind.PROGRESS_RESUMED
+            ).values_list("workload_id", "attempt")
+        )
+    return batch
+
+
+def _attempt_writing(batch: _Batch, workload: Workload) -> Attempt | None:
+    """``recovery.loop.anomalies.attempt_writing`` from the batch's attempts."""
+    attempts = batch.attempts.get(workload.pk, [])
+    if not attempts:
+        return None
+    current = attempts[0]
+    if current.started_at is None and len(attempts) > 1:
+        return attempts[1]
+    return current
+
+
+def _cursors(workloads: list[Workload]) -> dict[tuple[int, str], LogCursor]:
+    """Every output file's cursor, created at offset 0 where a file has none yet."""
+    wanted = {
+        (workload.pk, path)
+        for workload in workloads
+        for path in (workload.stdout_path, workload.stderr_path)
+        if path
+    }
+    ids = [w.pk for w in workloads]
+
+    def stored() -> dict[tuple[int, str], LogCursor]:
+        return {
+            (cursor.workload_id, cursor.path): cursor
+            for cursor in LogCursor.objects.filter(workload_id__in=ids)
+            if (cursor.workload_id, cursor.path) in wanted
+        }
+
+    cursors = stored()
+    missing = wanted - cursors.keys()
+    if missing:
+        # Offset 0 is where any reader would start: creating it twice is creating it once.
+        LogCursor.objects.bulk_create(
+            [LogCursor(workload_id=pk, path=path) for pk, path in missing], ignore_conflicts=True
+        )
+        cursors = stored()
+    return cursors
+
+
+def _read_outputs(
+    batch: _Batch, transport: Transport, now: datetime, summary: WorkloadsSummary
+) -> None:
+    cursors = _cursors(batch.workloads)
+    signatures = active_signature_set()
+    plain: list[_Read] = []
+    for workload in batch.workloads:
+        access = output_access(workload)
+        for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p):
+            cursor = cursors.get((workload.pk, path))
+            if cursor is None:
+                continue
+            read = _read_file(workload, transport, path, access, cursor, signatures, summary)
+            if read is None:
+                continue
+            read.attempt = _attempt_writing(batch, workload)
+            if _needs_full_record(read, batch):
+                _record_one(read, now, summary)
+            else:
+                plain.append(read)
+    if plain:
+        _record_plain(plain, now)
+
+
+def _read_file(
+    workload: Workload,
+    transport: Transport,
+    path: str,
+    access: OutputAccess,
+    cursor: LogCursor,
+    signatures: SignatureSet,
+    summary: WorkloadsSummary,
+) -> _Read | None:
+    try:
+        output = transport.open_output(path, access)
+    except OutputRefused as refused:
+        summary.outputs_refused += 1
+        record_refused_output(workload, path, refused)
+        return None
+    if output is None:
+        return None
+    started_at = (cursor.offset, cursor.truncations)
+    counted = IngestSummary()
+    with closing(output):
+        consumed = read_new_lines(output.read, output.size, cursor, counted)
+    if (cursor.offset, cursor.truncations) == started_at:
+        return None
+    summary.log_bytes += counted.bytes_read
+    return _Read(workload, cursor, started_at, scan(consumed, signatures), None)
+
+
+def _needs_full_record(read: _Read, batch: _Batch) -> bool:
+    """A read that is more than progress and checkpoints: findings, a restart resuming."""
+    result = read.result
+    if any(f.severity != Severity.WARNING for f in result.findings):
+        return True
+    attempt = read.attempt
+    return bool(
+        result.progress
+        and attempt is not None
+        and attempt.number > 1
+        and (read.workload.pk, attempt.number) not in batch.resumed
+    )
+
+
+def _cursor_unmoved(read: _Read, locked: dict[int, tuple[int, int]]) -> bool:
+    """Whether no other reader moved the cursor since this read began (it then re-reads)."""
+    return locked.get(read.cursor.pk) == read.started_at
+
+
+def _record_one(read: _Read, now: datetime, summary: WorkloadsSummary) -> None:
+    with transaction.atomic():
+        locked = dict(
+            (pk, (offset, truncations))
+            for pk, offset, truncations in LogCursor.objects.select_for_update()
+            .filter(pk=read.cursor.pk)
+            .values_list("pk", "offset", "truncations")
+        )
+        if not _cursor_unmoved(read, locked):
+            return
+        new, _ = record_read(read.workload, read.result, now, source=EvidenceSource.JOB_OUTPUT)
+        read.cursor.save(update_fields=["offset", "truncations", "updated_at"])
+    summary.full_reads += 1
+    summary.anomalies_new += new
+
+
+def _record_plain(reads: list[_Read], now: datetime) -> None:
+    """Reads of progress and checkpoints only: a few statements for all of them.
+
+    What ``record_read`` records of such a read, in bulk: the cursors, the progress samples,
+    each workload's last progress and checkpoint, a ``checkpoint_saved`` event per new
+    checkpoint, and the attempts that produced one.
+    """
+    with transaction.atomic():
+        locked = {
+            pk: (offset, truncations)
+            for pk, offset, truncations in LogCursor.objects.select_for_update()
+            .filter(pk__in=[read.cursor.pk for read in reads])
+            .values_list("pk", "offset", "truncations")
+        }
+        reads = [read for read in reads if _cursor_unmoved(read, locked)]
+        if not reads:
+            return
+        stamp = timezone.now()
+        for read in reads:
+            read.cursor.updated_at = stamp
+        LogCursor.objects.bulk_update(
+            [read.cursor for read in reads], ["offset", "truncations", "updated_at"]
+        )
+        samples: list[ProgressSample] = []
+        progressed: dict[int, Workload] = {}
+        events: list[AuditEvent] = []
+        produced: set[int] = set()
+        for read in reads:
+            if _new_checkpoints(read, now, events):
+                progressed[read.workload.pk] = read.workload
+                if read.attempt is not None and not read.attempt.produced_checkpoint:
+                    read.attempt.produced_checkpoint = True
+                    produced.add(read.attempt.pk)
+            if not read.result.progress:
+                continue
+            workload = read.workload
+            if read.attempt is not None:
+                samples += [
+                    ProgressSample(
+                        workload_id=workload.pk,
+                        attempt=read.attempt.number,
+                        rank=point.rank,
+                        node=(point.node or "")[:128],
+                        step=point.step,
+                        throughput=point.throughput,
+                        step_time_seconds=point.step_time_seconds,
+                        at=point.at or now,
+                    )
+                    for point in read.result.progress
+                ]
+            latest = read.result.progress[-1]
+            workload.last_progress_step = latest.step
+            workload.last_progress_at = latest.at or now
+            progressed[workload.pk] = workload
+        if samples:
+            ProgressSample.objects.bulk_create(samples, batch_size=SAMPLES_PER_STATEMENT)
+        record_events(events)
+        if produced:
+            Attempt.objects.filter(pk__in=produced).update(produced_checkpoint=True)
+        if progressed:
+            for workload in progressed.values():
+                workload.updated_at = stamp
+            Workload.objects.bulk_update(list(progressed.values()), WORKLOAD_PROGRESS_FIELDS)
+        if samples:
+            ProgressSample.objects.filter(
+                workload_id__in=list({sample.workload_id for sample in samples}),
+                at__lt=now - SAMPLE_RETENTION,
+            ).delete()
+
+
+WORKLOAD_PROGRESS_FIELDS = [
+    "last_progress_step",
+    "last_progress_at",
+    "last_checkpoint_step",
+    "last_checkpoint_at",
+    "updated_at",
+]
+
+
+def _new_checkpoints(read: _Read, now: datetime, events: list[AuditEvent]) -> int:
+    """The read's finished checkpoints newer than the workload's last, as ``record_progress``
+    counts them: the workload's last checkpoint moves, an event is added for each."""
+    workload = read.workload
+    number = read.attempt.number if read.attempt is not None else None
+    saved = 0
+    for checkpoint in read.result.checkpoints:
+        if not checkpoint.completed:
+            continue
+        step = checkpoint.step
+        last = workload.last_checkpoint_step
+        if step is not None and last is not None and step <= last:
+            continue  # already recorded (or an older one seen again)
+        saved += 1
+        workload.last_checkpoint_step = step
+        workload.last_checkpoint_at = checkpoint.at or now
+        events.append(
+            AuditEvent(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=number,
+                kind=AuditKind.CHECKPOINT_SAVED,
+                actor=Actor.DETECTOR,
+                payload={"step": step, "path": checkpoint.path},
+                occurred_at=checkpoint.at or now,
+            )
+        )
+    return saved
+
+
+def _read_log_store(
+    workloads: list[Workload], log_store: LogSource, now: datetime, summary: WorkloadsSummary
+) -> None:
+    for workload in workloads:
+        try:
+            pulled = ingest_from_source(workload, log_store, now)
+        except LogSourceError as error:
+            # The store is down for every job alike: say it once, read it next poll.
+            summary.log_store_error = str(error)
+            logger.warning("log store of %s: %s", workload.cluster.name, error)
+            return
+        summary.log_bytes += pulled.bytes_read
+        summary.anomalies_new += pulled.anomalies_new
+
+
+def _judge_endings(workloads: list[Workload], now: datetime) -> int:
+    """How the attempts the scheduler ended did end, once their output was read."""
+    by_id = {w.pk: w for w in workloads}
+    waiting = Attempt.objects.filter(
+        workload_id__in=list(by_id), ending_to_judge__isnull=False
+    ).values_list("pk", flat=True)
+    new = 0
+    for attempt_id in list(waiting):
+        with transaction.atomic():
+            attempt = (
+                Attempt.objects.select_for_update()
+                .filter(pk=attempt_id, ending_to_judge__isnull=False)
+                .first()
+            )
+            if attempt is None:
+                continue  # judged by another worker a moment ago
+            ending = SchedulerEnding.from_json(attempt.ending_to_judge or {})
+            workload = by_id[attempt.workload_id]
+            if workload.opted_in and ending.state:
+                new += len(check_job_ending(workload, attempt, ending, now))
+            Attempt.objects.filter(pk=attempt.pk).update(ending_to_judge=None)
+    return new
+
+
+def _check_progress(workloads: list[Workload], now: datetime, summary: WorkloadsSummary) -> None:
+    due_before = now - timedelta(seconds=PROGRESS_CHECK_SECONDS)
+    due = [
+        w
+        for w in workloads
+        if w.opted_in
+        and w.state == WorkloadState.RUNNING
+        and (
+            w.progress_checked_at is None
+            or w.progress_checked_at <= due_before
+            # A clock set back (or a replayed poll) must not hold the checks off for good.
+            or w.progress_checked_at > now
+        )
+    ]
+    for workload in due:
+        with transaction.atomic():
+            summary.anomalies_new += len(check_progress(workload, now))
+    if due:
+        Workload.objects.filter(pk__in=[w.pk for w in due]).update(progress_checked_at=now)
+    summary.progress_checks += len(due)
