@@ -38,6 +38,8 @@ QUICK_STEPS = "50@200,250@1000"
 # The scale-out step: this load again with 1, 2 and 4 worker processes of one pool process each.
 DEFAULT_SCALE_OUT = "1000@4000"
 SCALE_OUT_WORKERS = (1, 2, 4)
+# The Console's fleet page, the API and live push are timed while this step runs.
+DEFAULT_CONSOLE_AT = "1000@4000"
 RESULTS = ROOT / "var" / "bench" / "scale.json"
 # Polls taken apart right after these steps. Past saturation one poll reads minutes of backlog
 # and takes minutes itself, so the largest loads whose polls still finish within a step are
@@ -72,6 +74,10 @@ def main() -> int:
         "--scale-out", default=None,
         help=f"step run with {'/'.join(map(str, SCALE_OUT_WORKERS))} worker processes "
         f"(default {DEFAULT_SCALE_OUT}; none: skip)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--console-at", default=DEFAULT_CONSOLE_AT,
+        help="the step during which the Console and the API are timed (none: skip)",
     )  # fmt: skip
     parser.add_argument("--reference-runs", type=int, default=3)
     parser.add_argument(
@@ -114,9 +120,12 @@ def main() -> int:
     }
     try:
         bench.prepare_database()
+        console_at = None if args.console_at == "none" else Step.parse(args.console_at, args.nodes)
         for index, step in enumerate(steps):
             last = index == len(steps) - 1
-            results.append(bench.run_step(step, args.concurrency, keep_logs=last))
+            results.append(
+                bench.run_step(step, args.concurrency, keep_logs=last, console=step == console_at)
+            )
             print_table(results[-1:], args.poll_seconds)
             if step in to_profile:
                 # Before the next step empties the database and the simulation.

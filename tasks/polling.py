@@ -3,10 +3,11 @@
 A cluster's poll is split so that any number of workers on any number of hosts share a large
 cluster: ``poll_cluster`` takes the scheduler's snapshot (one listing of jobs and nodes, synced
 against what is stored, under the cluster's lock), then queues ``process_workloads`` for each
-shard of the listed workloads (ids modulo ``WORKLOAD_SHARDS``) on the workload queue. Each shard
-has a lock of its own, so a workload is never processed by two workers at once; a shard whose
-previous batch still runs is skipped, and its work waits for the next poll (the cursors, the
-endings to judge and the progress checks are all kept in the database).
+shard of the listed workloads (ids modulo ``WORKLOAD_SHARDS``) and ``judge_cluster`` (the
+cluster-wide monitors and the pending decisions) on the workload queue. Each shard has a lock of
+its own, so a workload is never processed by two workers at once; a shard whose previous batch
+still runs is skipped, and its work waits for the next poll (the cursors, the endings to judge
+and the progress checks are all kept in the database).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from recovery.loop.poll import adapter_for, is_polled, log_store_of
+from recovery.loop.poll import judge_cluster as judge
 from recovery.loop.poll import poll_cluster as poll
 from recovery.loop.workloads import process_workloads as process
 from recovery.models import Cluster
@@ -52,11 +54,31 @@ def poll_cluster(cluster_id: int) -> dict[str, Any]:
             logger.warning("poll of %s failed: %s", cluster.name, exc)
             return {"error": 1}
     shards = queue_workloads(cluster_id, summary.workload_ids)
+    judge_cluster.apply_async(
+        (cluster_id,), queue=settings.WORKLOAD_QUEUE, expires=settings.POLL_SECONDS * 0.9
+    )
     result: dict[str, Any] = {
         key: value for key, value in summary.__dict__.items() if key != "workload_ids"
     }
     result["shards"] = shards
     return result
+
+
+@shared_task(name="tasks.polling.judge_cluster")
+def judge_cluster(cluster_id: int) -> dict[str, int]:
+    """The cluster-wide monitors and the pending decisions (``recovery.loop.poll.judge_cluster``),
+    one run per cluster at a time; a run still going when the next poll queues one is enough."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    with held_while_running(
+        client, f"wr:poll:{cluster_id}:judge", timeout_s=settings.POLL_LOCK_SECONDS
+    ) as ours:
+        if not ours:
+            return {"skipped": 1}
+        new, decisions = judge(cluster)
+    return {"anomalies_new": new, "decisions": decisions}
 
 
 def shard_of(workload_id: int) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
-from kombu import Queue
+from kombu import Exchange, Queue
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -124,7 +124,12 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("WR_CELERY_QUEUE", "recovery")
 # worker started without -Q consumes both.
 WORKLOAD_QUEUE = env_str("WR_WORKLOAD_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.workloads")
 WORKLOAD_SHARDS = env_int("WR_WORKLOAD_SHARDS", 16, minimum=1, maximum=4096)
-CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(WORKLOAD_QUEUE)]
+# Each queue its own exchange and key: a queue named without them takes the default exchange's
+# key, and what was sent to it would be delivered to the default queue.
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name)
+    for name in (CELERY_TASK_DEFAULT_QUEUE, WORKLOAD_QUEUE)
+]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}

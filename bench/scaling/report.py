@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from bench.scaling.console_probe import describe
 from bench.scaling.steps import (
     MIN_SAMPLES,
     TARGET_MEDIAN_S,
@@ -100,6 +101,8 @@ def print_table(results: list[StepResult], poll_seconds: int) -> None:
             f"{'':>13}ingest {r.ingested_mb_s:.2f} MB/s; sim state {r.state_kb:,.0f} KB; "
             f"anomalies: {anomalies or 'none'}; {r.undetected_note}"
         )
+        if r.console:
+            print(f"{'':>13}Console while it ran: {describe(r.console)}")
         if r.stamp_early:
             print(
                 f"{'':>13}Anomaly.detected_at is {median(r.stamp_early):.1f} s (median; max "

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+from bench.scaling.console_probe import ConsoleProbe
 from bench.scaling.phases import profile_poll
 from bench.scaling.processes import CLOCK_TICKS, Children, cpu_ticks, machine_ticks, pids_named
 from bench.scaling.reference import detector_reference
@@ -127,7 +128,13 @@ class Bench:
     # ------------------------------------------------------------------ one step
 
     def run_step(
-        self, step: Step, concurrency: int, *, keep_logs: bool, worker_processes: int = 1
+        self,
+        step: Step,
+        concurrency: int,
+        *,
+        keep_logs: bool,
+        worker_processes: int = 1,
+        console: bool = False,
     ) -> StepResult:
         from recovery.choices import ClusterMode
         from recovery.demo.live import ensure_simulated_cluster
@@ -177,6 +184,9 @@ class Bench:
             for index in range(worker_processes)
         ]  # fmt: skip
         self._wait_for_worker(worker_processes)
+        probe = ConsoleProbe(self.env, logs / "web.log") if console else None
+        if probe is not None:
+            probe.start()
         result = StepResult(step, concurrency, worker_processes)
         state_key = f"wr:sim:{config.name}:state"
         groups = {
@@ -202,6 +212,8 @@ class Bench:
                 next_poll += args.poll_seconds
             if "start" not in mark and now >= window_start:
                 mark["start"] = self._mark(config, groups, services, cluster.pk)
+                if probe is not None:
+                    probe.measuring()
             in_window = "start" in mark and sim_stopped_at is None
             if in_window:
                 result.queue_lengths.append(int(self.redis.llen(self.queue)))
@@ -214,6 +226,8 @@ class Bench:
                 result.state_kb = (self.redis.strlen(state_key) or 0) / 1024
                 self.children.stop(simulate)
                 sim_stopped_at = time.time()
+                if probe is not None:
+                    result.console = probe.stop()
             if sim_stopped_at is not None:
                 # Drain: the last failures are detected by a poll that starts after the clock
                 # stopped; polls keep coming until one such poll has finished.

@@ -85,6 +85,8 @@ class StepResult:
     cpu: dict[str, float] = field(default_factory=dict)
     machine_busy: float = 0.0
     lines_ingested: int = 0
+    # The Console and the API timed during the window (``bench.scaling.console_probe``).
+    console: dict[str, object] = field(default_factory=dict)
 
     @property
     def workers(self) -> int:
@@ -160,6 +162,7 @@ class StepResult:
             "shard_median_s": number(median(self.shard_runtimes)),
             "cpu_percent": {role: round(value, 1) for role, value in self.cpu.items()},
             "machine_busy_percent": round(self.machine_busy, 1),
+            "console": self.console or None,
             "passed": self.passed,
         }
 

@@ -20,7 +20,7 @@ Kernel logs are paths an administrator set, and are read as they are.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
@@ -258,8 +258,11 @@ def attempts_on_node(cluster: Cluster, node: str, now: datetime) -> list[OnNode]
     return attempts_by_node(cluster, now).get(node, [])
 
 
-def attempts_by_node(cluster: Cluster, now: datetime) -> dict[str, list[OnNode]]:
-    """For each node, the current attempts on it (see ``attempts_on_node``).
+def attempts_by_node(
+    cluster: Cluster, now: datetime, nodes: Collection[str] | None = None
+) -> dict[str, list[OnNode]]:
+    """For each node (of ``nodes``, when given), the current attempts on it (see
+    ``attempts_on_node``).
 
     Of each opted-in workload not yet completed or cancelled, its two newest attempts are
     looked at, the newer first; the first of them on a node that is running, or ended within
@@ -279,24 +282,27 @@ def attempts_by_node(cluster: Cluster, now: datetime) -> dict[str, list[OnNode]]
         .order_by("workload_id", "-number")
         .values_list("pk", "workload_id", "number", "nodes", "exit_state", "ended_at")
     )
+    wanted = set(nodes) if nodes is not None else None
     newest: dict[int, list[tuple[int, int, list[object], str, datetime | None]]] = {}
-    for pk, workload_id, number, nodes, exit_state, ended_at in rows:
+    for pk, workload_id, number, names, exit_state, ended_at in rows:
         kept = newest.setdefault(workload_id, [])
         if len(kept) < 2:
             kept.append(
-                (pk, number, nodes if isinstance(nodes, list) else [], exit_state, ended_at)
+                (pk, number, names if isinstance(names, list) else [], exit_state, ended_at)
             )
     found: dict[str, list[tuple[int, int, bool]]] = {}
     for workload_id, kept in newest.items():
         taken: set[str] = set()
-        for pk, number, nodes, exit_state, ended_at in kept:
+        for pk, number, on, exit_state, ended_at in kept:
             ended = exit_state != AttemptExitState.RUNNING or ended_at is not None
             current, state = workloads_now[workload_id]
             running = not ended and current == number
             recent = ended and (ended_at or now) >= now - RECENT_END
             if not ((running and state == WorkloadState.RUNNING) or recent):
                 continue
-            names = {node for node in nodes if isinstance(node, str)}
+            names = {node for node in on if isinstance(node, str)}
+            if wanted is not None:
+                names &= wanted
             for node in names - taken:
                 found.setdefault(node, []).append((workload_id, pk, running))
             taken |= names

@@ -148,8 +148,10 @@ def poll_cluster(
 ) -> PollSummary:
     """Sync the cluster once; a failed poll is recorded on the cluster, then raised as before.
 
-    With ``workloads`` false the per-workload half (``recovery.loop.workloads``) is left to the
-    caller, for the workloads in ``summary.workload_ids``.
+    With ``workloads`` false only the snapshot is taken (the scheduler's listing synced, the
+    nodes' kernel logs and GPU metrics read): the per-workload half
+    (``recovery.loop.workloads``, for the workloads in ``summary.workload_ids``) and then
+    ``judge_cluster`` are left to the caller.
 
     The Console reads ``last_poll_error`` to say the scheduler cannot be reached; the caller
     still decides what a failure means (the task logs a SchedulerError, anything else raises).
@@ -248,11 +250,27 @@ def _poll_once(
         summary.outputs_refused += done.outputs_refused
         summary.anomalies_new += done.anomalies_new
         summary.log_store_error = done.log_store_error
-    summary.anomalies_new += _run_cluster_monitors(cluster, now)
+        new, summary.decisions = _judge_cluster(cluster, now)
+        summary.anomalies_new += new
+    return summary
+
+
+def judge_cluster(cluster: Cluster, now: datetime | None = None) -> tuple[int, int]:
+    """The poll's last steps, over the whole cluster: nodes out of service, suspected crashes
+    settled, awaited verdicts, the pending decisions. Returns (anomalies new, decisions).
+
+    ``poll_cluster`` takes them itself; split across workers (``tasks.polling``) they are a
+    task of their own, beside the shards of workloads.
+    """
+    with announcements_batched(), policies_read_once():
+        return _judge_cluster(cluster, now or timezone.now())
+
+
+def _judge_cluster(cluster: Cluster, now: datetime) -> tuple[int, int]:
+    new = _run_cluster_monitors(cluster, now)
     # Verdicts a worker killed after its read's commit never asked the provider for.
     finish_awaited_attributions(cluster.pk, now)
-    summary.decisions = decide_pending(cluster, now)
-    return summary
+    return new, decide_pending(cluster, now)
 
 
 def _read_snapshot(
@@ -427,7 +445,7 @@ def _run_cluster_monitors(cluster: Cluster, now: datetime) -> int:
     """
     new = 0
     out = list(Node.objects.filter(cluster=cluster).filter(OUT_OF_SERVICE))
-    on_nodes = attempts_by_node(cluster, now) if out else {}
+    on_nodes = attempts_by_node(cluster, now, {node.name for node in out}) if out else {}
     for node in out:
         due = _due_on_node(cluster, node, on_nodes.get(node.name, []), now)
         if due is None:

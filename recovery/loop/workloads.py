@@ -319,16 +319,20 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
                 continue
             workload = read.workload
             if read.attempt is not None:
+                number = read.attempt.number
+                # Positional: Django's fast way to make a model instance, which matters for
+                # the thousands of samples a large cluster's shard writes every poll.
                 samples += [
                     ProgressSample(
-                        workload_id=workload.pk,
-                        attempt=read.attempt.number,
-                        rank=point.rank,
-                        node=(point.node or "")[:128],
-                        step=point.step,
-                        throughput=point.throughput,
-                        step_time_seconds=point.step_time_seconds,
-                        at=point.at or now,
+                        None,
+                        workload.pk,
+                        number,
+                        point.rank,
+                        (point.node or "")[:128],
+                        point.step,
+                        point.throughput,
+                        point.step_time_seconds,
+                        point.at or now,
                     )
                     for point in read.result.progress
                 ]

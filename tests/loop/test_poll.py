@@ -232,3 +232,46 @@ def test_a_job_the_scheduler_forgot_is_no_longer_running() -> None:
     event = AuditEvent.objects.filter(kind=AuditKind.STATE_CHANGED).last()
     assert event is not None and event.payload["to"] == WorkloadState.UNKNOWN
     assert AuditEvent.objects.filter(kind=AuditKind.STATE_CHANGED).count() == 2
+
+
+def test_a_job_listed_with_the_same_facts_is_not_synced_again() -> None:
+    """
+    GIVEN a job synced once
+    WHEN the scheduler lists it again with every fact the same, then with one changed
+    THEN the second poll writes nothing and reads nothing of it but its digest; the third
+         syncs it, as a cluster's setting the sync reads does when it changes
+    """
+    cluster = ClusterFactory(environment="lab")
+    poll_cluster(cluster, Scripted([job(comment='{"nvidia-recovery":{"mode":"act"}}')]))
+    assert Workload.objects.get().environment == "lab"
+    again = poll_cluster(cluster, Scripted([job(comment='{"nvidia-recovery":{"mode":"act"}}')]))
+    assert (again.jobs_seen, again.unchanged) == (1, 1)
+    assert again.workload_ids == [Workload.objects.get().pk]
+
+    cluster.environment = "prod"
+    cluster.save()
+    changed = poll_cluster(cluster, Scripted([job(comment='{"nvidia-recovery":{"mode":"act"}}')]))
+    assert changed.unchanged == 0
+    assert Workload.objects.get().environment == "prod"
+
+
+def test_an_ending_waits_on_its_attempt_until_the_workloads_are_processed() -> None:
+    """The snapshot alone (the task's half) keeps the scheduler's word on an ended attempt;
+    processing the workload judges it, once."""
+    from recovery.loop.workloads import process_workloads
+    from recovery.models import Anomaly
+
+    cluster = ClusterFactory()
+    poll_cluster(cluster, Scripted([job()]), workloads=False)
+    ended = job(state="NODE_FAIL", reason="NodeFail", end_time=SUBMITTED + timedelta(hours=1))
+    summary = poll_cluster(cluster, Scripted([ended]), workloads=False)
+    attempt = Attempt.objects.get()
+    assert attempt.ending_to_judge is not None
+    assert attempt.ending_to_judge["state"] == "NODE_FAIL"
+    assert not Anomaly.objects.exists()
+
+    process_workloads(cluster, summary.workload_ids, None)
+    assert Attempt.objects.get().ending_to_judge is None
+    assert Anomaly.objects.get().details["state"] == "NODE_FAIL"
+    process_workloads(cluster, summary.workload_ids, None)
+    assert Anomaly.objects.count() == 1
