@@ -258,7 +258,7 @@ class Bench:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             self.children.check()
-            if len(self.app.control.ping(timeout=1.0)) >= count:
+            if len(self.app.control.ping(timeout=1.0) or []) >= count:
                 return
         raise SystemExit(f"{count} Celery worker(s) did not answer a ping within 60 s")
 

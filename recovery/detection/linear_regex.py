@@ -37,7 +37,7 @@ def compile_linear(pattern: str) -> re2._Regexp[str]:
         )
     try:
         compiled = re2.compile(pattern, _OPTIONS)  # the engine's own checks and messages
-        return _AsciiFast(compiled._pattern, _OPTIONS)
+        return _AsciiFast(compiled.pattern, _OPTIONS)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else "invalid pattern"
         if isinstance(reason, bytes):
@@ -49,6 +49,8 @@ def compile_linear(pattern: str) -> re2._Regexp[str]:
 
 
 _NO_MATCH = (-1, -1)
+# The engine's anchors, which the wrapper keeps to itself (and its stubs leave out).
+_ANCHOR = re2._Anchor  # type: ignore[attr-defined]
 
 
 class _AsciiFast(re2._Regexp):  # type: ignore[type-arg]  # generic in the stubs only
@@ -64,16 +66,17 @@ class _AsciiFast(re2._Regexp):  # type: ignore[type-arg]  # generic in the stubs
 
     def search(self, text, pos=None, endpos=None):  # type: ignore[no-untyped-def]
         if pos is None and endpos is None and isinstance(text, str) and text.isascii():
-            return self._fast(re2._Anchor.UNANCHORED, text)
+            return self._fast(_ANCHOR.UNANCHORED, text)
         return super().search(text, pos, endpos)
 
     def match(self, text, pos=None, endpos=None):  # type: ignore[no-untyped-def]
         if pos is None and endpos is None and isinstance(text, str) and text.isascii():
-            return self._fast(re2._Anchor.ANCHOR_START, text)
+            return self._fast(_ANCHOR.ANCHOR_START, text)
         return super().match(text, pos, endpos)
 
     def _fast(self, anchor: object, text: str) -> re2._Match[str] | None:
-        spans = self._regexp.Match(anchor, text.encode("ascii"), 0, len(text))
+        engine = self._regexp  # type: ignore[attr-defined]  # the wrapper's own slot
+        spans = engine.Match(anchor, text.encode("ascii"), 0, len(text))
         if spans[0] == _NO_MATCH:
             return None
         return re2._Match(self, text, 0, len(text), spans)

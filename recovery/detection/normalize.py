@@ -176,22 +176,22 @@ def parse_line(line: str) -> LineContext:
         progressed = True
     message = message.strip()
     if rank is None:
-        found = _search(_MESSAGE_RANK, message)
-        if found is not None:
-            rank = int(found.group(1))
+        hit = _search(_MESSAGE_RANK, message)
+        if hit is not None:
+            rank = int(hit.group(1))
     if rank is None:
-        found = _search(_MESSAGE_TASK, message)
-        if found is not None:
-            rank = int(found.group(1))
+        hit = _search(_MESSAGE_TASK, message)
+        if hit is not None:
+            rank = int(hit.group(1))
     if at is None:
-        found = _search(_MESSAGE_CANCELLED_AT, message)
-        if found is not None:
-            at = parse_timestamp(found.group(1))
+        hit = _search(_MESSAGE_CANCELLED_AT, message)
+        if hit is not None:
+            at = parse_timestamp(hit.group(1))
     if node is None:
         for pattern in _MESSAGE_NODES:
-            found = _search(pattern, message)
-            if found is not None:
-                node = found.group(1)
+            hit = _search(pattern, message)
+            if hit is not None:
+                node = hit.group(1)
                 break
     return LineContext(message=message, rank=rank, node=node, at=at)
 

@@ -1,7 +1,10 @@
 """The recovery loop, one module per step, listed in the order the steps run.
 
-A poll of a cluster (``poll.poll_cluster``, which ``tasks.polling`` runs every few seconds)
-takes steps 1 to 9:
+A poll of a cluster (``poll.poll_cluster``) takes steps 1 to 9. ``tasks.polling`` runs it every
+few seconds split across workers: the snapshot (steps 1, 2 and the nodes' sources of 3) under
+the cluster's lock, then the per-workload steps (a job's output, 3 to 7, its ending and its
+progress, 8: ``workloads``) in shards of workloads, and the cluster-wide rest of 8 and 9
+(``poll.judge_cluster``), each a task of its own:
 
 1. Poll the scheduler's snapshot, jobs then nodes (``poll``).
 2. Sync it (``poll``): node states are stored, each opted-in job becomes a workload and its

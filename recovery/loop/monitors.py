@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
@@ -195,6 +195,15 @@ def check_node(
     return created
 
 
+class _Sample(NamedTuple):
+    at: datetime
+    step: int
+    rank: int | None
+    node: str
+    attempt: int
+    throughput: float | None
+
+
 def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     """Hang and straggler checks on a running workload's recent progress samples."""
     if workload.state != WorkloadState.RUNNING or not workload.current_attempt:
@@ -211,11 +220,15 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
         4 * hang_policy(policy).floor_seconds,
         SAMPLE_LOOK_BACK_SECONDS,
     )
-    samples = list(
-        ProgressSample.objects.filter(
+    # Plain rows, not model instances: up to two thousand of them per check.
+    samples = [
+        _Sample(*row)
+        for row in ProgressSample.objects.filter(
             workload=workload, at__gte=now - timedelta(seconds=look_back)
-        ).order_by("-at", "-id")[:MAX_SAMPLES]
-    )
+        )
+        .order_by("-at", "-id")
+        .values_list("at", "step", "rank", "node", "attempt", "throughput")[:MAX_SAMPLES]
+    ]
     samples.reverse()
     created: list[Anomaly] = []
     hang = detect_hang(

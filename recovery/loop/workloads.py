@@ -38,6 +38,7 @@ from recovery.choices import AuditKind, EvidenceSource, Severity, WorkloadState
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signature_set import SignatureSet
 from recovery.loop.anomalies import SAMPLE_RETENTION, record_read
+from recovery.loop.bulk import insert_values, update_rows
 from recovery.loop.log_stores import ingest_from_source
 from recovery.loop.logs import (
     IngestSummary,
@@ -93,7 +94,7 @@ class _Batch:
     # Each workload's newest attempts, newest first (at most two: ``attempt_writing``).
     attempts: dict[int, list[Attempt]] = field(default_factory=dict)
     # (workload id, attempt number) that already recorded progress resumed.
-    resumed: set[tuple[int, int]] = field(default_factory=set)
+    resumed: set[tuple[int, int | None]] = field(default_factory=set)
 
 
 def process_workloads(
@@ -302,10 +303,10 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
         stamp = timezone.now()
         for read in reads:
             read.cursor.updated_at = stamp
-        LogCursor.objects.bulk_update(
-            [read.cursor for read in reads], ["offset", "truncations", "updated_at"]
+        update_rows(
+            LogCursor, [read.cursor for read in reads], ["offset", "truncations", "updated_at"]
         )
-        samples: list[ProgressSample] = []
+        samples: list[tuple[object, ...]] = []
         progressed: dict[int, Workload] = {}
         events: list[AuditEvent] = []
         produced: set[int] = set()
@@ -320,11 +321,8 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
             workload = read.workload
             if read.attempt is not None:
                 number = read.attempt.number
-                # Positional: Django's fast way to make a model instance, which matters for
-                # the thousands of samples a large cluster's shard writes every poll.
                 samples += [
-                    ProgressSample(
-                        None,
+                    (
                         workload.pk,
                         number,
                         point.rank,
@@ -340,20 +338,41 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
             workload.last_progress_step = latest.step
             workload.last_progress_at = latest.at or now
             progressed[workload.pk] = workload
-        if samples:
-            ProgressSample.objects.bulk_create(samples, batch_size=SAMPLES_PER_STATEMENT)
+        for start in range(0, len(samples), SAMPLES_PER_STATEMENT):
+            insert_values(
+                ProgressSample, SAMPLE_COLUMNS, samples[start : start + SAMPLES_PER_STATEMENT]
+            )
         record_events(events)
         if produced:
             Attempt.objects.filter(pk__in=produced).update(produced_checkpoint=True)
         if progressed:
-            for workload in progressed.values():
+            # Locked, so that the update below cannot bring back a workload deleted meanwhile.
+            alive = set(
+                Workload.objects.select_for_update()
+                .filter(pk__in=list(progressed))
+                .values_list("pk", flat=True)
+            )
+            changed = [w for pk, w in progressed.items() if pk in alive]
+            for workload in changed:
                 workload.updated_at = stamp
-            Workload.objects.bulk_update(list(progressed.values()), WORKLOAD_PROGRESS_FIELDS)
+            update_rows(Workload, changed, WORKLOAD_PROGRESS_FIELDS)
         if samples:
             ProgressSample.objects.filter(
-                workload_id__in=list({sample.workload_id for sample in samples}),
+                workload_id__in=list({sample[0] for sample in samples}),
                 at__lt=now - SAMPLE_RETENTION,
             ).delete()
+
+
+SAMPLE_COLUMNS = [
+    "workload",
+    "attempt",
+    "rank",
+    "node",
+    "step",
+    "throughput",
+    "step_time_seconds",
+    "at",
+]
 
 
 WORKLOAD_PROGRESS_FIELDS = [

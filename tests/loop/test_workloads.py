@@ -13,7 +13,9 @@ from django.utils import timezone
 
 from recovery.choices import AttemptExitState, AuditKind
 from recovery.loop import workloads as workload_work
+from recovery.loop.logs import output_access
 from recovery.loop.monitors import SchedulerEnding
+from recovery.loop.patterns import active_signature_set
 from recovery.loop.workloads import process_workloads
 from recovery.models import (
     Anomaly,
@@ -130,9 +132,9 @@ def test_a_read_whose_cursor_moved_meanwhile_is_dropped(tmp_path: Path) -> None:
         workload,
         LocalTransport(),
         workload.stdout_path,
-        workload_work.output_access(workload),
+        output_access(workload),
         cursor,
-        workload_work.active_signature_set(),
+        active_signature_set(),
         workload_work.WorkloadsSummary(),
     )
     assert read is not None

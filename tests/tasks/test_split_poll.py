@@ -111,9 +111,9 @@ def test_a_split_poll_reads_every_workload_once_across_two_workers(
         if running >= 3 and read >= running and len(results) >= 4:
             break
     assert any(result.get("shards") for result in results), results
-    running = list(Workload.objects.filter(cluster=cluster, state="running"))
-    assert len(running) >= 3
-    for workload in running:
+    watched = list(Workload.objects.filter(cluster=cluster, state="running"))
+    assert len(watched) >= 3
+    for workload in watched:
         cursor = LogCursor.objects.get(workload=workload, path=workload.stdout_path)
         assert 0 < cursor.offset <= Path(workload.stdout_path).stat().st_size
     # One sample per progress point read: a byte read twice would repeat (rank, step, time).
