@@ -12,8 +12,10 @@ and the progress checks are all kept in the database).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -38,15 +40,9 @@ def poll_cluster(cluster_id: int) -> dict[str, Any]:
 
     One snapshot per cluster at a time: a slow poll is not overtaken by the next beat's.
     """
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None:
-        return {}
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    with held_while_running(
-        client, f"wr:poll:{cluster_id}", timeout_s=settings.POLL_LOCK_SECONDS
-    ) as ours:
-        if not ours:
-            return {"skipped": 1}
+    with cluster_locked(cluster_id, f"wr:poll:{cluster_id}") as (cluster, refusal):
+        if cluster is None:
+            return refusal
         try:
             summary = poll(cluster, workloads=False)
         except SchedulerError as exc:
@@ -68,17 +64,28 @@ def poll_cluster(cluster_id: int) -> dict[str, Any]:
 def judge_cluster(cluster_id: int) -> dict[str, int]:
     """The cluster-wide monitors and the pending decisions (``recovery.loop.poll.judge_cluster``),
     one run per cluster at a time; a run still going when the next poll queues one is enough."""
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None:
-        return {}
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    with held_while_running(
-        client, f"wr:poll:{cluster_id}:judge", timeout_s=settings.POLL_LOCK_SECONDS
-    ) as ours:
-        if not ours:
-            return {"skipped": 1}
+    with cluster_locked(cluster_id, f"wr:poll:{cluster_id}:judge") as (cluster, refusal):
+        if cluster is None:
+            return refusal
         new, decisions = judge(cluster)
     return {"anomalies_new": new, "decisions": decisions}
+
+
+@contextlib.contextmanager
+def cluster_locked(
+    cluster_id: int, key: str
+) -> Iterator[tuple[Cluster, dict[str, Any]] | tuple[None, dict[str, Any]]]:
+    """The cluster, while this worker holds ``key``; else None and what the task returns.
+
+    A cluster that is gone returns nothing; a lock another worker holds, ``skipped``.
+    """
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        yield None, {}
+        return
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    with held_while_running(client, key, timeout_s=settings.POLL_LOCK_SECONDS) as ours:
+        yield (cluster, {}) if ours else (None, {"skipped": 1})
 
 
 def shard_of(workload_id: int) -> int:
@@ -126,16 +133,10 @@ def process_workloads(cluster_id: int, shard: int, workload_ids: list[int]) -> d
     Only ids of the shard are processed: a message queued when the shard count was different
     must not put a workload in two shards at once.
     """
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None:
-        return {}
     ids = [pk for pk in workload_ids if isinstance(pk, int) and shard_of(pk) == shard]
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    with held_while_running(
-        client, f"wr:poll:{cluster_id}:shard:{shard}", timeout_s=settings.POLL_LOCK_SECONDS
-    ) as ours:
-        if not ours:
-            return {"skipped": 1}
+    with cluster_locked(cluster_id, f"wr:poll:{cluster_id}:shard:{shard}") as (cluster, refusal):
+        if cluster is None:
+            return refusal
         try:
             transport = _adapter(cluster).transport
         except SchedulerError as exc:

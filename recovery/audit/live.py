@@ -48,10 +48,6 @@ class SnapshotMessage(TypedDict):
 
 
 def announce_event(event: AuditEvent) -> None:
-    batch = getattr(_batches, "events", None)
-    if batch is not None:
-        batch.append(event)
-        return
     announce_events([event])
 
 
@@ -75,11 +71,16 @@ def announcements_batched() -> Iterator[None]:
         yield
     finally:
         events, _batches.events = _batches.events, None
-        announce_events(events)
+        publish_many([(_groups_of(event), _message_of(event)) for event in events])
 
 
 def announce_events(events: list[AuditEvent]) -> None:
-    """Each event to the fleet and to its workload's page, in one round of sends."""
+    """Each event to the fleet and to its workload's page, in one round of sends (or with the
+    batch, inside ``announcements_batched``)."""
+    batch = getattr(_batches, "events", None)
+    if batch is not None:
+        batch.extend(events)
+        return
     publish_many([(_groups_of(event), _message_of(event)) for event in events])
 
 

@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
-from recovery.audit.record import record_event
+from recovery.audit.record import record_event, record_events
 from recovery.choices import AuditKind, Confirmation, EvidenceSource, Severity, trust_of
 from recovery.detection.findings import Finding, FindingSource
 from recovery.detection.scanner import ScanResult
@@ -764,26 +764,7 @@ def record_progress(
             )
         workload.last_progress_step = latest.step
         workload.last_progress_at = latest.at or now
-    saved = 0
-    for checkpoint in result.checkpoints:
-        if not checkpoint.completed:
-            continue
-        step = checkpoint.step
-        last = workload.last_checkpoint_step
-        if step is not None and last is not None and step <= last:
-            continue  # already recorded (or an older one seen again)
-        saved += 1
-        workload.last_checkpoint_step = step
-        workload.last_checkpoint_at = checkpoint.at or now
-        record_event(
-            cluster=workload.cluster,
-            workload=workload,
-            attempt=number,
-            kind=AuditKind.CHECKPOINT_SAVED,
-            actor=Actor.DETECTOR,
-            payload={"step": step, "path": checkpoint.path},
-            occurred_at=checkpoint.at or now,
-        )
+    saved = len(record_events(checkpoint_events(workload, number, result, now)))
     if saved and attempt is not None and not attempt.produced_checkpoint:
         attempt.produced_checkpoint = True
         attempt.save(update_fields=["produced_checkpoint"])
@@ -797,6 +778,35 @@ def record_progress(
         ]
     )
     return saved
+
+
+def checkpoint_events(
+    workload: Workload, attempt: int | None, result: ScanResult, now: datetime
+) -> list[AuditEvent]:
+    """The read's finished checkpoints newer than the workload's last, as unsaved
+    ``checkpoint_saved`` events; the workload's last checkpoint moves to the newest."""
+    events = []
+    for checkpoint in result.checkpoints:
+        if not checkpoint.completed:
+            continue
+        step = checkpoint.step
+        last = workload.last_checkpoint_step
+        if step is not None and last is not None and step <= last:
+            continue  # already recorded (or an older one seen again)
+        workload.last_checkpoint_step = step
+        workload.last_checkpoint_at = checkpoint.at or now
+        events.append(
+            AuditEvent(
+                cluster=workload.cluster,
+                workload=workload,
+                attempt=attempt,
+                kind=AuditKind.CHECKPOINT_SAVED,
+                actor=Actor.DETECTOR,
+                payload={"step": step, "path": checkpoint.path},
+                occurred_at=checkpoint.at or now,
+            )
+        )
+    return events
 
 
 def record_progress_samples(

@@ -232,8 +232,7 @@ def _poll_once(
 ) -> PollSummary:
     summary = PollSummary()
     jobs = _read_snapshot(cluster, adapter, summary)
-    listed = _sync_jobs(cluster, jobs, now, summary)
-    summary.workload_ids = _newest_workloads(cluster, listed)
+    summary.workload_ids = _sync_jobs(cluster, jobs, now, summary)
     if ingest_logs:
         _read_kernel_logs(cluster, adapter.transport, now, summary)
         _read_gpu_metrics(cluster, now, summary)
@@ -293,10 +292,10 @@ def synced_facts(cluster: Cluster, job: JobInfo) -> str:
 
 def _sync_jobs(
     cluster: Cluster, jobs: list[JobInfo], now: datetime, summary: PollSummary
-) -> list[str]:
+) -> list[int]:
     """Each job of ours becomes its workload and attempt; workloads no longer listed, unknown.
 
-    Returns the job ids of the opted-in jobs listed: their workloads' output is read. A job
+    Returns the workloads of the opted-in jobs listed: their output is read. A job
     whose facts are those its workload was last synced from is not synced again: a sync of
     the same facts writes nothing (the poll is level-triggered), so it is skipped unread.
     """
@@ -305,8 +304,8 @@ def _sync_jobs(
         for job in jobs
         if job.opt_in.opted_in or any(key in job.comment for key in RECOVERY_KEYS)
     ]
-    last_synced = _last_synced(cluster, [job.job_id for job in ours])
-    opted_in: list[str] = []
+    newest = _newest_synced(cluster, [job.job_id for job in ours])
+    opted_in: list[int] = []
     for job in ours:
         summary.jobs_seen += 1
         unknown = job.unknown(FACTS_FOR_SYNC)
@@ -317,47 +316,37 @@ def _sync_jobs(
             logger.warning("job %s left as it was: unknown %s", job.job_id, said)
             continue
         digest = synced_facts(cluster, job)
-        if last_synced.get(job.job_id) == digest:
+        stored = newest.get(job.job_id)
+        if stored is not None and stored[1] == digest:
             summary.unchanged += 1
+            workload_id = stored[0]
         else:
             try:
                 with transaction.atomic():
-                    created, changed = _sync_job(cluster, job, now, digest)
+                    created, changed, workload_id = _sync_job(cluster, job, now, digest)
             except IntegrityError:
                 summary.ignored += 1  # another worker created it this instant; the next poll syncs
                 continue
             summary.workloads_created += created
             summary.state_changes += changed
         if job.opt_in.opted_in:
-            opted_in.append(job.job_id)
+            opted_in.append(workload_id)
     summary.state_changes += _forget_vanished(cluster, {job.job_id for job in jobs})
     return opted_in
 
 
-def _last_synced(cluster: Cluster, job_ids: list[str]) -> dict[str, str]:
-    """The facts digest of each job id's newest workload."""
-    found: dict[str, str] = {}
+def _newest_synced(cluster: Cluster, job_ids: list[str]) -> dict[str, tuple[int, str]]:
+    """The newest workload of each of ``job_ids`` (a reused job id has older ones) and the
+    digest of the facts it was last synced from."""
+    found: dict[str, tuple[int, str]] = {}
     rows = (
         Workload.objects.filter(cluster=cluster, job_id__in=job_ids)
         .order_by("job_id", "-submit_time", "-id")
-        .values_list("job_id", "synced_facts")
+        .values_list("job_id", "pk", "synced_facts")
     )
-    for job_id, digest in rows:
-        found.setdefault(job_id, digest)
+    for job_id, pk, digest in rows:
+        found.setdefault(job_id, (pk, digest))
     return found
-
-
-def _newest_workloads(cluster: Cluster, job_ids: list[str]) -> list[int]:
-    """The newest workload of each of ``job_ids`` (a reused job id has older ones)."""
-    newest: dict[str, int] = {}
-    rows = (
-        Workload.objects.filter(cluster=cluster, job_id__in=job_ids)
-        .order_by("job_id", "-submit_time", "-id")
-        .values_list("job_id", "pk")
-    )
-    for job_id, pk in rows:
-        newest.setdefault(job_id, pk)
-    return list(newest.values())
 
 
 def _read_kernel_logs(
@@ -528,8 +517,8 @@ def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
 WORK_DIR_LENGTH = 1024  # Workload.work_dir
 
 
-def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tuple[bool, bool]:
-    """Upsert the job's workload and attempt; returns (created, state changed).
+def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tuple[bool, bool, int]:
+    """Upsert the job's workload and attempt; returns (created, state changed, workload id).
 
     An attempt this poll saw end abnormally keeps the scheduler's word on it
     (``Attempt.ending_to_judge``) for the monitors, once its output has been read.
@@ -626,7 +615,7 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tup
     workload.current_attempt = number
     workload.synced_facts = digest
     workload.save()
-    return created, changed
+    return created, changed, workload.pk
 
 
 def _is_another_job(workload: Workload, job: JobInfo) -> bool:

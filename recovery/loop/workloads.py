@@ -31,13 +31,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from recovery.audit.actors import Actor
 from recovery.audit.live import announcements_batched
 from recovery.audit.record import record_events
 from recovery.choices import AuditKind, EvidenceSource, Severity, WorkloadState
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signature_set import SignatureSet
-from recovery.loop.anomalies import SAMPLE_RETENTION, record_read
+from recovery.loop.anomalies import SAMPLE_RETENTION, checkpoint_events, record_read
 from recovery.loop.bulk import insert_values, update_rows
 from recovery.loop.log_stores import ingest_from_source
 from recovery.loop.logs import (
@@ -311,7 +310,10 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
         events: list[AuditEvent] = []
         produced: set[int] = set()
         for read in reads:
-            if _new_checkpoints(read, now, events):
+            number = read.attempt.number if read.attempt is not None else None
+            saved = checkpoint_events(read.workload, number, read.result, now)
+            events += saved
+            if saved:
                 progressed[read.workload.pk] = read.workload
                 if read.attempt is not None and not read.attempt.produced_checkpoint:
                     read.attempt.produced_checkpoint = True
@@ -382,36 +384,6 @@ WORKLOAD_PROGRESS_FIELDS = [
     "last_checkpoint_at",
     "updated_at",
 ]
-
-
-def _new_checkpoints(read: _Read, now: datetime, events: list[AuditEvent]) -> int:
-    """The read's finished checkpoints newer than the workload's last, as ``record_progress``
-    counts them: the workload's last checkpoint moves, an event is added for each."""
-    workload = read.workload
-    number = read.attempt.number if read.attempt is not None else None
-    saved = 0
-    for checkpoint in read.result.checkpoints:
-        if not checkpoint.completed:
-            continue
-        step = checkpoint.step
-        last = workload.last_checkpoint_step
-        if step is not None and last is not None and step <= last:
-            continue  # already recorded (or an older one seen again)
-        saved += 1
-        workload.last_checkpoint_step = step
-        workload.last_checkpoint_at = checkpoint.at or now
-        events.append(
-            AuditEvent(
-                cluster=workload.cluster,
-                workload=workload,
-                attempt=number,
-                kind=AuditKind.CHECKPOINT_SAVED,
-                actor=Actor.DETECTOR,
-                payload={"step": step, "path": checkpoint.path},
-                occurred_at=checkpoint.at or now,
-            )
-        )
-    return saved
 
 
 def _read_log_store(
