@@ -57,9 +57,9 @@ from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
 logger = logging.getLogger(__name__)
 
 # Hangs are judged against a silence of minutes (the policy's hang timeout is one minute at
-# least) and stragglers over a window of minutes: a check every few polls loses nothing of it,
-# and each check reads up to two thousand progress samples.
-PROGRESS_CHECK_SECONDS = 15.0
+# least, thirty by default) and stragglers over a window of minutes (ten by default): a check
+# every half minute loses little of it, and each check reads up to two thousand samples.
+PROGRESS_CHECK_SECONDS = 30.0
 # Rows per INSERT of progress samples.
 SAMPLES_PER_STATEMENT = 2000
 
