@@ -48,7 +48,7 @@ from recovery.loop.logs import (
 )
 from recovery.loop.monitors import SchedulerEnding, check_job_ending, check_progress
 from recovery.loop.patterns import active_signature_set
-from recovery.loop.policy import policies_read_once
+from recovery.loop.policy import policies_read_once, policy_for
 from recovery.models import Attempt, AuditEvent, Cluster, LogCursor, ProgressSample, Workload
 from recovery.sources.logs import LogSource, LogSourceError
 from recovery.sources.schedulers.base import Transport
@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 # least, thirty by default) and stragglers over a window of minutes (ten by default): a check
 # every half minute loses little of it, and each check reads up to two thousand samples.
 PROGRESS_CHECK_SECONDS = 30.0
+# How close to its hang timeout a silent workload's silence must be to be checked every poll.
+HANG_NEAR = timedelta(seconds=15)
 # Rows per INSERT of progress samples.
 SAMPLES_PER_STATEMENT = 2000
 
@@ -426,22 +428,29 @@ def _judge_endings(workloads: list[Workload], now: datetime) -> int:
 
 
 def _check_progress(workloads: list[Workload], now: datetime, summary: WorkloadsSummary) -> None:
-    due_before = now - timedelta(seconds=PROGRESS_CHECK_SECONDS)
-    due = [
-        w
-        for w in workloads
-        if w.opted_in
-        and w.state == WorkloadState.RUNNING
-        and (
-            w.progress_checked_at is None
-            or w.progress_checked_at <= due_before
-            # A clock set back (or a replayed poll) must not hold the checks off for good.
-            or w.progress_checked_at > now
-        )
-    ]
+    due = [w for w in workloads if _progress_check_due(w, now)]
     for workload in due:
         with transaction.atomic():
             summary.anomalies_new += len(check_progress(workload, now))
     if due:
         Workload.objects.filter(pk__in=[w.pk for w in due]).update(progress_checked_at=now)
     summary.progress_checks += len(due)
+
+
+def _progress_check_due(workload: Workload, now: datetime) -> bool:
+    """Every ``PROGRESS_CHECK_SECONDS``; every poll once the workload's silence nears its hang
+    timeout, so that a job that stopped printing is caught as soon as the timeout is reached."""
+    if not workload.opted_in or workload.state != WorkloadState.RUNNING:
+        return False
+    checked = workload.progress_checked_at
+    # A clock set back (or a replayed poll) must not hold the checks off for good.
+    if (
+        checked is None
+        or checked > now
+        or now - checked >= timedelta(seconds=PROGRESS_CHECK_SECONDS)
+    ):
+        return True
+    if workload.last_progress_at is None:
+        return False  # still starting: its grace is ten minutes at least
+    timeout = timedelta(minutes=policy_for(workload).hang_timeout_minutes)
+    return now - workload.last_progress_at >= timeout - HANG_NEAR

@@ -173,6 +173,24 @@ def test_hangs_are_checked_at_most_every_few_seconds(tmp_path: Path) -> None:
     assert process_workloads(workload.cluster, [workload.pk], None, earlier).progress_checks == 1
 
 
+def test_a_silence_near_its_hang_timeout_is_checked_every_poll(tmp_path: Path) -> None:
+    """A job that stopped printing is checked at every poll once its silence nears the
+    policy's hang timeout (thirty minutes by default), so the hang is caught on time."""
+    workload = running_workload(tmp_path, "job")
+    now = timezone.now()
+    workload.last_progress_at = now - timedelta(minutes=5)
+    workload.progress_checked_at = now
+    workload.save()
+    soon = now + timedelta(seconds=1)
+    assert process_workloads(workload.cluster, [workload.pk], None, soon).progress_checks == 0
+    Workload.objects.filter(pk=workload.pk).update(
+        last_progress_at=now - timedelta(minutes=29, seconds=50)
+    )
+    assert process_workloads(workload.cluster, [workload.pk], None, soon).progress_checks == 1
+    again = soon + timedelta(seconds=2)
+    assert process_workloads(workload.cluster, [workload.pk], None, again).progress_checks == 1
+
+
 def test_a_workload_of_another_cluster_is_not_processed(tmp_path: Path) -> None:
     workload = running_workload(tmp_path, "job")
     other = running_workload(tmp_path, "other", ClusterFactory())
