@@ -49,14 +49,14 @@ def poll_cluster(cluster_id: int) -> dict[str, Any]:
             # An unreachable scheduler is reported, not retried in a loop: the next beat polls.
             logger.warning("poll of %s failed: %s", cluster.name, exc)
             return {"error": 1}
-    shards = queue_workloads(cluster_id, summary.workload_ids)
+    batches = queue_workloads(cluster_id, summary.workload_ids)
     judge_cluster.apply_async(
         (cluster_id,), queue=settings.WORKLOAD_QUEUE, expires=settings.POLL_SECONDS * 0.9
     )
     result: dict[str, Any] = {
         key: value for key, value in summary.__dict__.items() if key != "workload_ids"
     }
-    result["shards"] = shards
+    result["batches"] = batches
     return result
 
 
@@ -92,21 +92,33 @@ def shard_of(workload_id: int) -> int:
     return workload_id % settings.WORKLOAD_SHARDS
 
 
-def queue_workloads(cluster_id: int, workload_ids: list[int]) -> int:
-    """One ``process_workloads`` per shard that holds any of ``workload_ids``; returns how many.
+# A task's workloads at least, where there are that many: a batch has fixed costs (its
+# queries, its lock, the task itself), so a small cluster's shards go together.
+WORKLOADS_PER_TASK = 50
 
-    Each expires before the next poll would queue its shard again.
+
+def queue_workloads(cluster_id: int, workload_ids: list[int]) -> int:
+    """``process_workloads`` for every shard that holds any of ``workload_ids``, shards packed
+    into tasks of ``WORKLOADS_PER_TASK`` workloads at least; returns how many tasks.
+
+    Each expires before the next poll would queue its shards again.
     """
     shards: dict[int, list[int]] = {}
     for workload_id in sorted(workload_ids):
         shards.setdefault(shard_of(workload_id), []).append(workload_id)
+    tasks: list[tuple[list[int], list[int]]] = []
     for shard, ids in sorted(shards.items()):
+        if not tasks or len(tasks[-1][1]) >= WORKLOADS_PER_TASK:
+            tasks.append(([], []))
+        tasks[-1][0].append(shard)
+        tasks[-1][1].extend(ids)
+    for task_shards, ids in tasks:
         process_workloads.apply_async(
-            (cluster_id, shard, ids),
+            (cluster_id, task_shards, ids),
             queue=settings.WORKLOAD_QUEUE,
             expires=settings.POLL_SECONDS * 0.9,
         )
-    return len(shards)
+    return len(tasks)
 
 
 # Adapters by cluster and settings, kept by each worker process: an SSH cluster's connection is
@@ -127,23 +139,42 @@ def _adapter(cluster: Cluster) -> SchedulerAdapter:
 
 
 @shared_task(name="tasks.polling.process_workloads")
-def process_workloads(cluster_id: int, shard: int, workload_ids: list[int]) -> dict[str, Any]:
-    """Read, judge and check one shard's workloads (``recovery.loop.workloads``).
+def process_workloads(
+    cluster_id: int, shards: list[int] | int, workload_ids: list[int]
+) -> dict[str, Any]:
+    """Read, judge and check the workloads of some shards (``recovery.loop.workloads``).
 
-    Only ids of the shard are processed: a message queued when the shard count was different
-    must not put a workload in two shards at once.
+    Each shard's lock is taken, and only the workloads of the shards this worker holds are
+    processed: ids are checked against their shard, so a message queued when the shard count
+    was different cannot put a workload in two batches at once.
     """
-    ids = [pk for pk in workload_ids if isinstance(pk, int) and shard_of(pk) == shard]
-    with cluster_locked(cluster_id, f"wr:poll:{cluster_id}:shard:{shard}") as (cluster, refusal):
-        if cluster is None:
-            return refusal
+    wanted = {shards} if isinstance(shards, int) else {s for s in shards if isinstance(s, int)}
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None or not wanted:
+        return {}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    with contextlib.ExitStack() as held:
+        ours = {
+            shard
+            for shard in sorted(wanted)
+            if held.enter_context(
+                held_while_running(
+                    client,
+                    f"wr:poll:{cluster_id}:shard:{shard}",
+                    timeout_s=settings.POLL_LOCK_SECONDS,
+                )
+            )
+        }
+        if not ours:
+            return {"skipped": 1}
+        ids = [pk for pk in workload_ids if isinstance(pk, int) and shard_of(pk) in ours]
         try:
             transport = _adapter(cluster).transport
         except SchedulerError as exc:
             logger.warning("workloads of %s not read: %s", cluster.name, exc)
             return {"error": 1}
         summary = process(cluster, ids, transport, timezone.now(), log_store=log_store_of(cluster))
-    return dict(summary.__dict__)
+    return {**summary.__dict__, "shards_skipped": len(wanted) - len(ours)}
 
 
 def queue_poll(cluster_id: int) -> None:

@@ -42,9 +42,10 @@ class ConsoleProbe:
         self.base = ""
 
     def start(self) -> None:
-        from bench.console import Browserless, wait_for_http
+        from bench.console import Browserless, collect_static, wait_for_http
         from workload_recovery.stack import free_port, web_command
 
+        collect_static()  # DEBUG off: the pages name their static files by the manifest
         _ensure_user()
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"

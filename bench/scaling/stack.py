@@ -185,9 +185,18 @@ class Bench:
         ]  # fmt: skip
         self._wait_for_worker(worker_processes)
         probe = ConsoleProbe(self.env, logs / "web.log") if console else None
+        console_error = ""
         if probe is not None:
-            probe.start()
+            try:
+                probe.start()
+            except (SystemExit, OSError, AssertionError) as error:
+                # The load step still counts; the note says why the Console was not timed.
+                console_error = f"the Console could not be timed: {error}"
+                probe.stop()
+                probe = None
         result = StepResult(step, concurrency, worker_processes)
+        if console_error:
+            result.console = {"errors": [console_error]}
         state_key = f"wr:sim:{config.name}:state"
         groups = {
             "simulate": [simulate.popen.pid],
@@ -284,7 +293,7 @@ class Bench:
         if not polls:
             return False
         first = polls[0]
-        wanted = int(first.result.get("shards", 0))
+        wanted = int(first.result.get("batches", 0))
         started = first.started or 0.0
         shards = [t for t in tasks if t.kind == "shard" and t.sent >= started]
         return len(shards) >= wanted and all(t.finished for t in shards)

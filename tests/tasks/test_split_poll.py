@@ -110,7 +110,7 @@ def test_a_split_poll_reads_every_workload_once_across_two_workers(
         read = LogCursor.objects.filter(workload__cluster=cluster, offset__gt=0).count()
         if running >= 3 and read >= running and len(results) >= 4:
             break
-    assert any(result.get("shards") for result in results), results
+    assert any(result.get("batches") for result in results), results
     watched = list(Workload.objects.filter(cluster=cluster, state="running"))
     assert len(watched) >= 3
     for workload in watched:

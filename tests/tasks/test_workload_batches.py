@@ -1,0 +1,62 @@
+"""How a poll's workloads are packed into tasks, and the shard locks a task takes (real Redis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+from tasks import polling
+from tasks.locks import held_while_running
+from tests.factories import ClusterFactory, WorkloadFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """What queue_workloads sends; the broker itself is covered by test_split_poll."""
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(
+        polling.process_workloads, "apply_async", lambda args, **options: calls.append(args)
+    )
+    return calls
+
+
+def test_a_small_clusters_shards_go_in_one_task(sent: list[tuple[Any, ...]]) -> None:
+    assert polling.queue_workloads(7, list(range(1, 11))) == 1
+    ((cluster_id, shards, ids),) = sent
+    assert cluster_id == 7
+    assert sorted(ids) == list(range(1, 11))
+    assert sorted(shards) == sorted({polling.shard_of(i) for i in range(1, 11)})
+
+
+def test_a_large_clusters_shards_each_get_a_task(sent: list[tuple[Any, ...]]) -> None:
+    count = settings.WORKLOAD_SHARDS * polling.WORKLOADS_PER_TASK * 2
+    assert polling.queue_workloads(7, list(range(count))) == settings.WORKLOAD_SHARDS
+    seen: list[int] = []
+    for _, shards, ids in sent:
+        assert len(shards) == 1
+        assert all(polling.shard_of(i) == shards[0] for i in ids)
+        seen += ids
+    assert sorted(seen) == list(range(count))  # every workload once
+
+
+def test_a_shard_another_worker_holds_is_left_to_it() -> None:
+    cluster = ClusterFactory()
+    workloads = [WorkloadFactory(cluster=cluster) for _ in range(6)]
+    by_shard: dict[int, list[int]] = {}
+    for workload in workloads:
+        by_shard.setdefault(polling.shard_of(workload.pk), []).append(workload.pk)
+    busy, *free = sorted(by_shard)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    key = f"wr:poll:{cluster.pk}:shard:{busy}"
+    with held_while_running(client, key, timeout_s=15) as ours:
+        assert ours
+        result = polling.process_workloads(cluster.pk, sorted(by_shard), [w.pk for w in workloads])
+    assert result["shards_skipped"] == 1
+    assert result["workloads"] == sum(len(by_shard[shard]) for shard in free)
+    held_by_all = [f"wr:poll:{cluster.pk}:shard:{shard}" for shard in by_shard]
+    assert not any(client.exists(name) for name in held_by_all)  # all released
