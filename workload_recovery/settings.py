@@ -120,7 +120,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("WR_CELERY_QUEUE", "recovery")
 # A cluster's per-workload work (tasks.polling.process_workloads), split into shards of workload
-# ids: its own queue, so that a site can give it workers of its own (`celery worker -Q`); a
+# ids: a queue of its own, so that a site can give it workers of its own (`celery worker -Q`); a
 # worker started without -Q consumes both.
 WORKLOAD_QUEUE = env_str("WR_WORKLOAD_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.workloads")
 WORKLOAD_SHARDS = env_int("WR_WORKLOAD_SHARDS", 16, minimum=1, maximum=4096)

@@ -3,7 +3,8 @@
 A uvicorn server (``workload_recovery.stack.web_command``, DEBUG off) on the bench's database
 and Redis; a logged-in HTTP client timing the fleet page and the workloads API every second;
 a WebSocket on the fleet's live group, timing each audit event from its row's ``occurred_at``
-(set when the event is made, just before its insert) to its arrival over the socket.
+(set when the event is made, just before its insert) to its arrival over the socket, for the
+kinds stamped with the time they are recorded (a checkpoint's event carries the log line's time).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from bench.scaling.steps import median, percentile
 
 # The user bench-console's client logs in as (``bench.console.Browserless``).
 USER = "bench"
+STAMPED_WHEN_RECORDED = {"detected", "state_changed"}
 PAGES = {
     "fleet page": "/",
     "fleet page, running": "/?state=running",
@@ -105,7 +107,7 @@ class ConsoleProbe:
                         continue
                     arrived = time.time()
                     message = json.loads(raw)
-                    if message.get("type") == "audit.event":
+                    if message.get("kind") in STAMPED_WHEN_RECORDED:
                         made = datetime.fromisoformat(message["occurred_at"]).timestamp()
                         self.pushes.append((arrived - made) * 1000)
         except (OSError, WebSocketException) as error:

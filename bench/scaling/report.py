@@ -101,6 +101,11 @@ def print_table(results: list[StepResult], poll_seconds: int) -> None:
             f"{'':>13}ingest {r.ingested_mb_s:.2f} MB/s; sim state {r.state_kb:,.0f} KB; "
             f"anomalies: {anomalies or 'none'}; {r.undetected_note}"
         )
+        ran, skipped, expired = r.judges
+        print(
+            f"{'':>13}cluster checks and decisions (judge_cluster): {ran} ran, {skipped} skipped "
+            f"(one still running), {expired} expired in the queue"
+        )
         if r.console:
             print(f"{'':>13}Console while it ran: {describe(r.console)}")
         if r.stamp_early:
@@ -218,9 +223,8 @@ def verdict(
             f"Where a poll's time goes at {jobs} jobs / {profile_step.nodes} nodes: "
             f"{nodes:.2f} s syncing nodes ({per_node * 1000:.2f} ms a node, every poll, changed "
             f"or not) and {jobs_part:.2f} s for the jobs ({per_job * 1000:.1f} ms a job: sync, "
-            f"log ingestion, monitors; it grows with the stored progress samples). One "
-            f"cluster's poll runs serially (its Redis poll lock), so this whole time is added "
-            f"to a detection once the poll is longer than the {poll_seconds} s interval."
+            f"log ingestion, monitors), all in one process here; split across workers, only "
+            f"the snapshot runs under the cluster's lock and the workloads' part is shared."
         )
 
 

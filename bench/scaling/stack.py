@@ -406,6 +406,12 @@ class Bench:
             elif shard.runtime is not None:
                 result.shard_runtimes.append(shard.runtime)
                 result.workloads_processed += int(shard.result.get("workloads", 0))
+        judges = [t for t in in_window if t.kind == "judge"]
+        result.judges = (
+            sum(1 for t in judges if t.runtime is not None and not t.result.get("skipped")),
+            sum(1 for t in judges if t.result.get("skipped")),
+            sum(1 for t in judges if t.expired),
+        )
         in_window = [t for t in in_window if t.kind == "poll"]
         result.job_polls = sum(
             int(t.result.get("jobs_seen", 0)) for t in in_window if t.runtime is not None

@@ -82,6 +82,8 @@ class StepResult:
     shard_runtimes: list[float] = field(default_factory=list)
     shards_skipped: int = 0
     shards_expired: int = 0
+    # The cluster-wide checks and decisions (judge_cluster): ran, skipped, expired.
+    judges: tuple[int, int, int] = (0, 0, 0)
     cpu: dict[str, float] = field(default_factory=dict)
     machine_busy: float = 0.0
     lines_ingested: int = 0
@@ -160,6 +162,7 @@ class StepResult:
             else None,
             "poll_median_s": number(median(self.poll_runtimes)),
             "shard_median_s": number(median(self.shard_runtimes)),
+            "judge_ran_skipped_expired": list(self.judges),
             "cpu_percent": {role: round(value, 1) for role, value in self.cpu.items()},
             "machine_busy_percent": round(self.machine_busy, 1),
             "console": self.console or None,

@@ -12,7 +12,11 @@ from typing import Any
 
 from bench.scaling.steps import PollTask
 
-SHARD_TASK = "tasks.polling.process_workloads"
+# Tasks a poll's snapshot queues, by the kind they are counted as.
+QUEUED_BY_WORKERS = {
+    "tasks.polling.process_workloads": "shard",
+    "tasks.polling.judge_cluster": "judge",
+}
 
 
 class TaskEvents:
@@ -53,10 +57,11 @@ class TaskEvents:
             return
         with self.lock:
             task = self.tasks.get(event.get("uuid", ""))
-            if task is None and kind == "task-received" and event.get("name") == SHARD_TASK:
+            queued_by_worker = QUEUED_BY_WORKERS.get(str(event.get("name")))
+            if task is None and kind == "task-received" and queued_by_worker:
                 # Queued by a snapshot's task, not by this process: known from its arrival.
                 task = self.tasks[event["uuid"]] = PollTask(
-                    sent=float(event["timestamp"]), kind="shard"
+                    sent=float(event["timestamp"]), kind=queued_by_worker
                 )
             if task is None:
                 return

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypedDict
@@ -56,7 +57,8 @@ _batches = threading.local()
 
 @contextlib.contextmanager
 def announcements_batched() -> Iterator[None]:
-    """Events committed inside the block are announced together when it ends.
+    """Events committed inside the block are announced together: when it ends, or once the
+    batch is ``BATCH_SECONDS`` old at the next commit.
 
     For a batch of work that commits many small transactions (a shard of workloads): one round
     of sends instead of one per event. Only committed events reach the batch (announcements
@@ -67,21 +69,35 @@ def announcements_batched() -> Iterator[None]:
         yield
         return
     _batches.events = []
+    _batches.since = time.monotonic()
     try:
         yield
     finally:
-        events, _batches.events = _batches.events, None
-        publish_many([(_groups_of(event), _message_of(event)) for event in events])
+        _flush()
+        _batches.events = None
+
+
+# The longest a committed event waits in a batch: a live page is told within this of the commit
+# (plus the send), however long the batch of work runs.
+BATCH_SECONDS = 0.2
+
+
+def _flush() -> None:
+    events, _batches.events = _batches.events, []
+    _batches.since = time.monotonic()
+    publish_many([(_groups_of(event), _message_of(event)) for event in events])
 
 
 def announce_events(events: list[AuditEvent]) -> None:
     """Each event to the fleet and to its workload's page, in one round of sends (or with the
     batch, inside ``announcements_batched``)."""
     batch = getattr(_batches, "events", None)
-    if batch is not None:
-        batch.extend(events)
+    if batch is None:
+        publish_many([(_groups_of(event), _message_of(event)) for event in events])
         return
-    publish_many([(_groups_of(event), _message_of(event)) for event in events])
+    batch.extend(events)
+    if batch and time.monotonic() - _batches.since >= BATCH_SECONDS:
+        _flush()
 
 
 def _groups_of(event: AuditEvent) -> list[str]:
