@@ -438,19 +438,22 @@ def _check_progress(workloads: list[Workload], now: datetime, summary: Workloads
 
 
 def _progress_check_due(workload: Workload, now: datetime) -> bool:
-    """Every ``PROGRESS_CHECK_SECONDS``; every poll once the workload's silence nears its hang
+    """Every ``PROGRESS_CHECK_SECONDS``, or a sixth of the policy's straggler window or hang
+    timeout when that is shorter; every poll once the workload's silence nears its hang
     timeout, so that a job that stopped printing is caught as soon as the timeout is reached."""
     if not workload.opted_in or workload.state != WorkloadState.RUNNING:
         return False
+    policy = policy_for(workload)
+    timeout = timedelta(minutes=policy.hang_timeout_minutes)
+    every = min(
+        timedelta(seconds=PROGRESS_CHECK_SECONDS),
+        timedelta(minutes=policy.straggler_window_minutes) / 6,
+        timeout / 6,
+    )
     checked = workload.progress_checked_at
     # A clock set back (or a replayed poll) must not hold the checks off for good.
-    if (
-        checked is None
-        or checked > now
-        or now - checked >= timedelta(seconds=PROGRESS_CHECK_SECONDS)
-    ):
+    if checked is None or checked > now or now - checked >= every:
         return True
     if workload.last_progress_at is None:
         return False  # still starting: its grace is ten minutes at least
-    timeout = timedelta(minutes=policy_for(workload).hang_timeout_minutes)
     return now - workload.last_progress_at >= timeout - HANG_NEAR

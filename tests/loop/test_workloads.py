@@ -23,6 +23,7 @@ from recovery.models import (
     AuditEvent,
     Cluster,
     LogCursor,
+    Policy,
     ProgressSample,
     Workload,
 )
@@ -171,6 +172,15 @@ def test_hangs_are_checked_at_most_every_few_seconds(tmp_path: Path) -> None:
     # A clock set back does not hold the checks off.
     earlier = now - timedelta(hours=1)
     assert process_workloads(workload.cluster, [workload.pk], None, earlier).progress_checks == 1
+
+
+def test_a_short_straggler_window_is_checked_more_often(tmp_path: Path) -> None:
+    workload = running_workload(tmp_path, "job")
+    Policy.objects.create(name="short", straggler_window_minutes=1)
+    now = timezone.now()
+    assert process_workloads(workload.cluster, [workload.pk], None, now).progress_checks == 1
+    later = now + timedelta(seconds=11)  # a sixth of the window, less than the usual 30 s
+    assert process_workloads(workload.cluster, [workload.pk], None, later).progress_checks == 1
 
 
 def test_a_silence_near_its_hang_timeout_is_checked_every_poll(tmp_path: Path) -> None:
