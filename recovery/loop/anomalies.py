@@ -107,16 +107,22 @@ def attempt_writing(workload: Workload) -> Attempt | None:
     Until a requeued job starts again, what it prints is the previous attempt shutting down
     (Slurm's cancel notices, srun's last words): it belongs to that attempt, not to the next.
     """
-    attempts = list(
-        Attempt.objects.filter(workload=workload, number__lte=workload.current_attempt).order_by(
-            "-number"
-        )[:2]
+    return attempt_writing_of(
+        list(
+            Attempt.objects.filter(
+                workload=workload, number__lte=workload.current_attempt
+            ).order_by("-number")[:2]
+        )
     )
-    if not attempts:
+
+
+def attempt_writing_of(newest: list[Attempt]) -> Attempt | None:
+    """``attempt_writing`` from the workload's newest attempts, newest first."""
+    if not newest:
         return None
-    current = attempts[0]
-    if current.started_at is None and len(attempts) > 1:
-        return attempts[1]
+    current = newest[0]
+    if current.started_at is None and len(newest) > 1:
+        return newest[1]
     return current
 
 

@@ -36,7 +36,12 @@ from recovery.audit.record import record_events
 from recovery.choices import AuditKind, EvidenceSource, Severity, WorkloadState
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signature_set import SignatureSet
-from recovery.loop.anomalies import SAMPLE_RETENTION, checkpoint_events, record_read
+from recovery.loop.anomalies import (
+    SAMPLE_RETENTION,
+    attempt_writing_of,
+    checkpoint_events,
+    record_read,
+)
 from recovery.loop.bulk import insert_values, update_rows
 from recovery.loop.log_stores import ingest_from_source
 from recovery.loop.logs import (
@@ -161,13 +166,7 @@ def _load_batch(workloads: list[Workload]) -> _Batch:
 
 def _attempt_writing(batch: _Batch, workload: Workload) -> Attempt | None:
     """``recovery.loop.anomalies.attempt_writing`` from the batch's attempts."""
-    attempts = batch.attempts.get(workload.pk, [])
-    if not attempts:
-        return None
-    current = attempts[0]
-    if current.started_at is None and len(attempts) > 1:
-        return attempts[1]
-    return current
+    return attempt_writing_of(batch.attempts.get(workload.pk, []))
 
 
 def _cursors(workloads: list[Workload]) -> dict[tuple[int, str], LogCursor]:
