@@ -774,16 +774,18 @@ def record_progress(
     if saved and attempt is not None and not attempt.produced_checkpoint:
         attempt.produced_checkpoint = True
         attempt.save(update_fields=["produced_checkpoint"])
-    workload.save(
-        update_fields=[
-            "last_progress_step",
-            "last_progress_at",
-            "last_checkpoint_step",
-            "last_checkpoint_at",
-            "updated_at",
-        ]
-    )
+    workload.save(update_fields=PROGRESS_FIELDS)
     return saved
+
+
+# What a read of a job's output changes on its workload.
+PROGRESS_FIELDS = [
+    "last_progress_step",
+    "last_progress_at",
+    "last_checkpoint_step",
+    "last_checkpoint_at",
+    "updated_at",
+]
 
 
 def checkpoint_events(

@@ -253,16 +253,11 @@ def ingest_node_kernel_logs(
 OnNode = tuple[Workload, Attempt, bool]
 
 
-def attempts_on_node(cluster: Cluster, node: str, now: datetime) -> list[OnNode]:
-    """Current attempts on ``node``, running or ended within ``RECENT_END``."""
-    return attempts_by_node(cluster, now).get(node, [])
-
-
 def attempts_by_node(
     cluster: Cluster, now: datetime, nodes: Collection[str] | None = None
 ) -> dict[str, list[OnNode]]:
-    """For each node (of ``nodes``, when given), the current attempts on it (see
-    ``attempts_on_node``).
+    """For each node (of ``nodes``, when given), the current attempts on it: running, or
+    ended within ``RECENT_END``.
 
     Of each opted-in workload not yet completed or cancelled, its two newest attempts are
     looked at, the newer first; the first of them on a node that is running, or ended within

@@ -305,9 +305,11 @@ def _hang_evidence_time(finding: Finding) -> Finding:
     )
 
 
+# Slurm's words for a node out of service; a trailing "*" means it does not respond.
+OUT_OF_SERVICE_WORDS = ("down", "drain", "fail", "not_responding")
+
+
 def out_of_service(state: str) -> bool:
     """Down, drained, failing or not responding, in any of Slurm's spellings."""
     lowered = state.lower()
-    return "*" in lowered or any(
-        word in lowered for word in ("down", "drain", "fail", "not_responding")
-    )
+    return "*" in lowered or any(word in lowered for word in OUT_OF_SERVICE_WORDS)

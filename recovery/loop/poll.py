@@ -9,8 +9,10 @@ job id seen again with no restarts and another submit time is a new job (ids wra
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -26,7 +28,12 @@ from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadSt
 from recovery.loop.anomalies import finish_awaited_attributions
 from recovery.loop.gpu_checks import check_gpu_metrics, metric_store_of
 from recovery.loop.logs import OnNode, attempts_by_node, ingest_node_kernel_logs
-from recovery.loop.monitors import SchedulerEnding, check_node, check_suspects
+from recovery.loop.monitors import (
+    OUT_OF_SERVICE_WORDS,
+    SchedulerEnding,
+    check_node,
+    check_suspects,
+)
 from recovery.loop.policy import decide_pending, policies_read_once
 from recovery.loop.workloads import process_workloads
 from recovery.models import Attempt, Cluster, Node, Workload
@@ -375,13 +382,11 @@ def _read_gpu_metrics(cluster: Cluster, now: datetime, summary: PollSummary) -> 
         logger.warning("metric store of %s: %s", cluster.name, gpus.error)
 
 
-# Slurm's spellings of a node out of service (see ``monitors.out_of_service``), as a filter.
-OUT_OF_SERVICE = (
-    Q(scheduler_state__contains="*")
-    | Q(scheduler_state__icontains="down")
-    | Q(scheduler_state__icontains="drain")
-    | Q(scheduler_state__icontains="fail")
-    | Q(scheduler_state__icontains="not_responding")
+# ``monitors.out_of_service`` as a filter, so that only those nodes are read.
+OUT_OF_SERVICE = functools.reduce(
+    operator.or_,
+    [Q(scheduler_state__icontains=word) for word in OUT_OF_SERVICE_WORDS],
+    Q(scheduler_state__contains="*"),
 )
 
 

@@ -6,17 +6,17 @@ cluster's workloads can be shared among workers (``tasks.polling.process_workloa
 per shard of workload ids, never two workers on one shard).
 
 The hot path is written in bulk. Most reads of a running job's output hold progress lines and
-nothing else: their cursors, progress samples and the workloads' last progress are written with
-one statement each for the whole batch, in one transaction, after every file was read and
-scanned. A read that found a failure, a finished checkpoint or the first progress of a restart
-takes the full path of ``recovery.loop.anomalies.record_read``, one workload at a time, as
-before. Either way a cursor moves only in the transaction that records what was read, and only
-from the offset the read started at, so a worker killed anywhere re-reads the same bytes and
-records nothing twice.
+checkpoints and nothing else: their cursors, progress samples, checkpoint events and the
+workloads' last progress and checkpoint are written with one statement each for the whole
+batch, in one transaction, after every file was read and scanned. A read that found a failure,
+or the first progress of a restart, takes the full path of
+``recovery.loop.anomalies.record_read``, one workload at a time, as before. Either way a cursor
+moves only in the transaction that records what was read, and only from the offset the read
+started at, so a worker killed anywhere re-reads the same bytes and records nothing twice.
 
 Then the monitors that judge one workload: how an ended attempt ended (``Attempt.
 ending_to_judge``, set by the poll when the scheduler reported the ending: judged after the
-output that explains it was read) and, at most every ``PROGRESS_CHECK_SECONDS``, hangs and
+output that explains it was read) and, every ``PROGRESS_CHECK_SECONDS`` or sooner, hangs and
 stragglers.
 """
 
@@ -37,6 +37,7 @@ from recovery.choices import AuditKind, EvidenceSource, Severity, WorkloadState
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signature_set import SignatureSet
 from recovery.loop.anomalies import (
+    PROGRESS_FIELDS,
     SAMPLE_RETENTION,
     attempt_writing_of,
     checkpoint_events,
@@ -77,7 +78,7 @@ class WorkloadsSummary:
     log_bytes: int = 0
     outputs_refused: int = 0
     anomalies_new: int = 0
-    # Reads recorded one by one (a failure, a checkpoint, a restart's first progress).
+    # Reads recorded one by one (a failure, a restart's first progress).
     full_reads: int = 0
     progress_checks: int = 0
     log_store_error: str = ""
@@ -164,11 +165,6 @@ def _load_batch(workloads: list[Workload]) -> _Batch:
     return batch
 
 
-def _attempt_writing(batch: _Batch, workload: Workload) -> Attempt | None:
-    """``recovery.loop.anomalies.attempt_writing`` from the batch's attempts."""
-    return attempt_writing_of(batch.attempts.get(workload.pk, []))
-
-
 def _cursors(workloads: list[Workload]) -> dict[tuple[int, str], LogCursor]:
     """Every output file's cursor, created at offset 0 where a file has none yet."""
     wanted = {
@@ -212,7 +208,7 @@ def _read_outputs(
             read = _read_file(workload, transport, path, access, cursor, signatures, summary)
             if read is None:
                 continue
-            read.attempt = _attempt_writing(batch, workload)
+            read.attempt = attempt_writing_of(batch.attempts.get(workload.pk, []))
             if _needs_full_record(read, batch):
                 _record_one(read, now, summary)
             else:
@@ -262,20 +258,21 @@ def _needs_full_record(read: _Read, batch: _Batch) -> bool:
     )
 
 
-def _cursor_unmoved(read: _Read, locked: dict[int, tuple[int, int]]) -> bool:
-    """Whether no other reader moved the cursor since this read began (it then re-reads)."""
-    return locked.get(read.cursor.pk) == read.started_at
+def _unmoved(reads: list[_Read]) -> list[_Read]:
+    """The reads whose cursor no other reader moved since they began, their rows now locked
+    (a read whose cursor moved is dropped: the next read starts where the other one left)."""
+    locked = {
+        pk: (offset, truncations)
+        for pk, offset, truncations in LogCursor.objects.select_for_update()
+        .filter(pk__in=[read.cursor.pk for read in reads])
+        .values_list("pk", "offset", "truncations")
+    }
+    return [read for read in reads if locked.get(read.cursor.pk) == read.started_at]
 
 
 def _record_one(read: _Read, now: datetime, summary: WorkloadsSummary) -> None:
     with transaction.atomic():
-        locked = dict(
-            (pk, (offset, truncations))
-            for pk, offset, truncations in LogCursor.objects.select_for_update()
-            .filter(pk=read.cursor.pk)
-            .values_list("pk", "offset", "truncations")
-        )
-        if not _cursor_unmoved(read, locked):
+        if not _unmoved([read]):
             return
         new, _ = record_read(read.workload, read.result, now, source=EvidenceSource.JOB_OUTPUT)
         read.cursor.save(update_fields=["offset", "truncations", "updated_at"])
@@ -291,13 +288,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
     checkpoint, and the attempts that produced one.
     """
     with transaction.atomic():
-        locked = {
-            pk: (offset, truncations)
-            for pk, offset, truncations in LogCursor.objects.select_for_update()
-            .filter(pk__in=[read.cursor.pk for read in reads])
-            .values_list("pk", "offset", "truncations")
-        }
-        reads = [read for read in reads if _cursor_unmoved(read, locked)]
+        reads = _unmoved(reads)
         if not reads:
             return
         stamp = timezone.now()
@@ -322,8 +313,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
             if not read.result.progress:
                 continue
             workload = read.workload
-            if read.attempt is not None:
-                number = read.attempt.number
+            if number is not None:
                 samples += [
                     (
                         workload.pk,
@@ -358,7 +348,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
             changed = [w for pk, w in progressed.items() if pk in alive]
             for workload in changed:
                 workload.updated_at = stamp
-            update_rows(Workload, changed, WORKLOAD_PROGRESS_FIELDS)
+            update_rows(Workload, changed, PROGRESS_FIELDS)
         if samples:
             ProgressSample.objects.filter(
                 workload_id__in=list({sample[0] for sample in samples}),
@@ -375,15 +365,6 @@ SAMPLE_COLUMNS = [
     "throughput",
     "step_time_seconds",
     "at",
-]
-
-
-WORKLOAD_PROGRESS_FIELDS = [
-    "last_progress_step",
-    "last_progress_at",
-    "last_checkpoint_step",
-    "last_checkpoint_at",
-    "updated_at",
 ]
 
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from recovery.choices import AttemptExitState, AuditKind
 from recovery.loop import workloads as workload_work
+from recovery.loop.anomalies import attempt_writing_of
 from recovery.loop.logs import output_access
 from recovery.loop.monitors import SchedulerEnding
 from recovery.loop.patterns import active_signature_set
@@ -139,7 +140,7 @@ def test_a_read_whose_cursor_moved_meanwhile_is_dropped(tmp_path: Path) -> None:
         workload_work.WorkloadsSummary(),
     )
     assert read is not None
-    read.attempt = workload_work._attempt_writing(batch, workload)
+    read.attempt = attempt_writing_of(batch.attempts.get(workload.pk, []))
     LogCursor.objects.filter(pk=cursor.pk).update(offset=3)  # the other reader
     workload_work._record_plain([read], timezone.now())
     assert ProgressSample.objects.count() == 0
