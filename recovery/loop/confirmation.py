@@ -47,6 +47,10 @@ from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.models import Anomaly, Attempt, Policy, ProgressSample, Workload
 
+# Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
+# failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
+AWAITING_CAUSE_ROLES = frozenset({SignatureRole.SYMPTOM, SignatureRole.WRAPPER})
+
 # The confirmation of an anomaly that needs none (a hang, a straggler): stored blank.
 NO_CONFIRMATION = ""
 
@@ -254,7 +258,9 @@ def _stall(
         ranks=list(anomaly.implicated_ranks),
         at=since + timedelta(seconds=window),
         detail={
-            "role": SignatureRole.CAUSE,
+            # Silence after a lost peer is that loss's consequence too: it waits for the
+            # cause (the node Slurm marks down some seconds later) as the error would have.
+            "role": _stall_role(anomaly),
             "silent_seconds": silent,
             "allowed_seconds": window,
             "median_step_seconds": median,
@@ -262,6 +268,11 @@ def _stall(
         },
     )
     return Settlement(Confirmation.STALLED, reason, hang)
+
+
+def _stall_role(anomaly: Anomaly) -> str:
+    role = anomaly.details.get("role")
+    return SignatureRole.SYMPTOM if role in AWAITING_CAUSE_ROLES else SignatureRole.CAUSE
 
 
 def apply(anomaly: Anomaly, settlement: Settlement, now: datetime) -> bool:

@@ -35,15 +35,11 @@ from recovery.choices import (
     StragglerAction,
     WorkloadState,
 )
-from recovery.detection.signatures.base import SignatureRole
-from recovery.loop.confirmation import attempt_ending
+from recovery.loop.confirmation import AWAITING_CAUSE_ROLES, attempt_ending
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendation, Workload
 
 logger = logging.getLogger(__name__)
 
-# Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
-# failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
-AWAITING_CAUSE_ROLES = frozenset({SignatureRole.SYMPTOM, SignatureRole.WRAPPER})
 # A policy engine failure is retried on later polls this many times, then left to the watchdog.
 MAX_POLICY_TRIES = 5
 POLICY_RETRY_SECONDS = 30
@@ -344,7 +340,10 @@ def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
     """
     if anomaly.provider_due_at is not None:
         return False  # the provider's verdict is awaited (``recovery.loop.attribution``)
-    if anomaly.kind != AnomalyKind.CRASH:
+    if anomaly.kind == AnomalyKind.HANG:
+        if anomaly.details.get("role") not in AWAITING_CAUSE_ROLES:
+            return True  # the silence after a lost peer waits for its cause as the loss would
+    elif anomaly.kind != AnomalyKind.CRASH:
         return True
     if anomaly.confirmation == Confirmation.SUSPECTED:
         return False
@@ -427,7 +426,9 @@ def decide_pending(cluster: Cluster, now: datetime | None = None) -> int:
         .order_by("detected_at", "id")
     )
     decided = 0
-    for anomaly in waiting:
+    # Causes first: a symptom whose wait ended with its attempt (the job ended NODE_FAIL) is
+    # then decided as the recommendation its cause made, not as a restart of its own.
+    for anomaly in sorted(waiting, key=lambda a: a.details.get("role") in AWAITING_CAUSE_ROLES):
         failed_at = anomaly.details.get("policy_failed_at")
         if failed_at and datetime.fromisoformat(failed_at) > now - timedelta(
             seconds=POLICY_RETRY_SECONDS

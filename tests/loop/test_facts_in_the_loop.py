@@ -24,7 +24,7 @@ from recovery.choices import (
 )
 from recovery.detection.findings import Finding
 from recovery.loop.anomalies import record_anomalies
-from recovery.loop.confirmation import ReadContext
+from recovery.loop.confirmation import ReadContext, last_sample_id
 from recovery.loop.monitors import check_progress, check_suspects
 from recovery.loop.policy import decide_pending
 from recovery.loop.poll import poll_cluster
@@ -173,6 +173,39 @@ def test_an_operator_draining_a_node_under_a_running_job_changes_nothing(
     drained = NodeInfo("node001", "MIXED", flags=["DRAIN"], reason="kernel upgrade")
     poll_cluster(acting_cluster, Scripted([running], healthy(drained)))
     assert not Anomaly.objects.exists()
+
+
+def test_silence_after_a_lost_peer_waits_for_the_node_that_went_down(
+    acting_cluster: Cluster,
+) -> None:
+    """
+    GIVEN a rank that lost its peer, then no progress for the confirmation window (a stall)
+    WHEN the peer's node is marked down and the job ends NODE_FAIL some seconds later
+    THEN the restart excludes that node: the stall's hang waited for its cause
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    lost_at = timezone.now()
+    ProgressSample.objects.bulk_create(
+        ProgressSample(workload=workload, attempt=attempt.number, step=step, at=at)
+        for step, at in ((40, lost_at - timedelta(seconds=2)), (41, lost_at - timedelta(seconds=1)))
+    )
+    seen = ReadContext(samples_after=last_sample_id(workload))
+    record_anomalies(
+        workload, attempt, [symptom()], lost_at, read=seen, source=EvidenceSource.JOB_OUTPUT
+    )
+    (hang,) = check_suspects(acting_cluster, lost_at + timedelta(seconds=11))
+    assert hang.kind == AnomalyKind.HANG
+    assert decide_pending(acting_cluster, lost_at + timedelta(seconds=11)) == 0
+    assert not Recommendation.objects.exists()
+
+    down = NodeInfo("node002", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
+    ended = job(nodes=NODES, state="NODE_FAIL", reason="NodeDown", end_time=timezone.now())
+    poll_cluster(acting_cluster, Scripted([ended], healthy(down)))
+
+    recommendation = Recommendation.objects.get()
+    assert recommendation.action == RecommendationAction.RESTART_EXCLUDING
+    assert recommendation.excluded_nodes == ["node002"]
+    assert Anomaly.objects.get(pk=hang.pk).decided_at is not None
 
 
 def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster: Cluster) -> None:
