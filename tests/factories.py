@@ -14,6 +14,7 @@ from recovery.choices import (
     AnomalyKind,
     Attribution,
     FailureCategory,
+    OptInMode,
     RecommendationAction,
     RecommendationStatus,
     WorkloadState,
@@ -53,6 +54,8 @@ class WorkloadFactory(ModelFactory[Workload]):
     user = "alice"
     partition = "gpu"
     opted_in = True
+    # Opted in with "mode": "act", as tests.fakes.COMMENT: the cluster's mode decides.
+    opt_in_mode = OptInMode.ACT
     state = WorkloadState.RUNNING
     current_attempt = 1
 

@@ -85,6 +85,11 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
 
 class WorkloadSerializer(serializers.ModelSerializer[Workload]):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    acts_automatically = serializers.BooleanField(
+        read_only=True,
+        help_text="This job's recommendations reach the scheduler without an operator's "
+        'approval: the cluster acts automatically and the job opted in with "mode": "act".',
+    )
 
     class Meta:
         model = Workload
@@ -101,6 +106,7 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "environment",
             "opted_in",
             "opt_in_mode",
+            "acts_automatically",
             "opt_in_error",
             "state",
             "state_reason",
@@ -229,6 +235,7 @@ class RecommendationSerializer(serializers.ModelSerializer[Recommendation]):
             "reason",
             "status",
             "decided_by",
+            "approved_by",
             "decided_at",
             "decision_note",
             "idempotency_key",

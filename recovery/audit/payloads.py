@@ -127,6 +127,8 @@ class RecommendedPayload(TypedDict):
     reason: str
     policy: str
     mode: str
+    # The job's own opt-in mode: "observe" waits for an operator in any cluster mode.
+    job_mode: str
     would_have_done: bool
 
 

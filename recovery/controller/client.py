@@ -36,6 +36,8 @@ class ReadyRecommendation:
     user: str = ""
     # When the attempt the recommendation is about started; None if it never did.
     attempt_started_at: datetime | None = None
+    # The operator who approved it; "" when the policy made it ready on its own.
+    approved_by: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReadyRecommendation:
@@ -50,6 +52,7 @@ class ReadyRecommendation:
             submit_time=_datetime(data.get("submit_time")),
             user=str(data.get("user") or ""),
             attempt_started_at=_datetime(data.get("attempt_started_at")),
+            approved_by=str(data.get("approved_by") or ""),
         )
 
 

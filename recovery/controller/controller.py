@@ -44,6 +44,7 @@ from recovery.sources.schedulers.base import (
     describe_unknown,
 )
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
+from recovery.sources.schedulers.optin import OptInMode
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,21 @@ def identity_problem(recommendation: ReadyRecommendation, job: JobInfo) -> str |
         f"job {job.job_id} was submitted at {job.submit_time.isoformat()}, not at "
         f"{recommendation.submit_time.isoformat()}: the id names another job now"
     )
+
+
+def owner_problem(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
+    """Why the job's owner, as its comment reads now, has not left this action to the loop.
+
+    A job that is no longer opted in, or opted in to be observed only, is acted on only with an
+    operator's approval: the owner may have changed the comment after the decision was made.
+    """
+    if recommendation.approved_by:
+        return None
+    if not job.opt_in.opted_in:
+        return f"job {job.job_id} is no longer opted in ({job.opt_in.reason}) and nobody approved"
+    if job.opt_in.mode != OptInMode.ACT:
+        return f"job {job.job_id} is opted in to be observed only and nobody approved the action"
+    return None
 
 
 def started_since(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
@@ -360,7 +376,7 @@ class AdvisorController:
                 outcome.detail = "the scheduler no longer knows the job"
                 return outcome
             self._require_known(job)
-            problem = identity_problem(recommendation, job)
+            problem = identity_problem(recommendation, job) or owner_problem(recommendation, job)
             if problem is not None:
                 outcome.outcome = "failed"
                 outcome.detail = f"refused before any command: {problem}"

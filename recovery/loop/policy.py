@@ -250,7 +250,8 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     decision = decide(anomaly, policy, history_of(workload, policy))
     if decision.action == RecommendationAction.NONE:
         return None
-    needs_person = not cluster.acts_automatically or _over_blast_radius(workload, decision, policy)
+    # The job's comment can only make the loop more careful than its cluster, never less.
+    needs_person = not workload.acts_automatically or _over_blast_radius(workload, decision, policy)
     status = RecommendationStatus.AWAITING_APPROVAL if needs_person else RecommendationStatus.READY
     now = timezone.now()
     with transaction.atomic():
@@ -305,6 +306,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
                 "reason": decision.reason,
                 "policy": policy.name,
                 "mode": cluster.mode,
+                "job_mode": workload.opt_in_mode,
                 "would_have_done": needs_person,
             },
         )

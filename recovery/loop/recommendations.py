@@ -113,6 +113,8 @@ def _decide(
             return Decision(recommendation, changed=False, message=message)
         now = timezone.now()
         changes: dict[str, Any] = {"decided_by": operator, "decided_at": now}
+        if new_status == RecommendationStatus.READY:
+            changes["approved_by"] = operator
         if new_status == RecommendationStatus.READY and recommendation.expires_at is not None:
             # The deadline to execute counts from the approval, as long as it was at creation.
             changes["expires_at"] = now + (recommendation.expires_at - recommendation.created_at)

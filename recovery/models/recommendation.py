@@ -40,6 +40,11 @@ class Recommendation(models.Model):
         max_length=24, choices=RecommendationStatus.choices, default=RecommendationStatus.PROPOSED
     )
     decided_by = models.CharField(max_length=150, blank=True)
+    approved_by = models.CharField(
+        max_length=150,
+        blank=True,
+        help_text="The operator who approved it; blank when the policy made it ready itself.",
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_note = models.TextField(blank=True)
     idempotency_key = models.CharField(max_length=128, unique=True)

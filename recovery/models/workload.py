@@ -76,6 +76,17 @@ class Workload(models.Model):
         label = f"{self.cluster.name}:{self.job_id}"
         return f"{label} {self.name}" if self.name else label
 
+    @property
+    def acts_automatically(self) -> bool:
+        """Whether this job's recommendations may reach the scheduler without an approval.
+
+        The cluster's mode must allow it and the job's owner must have asked for "act": a job
+        opted in to be observed waits for an operator whatever the cluster's mode.
+        """
+        return (
+            self.cluster.acts_automatically and self.opted_in and self.opt_in_mode == OptInMode.ACT
+        )
+
 
 class Attempt(models.Model):
     """One allocation of a workload: the first run or a restart."""

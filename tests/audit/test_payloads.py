@@ -46,6 +46,7 @@ def test_the_checker_names_what_is_wrong_with_a_payload() -> None:
         "reason": "crash; restart from the last checkpoint",
         "policy": "built-in defaults",
         "mode": "monitor",
+        "job_mode": "act",
         "would_have_done": True,
     }
     assert payload_problems(AuditKind.RECOMMENDED, recommended) == []

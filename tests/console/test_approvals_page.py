@@ -7,9 +7,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from recovery.choices import AnomalyKind, Confirmation
+from recovery.choices import AnomalyKind, ClusterMode, Confirmation, OptInMode
 from tests.conftest import TEST_PASSWORD
-from tests.factories import AnomalyFactory, RecommendationFactory
+from tests.factories import AnomalyFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -37,3 +37,24 @@ def test_a_recommendation_shows_its_crashs_confirmation(viewer: User) -> None:
         '<span class="badge confirmation-stalled"'
         ' title="Stalled (no exit, no progress: handled as a hang)">Stalled</span>'
     ) in body
+
+
+def test_the_job_and_the_cluster_say_why_a_recommendation_waits(viewer: User) -> None:
+    """GIVEN an acknowledged action-mode cluster and a job on it opted in to be observed
+    WHEN a viewer opens the approval queue and the job's page
+    THEN both say the job's mode holds its actions for approval, and the cluster's mode beside it
+    """
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    observed = WorkloadFactory(cluster=cluster, opt_in_mode=OptInMode.OBSERVE)
+    acting = WorkloadFactory(cluster=cluster)
+    RecommendationFactory(workload=observed)
+    client = logged_in(viewer)
+
+    queue = client.get(reverse("console:approvals")).content.decode()
+    assert "action mode" in queue
+    assert "its owner asked for observation: acts only on approval" in queue
+
+    page = client.get(reverse("console:workload", args=[observed.pk])).content.decode()
+    assert "acts only on approval, whatever the cluster's mode" in page
+    page = client.get(reverse("console:workload", args=[acting.pk])).content.decode()
+    assert "the cluster's mode decides: acts automatically" in page

@@ -281,6 +281,36 @@ def test_a_job_id_that_names_another_job_is_never_acted_on(job: JobInfo) -> None
     assert "refused before any command" in outcome.detail
 
 
+OBSERVED = '{"nvidia-recovery":{"environment":"prod","mode":"observe"}}'
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [OBSERVED, '{"nvidia-recovery":{"environment":"prod"}}', ""],
+    ids=["observe", "no-mode-is-observe", "no-longer-opted-in"],
+)
+def test_a_job_its_owner_left_to_observation_is_not_acted_on_without_approval(
+    comment: str,
+) -> None:
+    """
+    GIVEN a ready recommendation the policy made itself
+    WHEN the job's comment, read at the time of acting, does not ask for "act"
+    THEN nothing is run, and the controller says why
+    """
+    slurm = ModelSlurm(running_job(comment=comment))
+    outcome = controller_for(slurm).carry_out(restart())
+    assert slurm.commands == []
+    assert outcome.outcome == "failed"
+    assert "refused before any command" in outcome.detail and "nobody approved" in outcome.detail
+
+
+def test_an_observed_job_is_acted_on_once_an_operator_approved() -> None:
+    slurm = ModelSlurm(running_job(comment=OBSERVED))
+    outcome = controller_for(slurm).carry_out(restart(approved_by="olivia"))
+    assert outcome.outcome == "executed" and outcome.converged
+    assert "requeuehold" in slurm.commands
+
+
 def test_a_requeue_moves_the_submit_time_and_it_is_still_the_same_job() -> None:
     slurm = ModelSlurm(running_job())
     first = controller_for(slurm).carry_out(restart(attempt=1))

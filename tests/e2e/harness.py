@@ -145,7 +145,7 @@ class Harness:
         self.loop.start()
         return cluster
 
-    def submit(self, *, total_steps: int = 2000, **env: str) -> E2EJob:
+    def submit(self, *, total_steps: int = 2000, mode: str = "act", **env: str) -> E2EJob:
         tag = uuid.uuid4().hex[:6]
         workdir = self.workdir / f"job-{tag}"
         ckpt_dir = workdir / "checkpoints"
@@ -153,7 +153,7 @@ class Harness:
         control = workdir / "faults.json"
         control.write_text("{}")
         output = workdir / "train.log"
-        comment = {"nvidia-recovery": {"environment": self.environment, "mode": "act"}}
+        comment = {"nvidia-recovery": {"environment": self.environment, "mode": mode}}
         # On 24.11 the job runs in the chroot, where this interpreter and its venv are mounted
         # at the same paths.
         job_env = {

@@ -46,6 +46,7 @@ SCENARIOS = (
     "9-caught-exception",
     "10-traceback-then-death",
     "11-error-then-hang",
+    "12-observed-job",
 )
 # Scenarios whose fault is a crash or a node failure, for the detection-latency target: not a
 # hang, a straggler, an error the job survived, nor one that stalled into a hang.
@@ -58,7 +59,7 @@ CRASHES = frozenset(SCENARIOS) - {
 # The scenario whose job logs an error and keeps training: the loop must leave it alone.
 KEPT_TRAINING = "9-caught-exception"
 # Scenarios whose action waits on purpose: for an operator's approval, for a second controller.
-WAITED_ACTIONS = frozenset({"7-monitor-approval", "8-controller-killed"})
+WAITED_ACTIONS = frozenset({"7-monitor-approval", "8-controller-killed", "12-observed-job"})
 DETECTION_TARGET_S = 5.0
 ACTION_TARGET_S = 5.0
 HANG_MARGIN_S = 5.0

@@ -267,7 +267,10 @@ def test_7_monitor_mode_records_then_acts_once_on_approval(
          operator approves it, it is carried out exactly once
     """
     scenario.setup("7-monitor-approval", mode=ClusterMode.MONITOR)
-    job = scenario.submit()
+    _waits_for_approval_then_acts_once(scenario, operator, scenario.submit())
+
+
+def _waits_for_approval_then_acts_once(scenario: Harness, operator: User, job: E2EJob) -> None:
     before = scenario.wait_until_training(job)
     scenario.kill_rank(job, 1)
 
@@ -538,3 +541,16 @@ def _tail_around_failure(job: E2EJob) -> str:
         if " step: " not in line and "saving checkpoint" not in line
     ]
     return "\n".join(lines[-60:])
+
+
+def test_12_a_job_opted_in_to_be_observed_waits_for_approval_in_an_acting_cluster(
+    scenario: Harness, operator: User
+) -> None:
+    """
+    GIVEN an acknowledged action-mode cluster and a job opted in with "mode": "observe"
+    WHEN a rank of the job is killed
+    THEN its recommendation waits for approval and nothing touches the scheduler; once an
+         operator approves it, it is carried out exactly once
+    """
+    scenario.setup("12-observed-job")
+    _waits_for_approval_then_acts_once(scenario, operator, scenario.submit(mode="observe"))

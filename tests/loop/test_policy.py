@@ -8,11 +8,13 @@ from recovery.choices import (
     AnomalyKind,
     AuditKind,
     ClusterMode,
+    OptInMode,
     RecommendationAction,
     RecommendationStatus,
     StragglerAction,
 )
 from recovery.loop.policy import History, decide, policy_for, recommend
+from recovery.loop.recommendations import approve
 from recovery.models import Anomaly, Attempt, AuditEvent, Node, Policy, Recommendation
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
 
@@ -99,6 +101,26 @@ def test_an_acknowledged_action_mode_cluster_gets_a_ready_recommendation() -> No
     cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
     recommendation = recommend(AnomalyFactory(workload=WorkloadFactory(cluster=cluster)))
     assert recommendation is not None and recommendation.status == RecommendationStatus.READY
+
+
+@pytest.mark.django_db
+def test_a_job_opted_in_to_be_observed_waits_for_a_person_in_an_acting_cluster() -> None:
+    """
+    GIVEN an acknowledged action-mode cluster
+    WHEN a job whose comment says "mode": "observe" fails
+    THEN its recommendation awaits approval, and the trail says the job's mode held it back
+    """
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    observed = WorkloadFactory(cluster=cluster, opt_in_mode=OptInMode.OBSERVE)
+    recommendation = recommend(AnomalyFactory(workload=observed))
+    assert recommendation is not None
+    assert recommendation.status == RecommendationStatus.AWAITING_APPROVAL
+    event = AuditEvent.objects.get(kind=AuditKind.RECOMMENDED)
+    assert (event.payload["job_mode"], event.payload["would_have_done"]) == ("observe", True)
+
+    approved = approve(recommendation.pk, operator="olivia")
+    assert approved.recommendation.status == RecommendationStatus.READY
+    assert approved.recommendation.approved_by == "olivia"
 
 
 @pytest.mark.django_db
