@@ -103,6 +103,7 @@ DECISION_MARKERS: dict[str, tuple[str, str]] = {
     AuditKind.ACTION_RETRY: ("triangle-right-open", "#d9a21b"),
     AuditKind.REPORT_REFUSED: ("x-thin-open", "#9aa3ad"),
     AuditKind.WATCHDOG_RELEASED: ("square", "#d9a21b"),
+    AuditKind.STOPPED: ("octagon", "#b03a2e"),
 }
 PROGRESS_COLOUR = "#4d8fd6"
 CHECKPOINT_COLOUR = "#3f9b6e"

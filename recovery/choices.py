@@ -177,6 +177,15 @@ class RecommendationAction(models.TextChoices):
     NONE = "none", "Nothing (record only)"
 
 
+class StopReason(models.TextChoices):
+    """Why the policy stopped a job rather than restart it."""
+
+    RETRY_BUDGET = "retry_budget", "Retry budget spent"
+    NO_CHECKPOINT = "no_checkpoint", "No new checkpoint"
+    APPLICATION_FAULT = "application_fault", "Application fault"
+    POLICY = "policy", "The policy stops on this failure"
+
+
 class StragglerAction(models.TextChoices):
     RECORD = "record", "Record only"
     RESTART_EXCLUDING = "restart_excluding", "Restart excluding the slow node"

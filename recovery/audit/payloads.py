@@ -314,8 +314,13 @@ AcknowledgementChangedPayload = TypedDict(
 )
 
 
-class NoPayload(TypedDict):
-    """Kinds nothing in the loop records (``stopped``)."""
+class StoppedPayload(TypedDict):
+    """A stop took hold: the job ended and recovery will not restart it
+    (``recovery.loop.recommendations.report``). ``stop_reason`` is a ``StopReason``."""
+
+    recommendation: int
+    stop_reason: str
+    reason: str
 
 
 PAYLOADS: dict[str, type] = {
@@ -343,7 +348,7 @@ PAYLOADS: dict[str, type] = {
     "progress_resumed": ProgressResumedPayload,
     "checkpoint_saved": CheckpointSavedPayload,
     "training_completed": TrainingCompletedPayload,
-    "stopped": NoPayload,
+    "stopped": StoppedPayload,
     "input_ignored": InputIgnoredPayload,
     "node_suspect": NodeSuspectPayload,
     "policy_failed": PolicyFailedPayload,

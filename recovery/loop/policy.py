@@ -32,6 +32,7 @@ from recovery.choices import (
     FailureCategory,
     RecommendationAction,
     RecommendationStatus,
+    StopReason,
     StragglerAction,
     WorkloadState,
 )
@@ -69,6 +70,7 @@ class Decision:
     action: str
     excluded_nodes: list[str] = field(default_factory=list)
     reason: str = ""
+    stop_reason: str = ""
 
 
 def policy_for(workload: Workload) -> Policy:
@@ -186,10 +188,16 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
         and anomaly.category in APPLICATION_FAULTS
         and anomaly.attribution == Attribution.APPLICATION
     ):
-        return Decision(RecommendationAction.STOP, reason=f"{what}: an application fault")
+        return Decision(
+            RecommendationAction.STOP,
+            reason=f"{what}: an application fault",
+            stop_reason=StopReason.APPLICATION_FAULT,
+        )
     if history.attempts >= policy.max_attempts:
         return Decision(
-            RecommendationAction.STOP, reason=f"{what} after {history.attempts} attempts"
+            RecommendationAction.STOP,
+            reason=f"{what} after {history.attempts} attempts",
+            stop_reason=StopReason.RETRY_BUDGET,
         )
     if history.attempts_without_checkpoint >= policy.max_attempts_without_checkpoint:
         return Decision(
@@ -198,11 +206,16 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
                 f"{what}: {history.attempts_without_checkpoint} attempts in a row saved no "
                 "checkpoint; retries no longer pay off"
             ),
+            stop_reason=StopReason.NO_CHECKPOINT,
         )
-    if policy.crash_action in (RecommendationAction.NONE, RecommendationAction.STOP):
+    if policy.crash_action == RecommendationAction.STOP:
         return Decision(
-            policy.crash_action, reason=f"{what}: the policy says {policy.crash_action}"
+            RecommendationAction.STOP,
+            reason=f"{what}: the policy says stop",
+            stop_reason=StopReason.POLICY,
         )
+    if policy.crash_action == RecommendationAction.NONE:
+        return Decision(RecommendationAction.NONE, reason=f"{what}: the policy says none")
     nodes = set(history.previously_excluded)
     if excludes:
         nodes |= set(implicated)
@@ -232,8 +245,9 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     if attempt_number == workload.current_attempt and workload.state in (
         WorkloadState.COMPLETED,
         WorkloadState.CANCELLED,
+        WorkloadState.STOPPED,
     ):
-        return None  # finished or cancelled by its owner: nothing to restart
+        return None  # finished, cancelled by its owner or stopped already: nothing to restart
     key = f"policy:{cluster.pk}:{workload.pk}:{attempt_number}:"
     earlier = (
         Recommendation.objects.filter(idempotency_key__startswith=key)
@@ -277,6 +291,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
             action=decision.action,
             excluded_nodes=decision.excluded_nodes,
             reason=decision.reason,
+            stop_reason=decision.stop_reason,
             status=status,
             decided_by=Actor.POLICY,
             idempotency_key=f"{key}{version + 1}",

@@ -580,6 +580,14 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tup
         )
 
     new_state = _workload_state(job)
+    # The stop's own ending, as the scheduler shows it: the job stays stopped, and says why.
+    kept_stopped = (
+        workload.state == WorkloadState.STOPPED
+        and number == workload.current_attempt
+        and new_state in ENDED_STATES
+    )
+    if kept_stopped:
+        new_state = WorkloadState.STOPPED
     changed = new_state != workload.state
     if changed:
         record_event(
@@ -616,11 +624,16 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tup
                 payload={"exit_code": job.exit_code},
             )
     workload.state = new_state
-    workload.state_reason = job.reason[:255]
+    if not kept_stopped:
+        workload.state_reason = job.reason[:255]
     workload.current_attempt = number
     workload.synced_facts = digest
     workload.save()
     return created, changed, workload.pk
+
+
+# What a stopped job's attempt looks like to the scheduler once it ended.
+ENDED_STATES = frozenset({WorkloadState.FAILED, WorkloadState.CANCELLED, WorkloadState.COMPLETED})
 
 
 def _is_another_job(workload: Workload, job: JobInfo) -> bool:

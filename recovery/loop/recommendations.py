@@ -22,7 +22,13 @@ from django.utils import timezone
 from recovery.audit.actors import Actor
 from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_form_problem
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind, EvidenceTrust, RecommendationStatus
+from recovery.choices import (
+    AuditKind,
+    EvidenceTrust,
+    RecommendationAction,
+    RecommendationStatus,
+    WorkloadState,
+)
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
@@ -393,10 +399,53 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             actor=controller,
             payload=payload,
         )
+        if not refusal and _stopped(recommendation, result):
+            _record_stopped(recommendation, controller)
     if refusal:
         # Raised after the transaction so that the refusal's audit row is kept.
         raise InvalidTransition(refusal)
     return recommendation
+
+
+def _stopped(recommendation: Recommendation, result: ActionReport) -> bool:
+    """A stop the controller saw take hold: the job ended and nothing will restart it."""
+    return (
+        recommendation.action == RecommendationAction.STOP
+        and result.outcome in (RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED)
+        and result.converged is True
+    )
+
+
+def _record_stopped(recommendation: Recommendation, controller: str) -> None:
+    """The workload is STOPPED, with the ``stopped`` event saying why; once."""
+    workload = Workload.objects.select_for_update().get(pk=recommendation.workload_id)
+    if workload.state == WorkloadState.STOPPED:
+        return
+    attempt = workload.current_attempt or None
+    reason = f"Stopped by recovery: {recommendation.reason}"[:255]
+    record_event(
+        cluster=workload.cluster,
+        workload=workload,
+        attempt=attempt,
+        kind=AuditKind.STATE_CHANGED,
+        actor=controller,
+        payload={"from": workload.state, "to": WorkloadState.STOPPED, "reason": reason},
+    )
+    record_event(
+        cluster=workload.cluster,
+        workload=workload,
+        attempt=attempt,
+        kind=AuditKind.STOPPED,
+        actor=controller,
+        payload={
+            "recommendation": recommendation.pk,
+            "stop_reason": recommendation.stop_reason,
+            "reason": recommendation.reason,
+        },
+    )
+    Workload.objects.filter(pk=workload.pk).update(
+        state=WorkloadState.STOPPED, state_reason=reason, updated_at=timezone.now()
+    )
 
 
 def _mark_excluded(workload: Workload, nodes: list[str], now: datetime) -> None:

@@ -10,6 +10,7 @@ from recovery.choices import (
     RECOMMENDATION_TRANSITIONS,
     RecommendationAction,
     RecommendationStatus,
+    StopReason,
 )
 from recovery.models.anomaly import Anomaly
 from recovery.models.workload import Attempt, Workload
@@ -36,6 +37,9 @@ class Recommendation(models.Model):
     action = models.CharField(max_length=24, choices=RecommendationAction.choices)
     excluded_nodes = models.JSONField(default=list, blank=True)
     reason = models.TextField()
+    stop_reason = models.CharField(
+        max_length=24, choices=StopReason.choices, blank=True, help_text="Why a stop, for stops."
+    )
     status = models.CharField(
         max_length=24, choices=RecommendationStatus.choices, default=RecommendationStatus.PROPOSED
     )

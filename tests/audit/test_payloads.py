@@ -60,8 +60,9 @@ def test_the_checker_names_what_is_wrong_with_a_payload() -> None:
     assert payload_problems(AuditKind.RECOMMENDED, {**recommended, "recommendation": True}) == [
         "recommended: 'recommendation' is bool, expected int"
     ]
-    assert payload_problems("stopped", {"recommendation": 3}) == [
-        "stopped: unexpected key 'recommendation'"
+    assert payload_problems("stopped", {"recommendation": 3, "reason": "", "why": ""}) == [
+        "stopped: missing key 'stop_reason'",
+        "stopped: unexpected key 'why'",
     ]
     assert payload_problems("teleported", {}) == ["unknown audit kind 'teleported'"]
 

@@ -27,6 +27,7 @@ from recovery.choices import (
     Confirmation,
     RecommendationAction,
     RecommendationStatus,
+    StopReason,
     WorkloadState,
 )
 from recovery.models import Anomaly, AuditEvent, Node, Policy, Recommendation
@@ -188,7 +189,8 @@ def test_5_an_exception_on_every_attempt_stops_after_the_policy_budget(
     """
     GIVEN a job that trained and checkpointed, with a policy of two attempts without checkpoint
     WHEN its data pipeline raises the same exception early in every attempt
-    THEN it is restarted while retries may pay off, then stopped, and no new checkpoint appears
+    THEN it is restarted while retries may pay off, then stopped (the workload STOPPED, with a
+         ``stopped`` event naming the reason), and no new checkpoint appears
     """
     scenario.setup("5-app-exception", max_attempts_without_checkpoint=2)
     job = scenario.submit()
@@ -211,7 +213,9 @@ def test_5_an_exception_on_every_attempt_stops_after_the_policy_budget(
     assert fields["JobState"] in {"FAILED", "CANCELLED"}, fields
     workload = scenario.workload(job)
     assert workload is not None
-    assert workload.state in {WorkloadState.FAILED, WorkloadState.CANCELLED, WorkloadState.STOPPED}
+    assert workload.state == WorkloadState.STOPPED, workload.state_reason
+    (stopped,) = AuditEvent.objects.filter(workload=workload, kind=AuditKind.STOPPED)
+    assert stopped.payload["stop_reason"] == StopReason.NO_CHECKPOINT
     restarts = [r for r in acted(scenario, job) if r.action in RESTARTS]
     # Attempt 1 had saved checkpoints; attempts 2 and 3 saved none, which is the budget.
     assert len(restarts) == 2 and int(fields["Restarts"]) == 2, fields

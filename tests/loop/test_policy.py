@@ -11,6 +11,7 @@ from recovery.choices import (
     OptInMode,
     RecommendationAction,
     RecommendationStatus,
+    StopReason,
     StragglerAction,
 )
 from recovery.loop.policy import History, decide, policy_for, recommend
@@ -55,17 +56,20 @@ def test_it_stops_when_retries_stop_paying_off() -> None:
     decision = decide(anomaly(), policy, History(attempts=4, attempts_without_checkpoint=3))
     assert decision.action == RecommendationAction.STOP
     assert "saved no checkpoint" in decision.reason
+    assert decision.stop_reason == StopReason.NO_CHECKPOINT
 
 
 def test_it_stops_after_the_attempt_budget() -> None:
     decision = decide(anomaly(), Policy(max_attempts=5), History(5, 0))
     assert decision.action == RecommendationAction.STOP
+    assert decision.stop_reason == StopReason.RETRY_BUDGET
 
 
 def test_an_application_fault_stops_at_once_only_when_the_policy_says_so() -> None:
     bug = anomaly(category="app_exception", attribution="application")
     assert decide(bug, Policy(), FRESH).action == RecommendationAction.RESTART
-    assert decide(bug, Policy(stop_on_application_fault=True), FRESH).action == "stop"
+    stop = decide(bug, Policy(stop_on_application_fault=True), FRESH)
+    assert (stop.action, stop.stop_reason) == ("stop", StopReason.APPLICATION_FAULT)
 
 
 def test_a_straggler_is_recorded_or_excluded_as_the_policy_says() -> None:
