@@ -191,6 +191,7 @@ class PolicyAdmin(ModelAdmin[Policy]):
                     "exclude_on_attributions",
                     "exclude_on_categories",
                     "exclusion_hours",
+                    "keep_out_cluster_nodes",
                     "suspect_node_workloads",
                     "suspect_window_hours",
                 ]

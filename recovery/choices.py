@@ -177,6 +177,14 @@ class RecommendationAction(models.TextChoices):
     NONE = "none", "Nothing (record only)"
 
 
+class ClusterNodeState(models.TextChoices):
+    """States of a node on its cluster that keep it out of every job's restart."""
+
+    EXCLUDED = "excluded", "Excluded after a site fact implicated it"
+    UNHEALTHY = "unhealthy", "Unhealthy by its kernel log, DCGM or the scheduler"
+    SUSPECT = "suspect", "Suspect: implicated in several workloads"
+
+
 class StopReason(models.TextChoices):
     """Why the policy stopped a job rather than restart it."""
 

@@ -144,6 +144,8 @@ RECOMMENDATION: dict[str, Any] = {
     "anomaly": 630,
     "action": RecommendationAction.RESTART_EXCLUDING.value,
     "excluded_nodes": ["gpu-a100-007"],
+    "exclusion_sources": {"gpu-a100-007": "implicated"},
+    "stop_reason": "",
     "reason": "Xid 79 (GPU fell off the bus) on gpu-a100-007",
     "status": RecommendationStatus.EXECUTED.value,
     "decided_by": operator_actor("olivia"),

@@ -232,6 +232,8 @@ class RecommendationSerializer(serializers.ModelSerializer[Recommendation]):
             "anomaly",
             "action",
             "excluded_nodes",
+            "exclusion_sources",
+            "stop_reason",
             "reason",
             "status",
             "decided_by",

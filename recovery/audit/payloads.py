@@ -124,6 +124,8 @@ class RecommendedPayload(TypedDict):
     anomaly: int
     action: str
     excluded_nodes: list[str]
+    # Why each excluded node is excluded (``Recommendation.exclusion_sources``).
+    exclusion_sources: dict[str, str]
     reason: str
     policy: str
     mode: str

@@ -164,7 +164,8 @@ def check_node(
     hardware = finding.attribution == Attribution.HARDWARE and (gone or not_responding)
     if hardware and node.health != NodeHealth.UNHEALTHY:
         node.health = NodeHealth.UNHEALTHY
-        node.save(update_fields=["health", "updated_at"])
+        node.last_implicated_at = now
+        node.save(update_fields=["health", "last_implicated_at", "updated_at"])
     created: list[Anomaly] = []
     if on_nodes is None:
         on_nodes = attempts_by_node(cluster, now)

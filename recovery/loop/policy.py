@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,8 +28,10 @@ from recovery.choices import (
     AnomalyKind,
     Attribution,
     AuditKind,
+    ClusterNodeState,
     Confirmation,
     FailureCategory,
+    NodeHealth,
     RecommendationAction,
     RecommendationStatus,
     StopReason,
@@ -63,6 +65,8 @@ class History:
     attempts: int
     attempts_without_checkpoint: int
     previously_excluded: frozenset[str] = frozenset()
+    # Nodes of the cluster kept out of every job's restart, with the state that keeps each out.
+    cluster_nodes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class Decision:
     excluded_nodes: list[str] = field(default_factory=list)
     reason: str = ""
     stop_reason: str = ""
+    # Why each excluded node is excluded: "implicated", "earlier attempt" or a cluster state.
+    exclusion_sources: dict[str, str] = field(default_factory=dict)
 
 
 def policy_for(workload: Workload) -> Policy:
@@ -144,7 +150,68 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
         )
         for nodes in implicated:
             excluded.update(nodes or [])
-    return History(len(attempts), without, frozenset(excluded))
+    cluster_nodes = kept_out_of_every_job(workload.cluster_id, policy) if policy else {}
+    return History(len(attempts), without, frozenset(excluded), cluster_nodes)
+
+
+def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:
+    """The cluster's nodes in a state the policy keeps out of every restart, and that state.
+
+    Excluded and unhealthy are set only from site facts (a node's kernel log, DCGM, the
+    scheduler's node state): what one user's job printed never keeps a node from other users.
+    Both last the policy's exclusion time; a suspect lasts until an operator clears it.
+    """
+    states = set(policy.keep_out_cluster_nodes or [])
+    if not states:
+        return {}
+    now = timezone.now()
+    wanted = Q(pk__in=[])
+    if ClusterNodeState.EXCLUDED in states:
+        wanted |= Node.excluded_at(now)
+    if ClusterNodeState.UNHEALTHY in states:
+        wanted |= Q(
+            health=NodeHealth.UNHEALTHY,
+            last_implicated_at__gte=now - timedelta(hours=policy.exclusion_hours),
+        )
+    if ClusterNodeState.SUSPECT in states:
+        wanted |= Q(suspect_since__isnull=False)
+    found: dict[str, str] = {}
+    rows = Node.objects.filter(wanted, cluster_id=cluster_id).values_list(
+        "name", "excluded_until", "health", "suspect_since"
+    )
+    for name, excluded_until, health, suspect_since in rows:
+        if ClusterNodeState.EXCLUDED in states and excluded_until and excluded_until > now:
+            found[name] = ClusterNodeState.EXCLUDED
+        elif ClusterNodeState.UNHEALTHY in states and health == NodeHealth.UNHEALTHY:
+            found[name] = ClusterNodeState.UNHEALTHY
+        elif suspect_since is not None:
+            found[name] = ClusterNodeState.SUSPECT
+    return found
+
+
+IMPLICATED = "implicated"
+EARLIER_ATTEMPT = "earlier attempt"
+
+
+def _excluding(
+    history: History, implicated: Sequence[str]
+) -> tuple[list[str], dict[str, str], str]:
+    """The nodes a restart keeps out, where each came from, and the words for the reason."""
+    sources: dict[str, str] = {node: IMPLICATED for node in implicated}
+    for node in history.previously_excluded:
+        sources.setdefault(node, EARLIER_ATTEMPT)
+    for node, state in history.cluster_nodes.items():
+        sources.setdefault(node, f"cluster: {state}")
+    own = sorted(n for n, source in sources.items() if not source.startswith("cluster: "))
+    cluster = sorted(n for n, source in sources.items() if source.startswith("cluster: "))
+    words = []
+    if own:
+        words.append(f"excluding {', '.join(own)}")
+    if cluster:
+        shown = ", ".join(f"{n} ({sources[n].removeprefix('cluster: ')})" for n in cluster[:10])
+        more = f" and {len(cluster) - 10} more" if len(cluster) > 10 else ""
+        words.append(f"keeping out the cluster's {shown}{more}")
+    return sorted(sources), sources, "; ".join(words)
 
 
 def excluding_nodes(policy: Policy) -> Q:
@@ -176,11 +243,12 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
     if anomaly.kind == AnomalyKind.STRAGGLER:
         if policy.straggler_action == StragglerAction.RECORD or not implicated:
             return Decision(RecommendationAction.NONE, reason="straggler recorded")
-        excluded = sorted(history.previously_excluded | set(implicated))
+        excluded, sources, words = _excluding(history, implicated)
         return Decision(
             RecommendationAction.RESTART_EXCLUDING,
             excluded,
-            f"straggler on {', '.join(implicated)}",
+            f"straggler on {', '.join(implicated)}; {words}",
+            exclusion_sources=sources,
         )
     what = f"{anomaly.get_kind_display().lower()} ({anomaly.category or 'no log category'})"
     if (
@@ -216,14 +284,13 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
         )
     if policy.crash_action == RecommendationAction.NONE:
         return Decision(RecommendationAction.NONE, reason=f"{what}: the policy says none")
-    nodes = set(history.previously_excluded)
-    if excludes:
-        nodes |= set(implicated)
-    if nodes:
+    excluded, sources, words = _excluding(history, implicated if excludes else [])
+    if excluded:
         return Decision(
             RecommendationAction.RESTART_EXCLUDING,
-            sorted(nodes),
-            f"{what}; excluding {', '.join(sorted(nodes))}",
+            excluded,
+            f"{what}; {words}",
+            exclusion_sources=sources,
         )
     return Decision(
         RecommendationAction.RESTART, reason=f"{what}; restart from the last checkpoint"
@@ -290,6 +357,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
             anomaly=anomaly,
             action=decision.action,
             excluded_nodes=decision.excluded_nodes,
+            exclusion_sources=decision.exclusion_sources,
             reason=decision.reason,
             stop_reason=decision.stop_reason,
             status=status,
@@ -320,6 +388,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
                 "excluded_nodes": decision.excluded_nodes,
                 "reason": decision.reason,
                 "policy": policy.name,
+                "exclusion_sources": decision.exclusion_sources,
                 "mode": cluster.mode,
                 "job_mode": workload.opt_in_mode,
                 "would_have_done": needs_person,

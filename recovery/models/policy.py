@@ -5,13 +5,24 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from recovery.choices import Attribution, FailureCategory, RecommendationAction, StragglerAction
+from recovery.choices import (
+    Attribution,
+    ClusterNodeState,
+    FailureCategory,
+    RecommendationAction,
+    StragglerAction,
+)
 from recovery.detection.linear_regex import PatternError, compile_linear
 from recovery.models.cluster import Cluster
 
 
 def default_exclusion_attributions() -> list[str]:
     return [Attribution.HARDWARE.value]
+
+
+def default_cluster_node_states() -> list[str]:
+    # Both are set only by evidence users do not control (see recovery.loop.nodes).
+    return [ClusterNodeState.EXCLUDED.value, ClusterNodeState.UNHEALTHY.value]
 
 
 def default_exclusion_categories() -> list[str]:
@@ -56,6 +67,13 @@ class Policy(models.Model):
     )
     exclusion_hours = models.PositiveIntegerField(
         default=24, validators=[MinValueValidator(1), MaxValueValidator(24 * 90)]
+    )
+    keep_out_cluster_nodes = models.JSONField(
+        default=default_cluster_node_states,
+        blank=True,
+        help_text="Nodes in these states on the cluster are kept out of every job's restart, "
+        "besides the job's own implicated nodes (excluded, unhealthy, suspect). Empty: only "
+        "the job's own.",
     )
     max_attempts = models.PositiveIntegerField(
         default=10, validators=[MinValueValidator(1), MaxValueValidator(1000)]
@@ -161,6 +179,13 @@ class Policy(models.Model):
                 "exclude_on_attributions",
                 self.exclude_on_attributions,
                 {a.value for a in Attribution if a != Attribution.NONE},
+            )
+        )
+        errors.update(
+            _check_choice_list(
+                "keep_out_cluster_nodes",
+                self.keep_out_cluster_nodes,
+                {state.value for state in ClusterNodeState},
             )
         )
         errors.update(

@@ -36,6 +36,12 @@ class Recommendation(models.Model):
     )
     action = models.CharField(max_length=24, choices=RecommendationAction.choices)
     excluded_nodes = models.JSONField(default=list, blank=True)
+    exclusion_sources = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Why each excluded node is excluded: "implicated" by this job\'s failure, '
+        'an "earlier attempt" of it, or the node\'s state on the cluster ("cluster: unhealthy").',
+    )
     reason = models.TextField()
     stop_reason = models.CharField(
         max_length=24, choices=StopReason.choices, blank=True, help_text="Why a stop, for stops."

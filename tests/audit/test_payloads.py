@@ -43,6 +43,7 @@ def test_the_checker_names_what_is_wrong_with_a_payload() -> None:
         "anomaly": 2,
         "action": "restart",
         "excluded_nodes": [],
+        "exclusion_sources": {},
         "reason": "crash; restart from the last checkpoint",
         "policy": "built-in defaults",
         "mode": "monitor",

@@ -58,3 +58,18 @@ def test_the_job_and_the_cluster_say_why_a_recommendation_waits(viewer: User) ->
     assert "acts only on approval, whatever the cluster's mode" in page
     page = client.get(reverse("console:workload", args=[acting.pk])).content.decode()
     assert "the cluster's mode decides: acts automatically" in page
+
+
+def test_each_excluded_node_says_where_it_came_from(viewer: User) -> None:
+    recommendation = RecommendationFactory(
+        excluded_nodes=["gpu-003", "gpu-007"],
+        exclusion_sources={"gpu-003": "cluster: unhealthy", "gpu-007": "implicated"},
+    )
+    queue = logged_in(viewer).get(reverse("console:approvals")).content.decode()
+    assert 'gpu-003 <span class="muted">(cluster: unhealthy)</span>' in queue
+    page = (
+        logged_in(viewer)
+        .get(reverse("console:workload", args=[recommendation.workload.pk]))
+        .content.decode()
+    )
+    assert 'gpu-007 <span class="muted">(implicated)</span>' in page

@@ -33,7 +33,7 @@ from recovery.choices import (
 from recovery.models import Anomaly, AuditEvent, Node, Policy, Recommendation
 from tests.e2e.harness import Harness
 from tests.e2e.job import E2EJob
-from tests.e2e.slurm_view import expand_nodes
+from tests.e2e.slurm_view import expand_nodes, slurm
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -157,7 +157,8 @@ def test_4_a_cuda_error_with_an_xid_on_the_node_excludes_that_node(scenario: Har
     """
     GIVEN a three-node job training and checkpointing
     WHEN one node's kernel log reports Xid 79 and that node's rank dies with a CUDA error
-    THEN the verdict is hardware on that node, and the job restarts without it
+    THEN the verdict is hardware on that node, and the job restarts without it; and when then
+         another job on the cluster loses a rank, its restart keeps that node out too
     """
     scenario.setup("4-xid-hardware")
     job = scenario.submit()
@@ -181,6 +182,17 @@ def test_4_a_cuda_error_with_an_xid_on_the_node_excludes_that_node(scenario: Har
     assert len(scheduler_actions(scenario, job)) == 1
     assert Node.objects.get(cluster=scenario.cluster, name=node).health == "unhealthy"
     assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+    # Job A leaves the nodes to job B, which may land on the unhealthy node: Slurm sees it fine.
+    slurm(scenario.slurm, "scancel", job.job_id)
+    other = scenario.submit()
+    scenario.wait_until_training(other)
+    scenario.kill_rank(other, 1)
+    fields = scenario.wait_for_restart(other)
+    (restart,) = acted(scenario, other)
+    assert restart.exclusion_sources.get(node) == "cluster: unhealthy", restart.reason
+    assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(scenario.slurm, fields.get("NodeList", ""))
 
 
 def test_5_an_exception_on_every_attempt_stops_after_the_policy_budget(
