@@ -25,6 +25,11 @@ urlpatterns = [
         {"decision": "reject"},
         name="reject",
     ),
+    path(
+        "recommendations/<int:recommendation_id>/acknowledge/",
+        approvals.acknowledge,
+        name="acknowledge",
+    ),
     path("nodes/", nodes.nodes, name="nodes"),
     path("insights/", insights.insights, name="insights"),
     path("audit/", audit.audit_trail, name="audit"),

@@ -185,6 +185,14 @@ class ClusterNodeState(models.TextChoices):
     SUSPECT = "suspect", "Suspect: implicated in several workloads"
 
 
+class Disposition(models.TextChoices):
+    """What came of a recommendation a controller took up, as the controller verified it."""
+
+    PENDING = "pending", "Pending verification"
+    CONVERGED = "converged", "Converged"
+    ABANDONED = "abandoned", "Abandoned"
+
+
 class StopReason(models.TextChoices):
     """Why the policy stopped a job rather than restart it."""
 
@@ -290,6 +298,7 @@ class AuditKind(models.TextChoices):
     ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"
     ANOMALIES_FOLDED = "anomalies_folded", "Anomaly cap reached"
     SCHEDULER_HOOK = "scheduler_hook", "Scheduler hook received"
+    ABANDONMENT_ACKNOWLEDGED = "abandonment_acknowledged", "Abandoned action acknowledged"
     MODE_CHANGED = "mode_changed", "Cluster mode changed"
     ACKNOWLEDGEMENT_CHANGED = (
         "acknowledgement_changed",

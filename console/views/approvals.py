@@ -17,10 +17,12 @@ from console.forms import DecisionForm
 from recovery.loop import recommendations
 from recovery.models import Cluster, Recommendation
 from recovery.read.filters import ApprovalQueueFilterSet
-from recovery.read.queries import pending_approvals
+from recovery.read.queries import pending_approvals, unacknowledged_abandoned
 from recovery.roles import actor_name, can_decide
 
 APPROVALS_PAGE_SIZE = 50
+# Abandoned actions shown above the queue; the API lists all (?disposition=abandoned).
+ABANDONED_SHOWN = 50
 
 
 @console_view("recovery.view_recommendation", "Viewing the approval queue")
@@ -41,6 +43,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
             "clusters": Cluster.objects.values_list("name", flat=True),
             "ignored": ignored,
             "decision_form": DecisionForm(),
+            "abandoned": unacknowledged_abandoned()[:ABANDONED_SHOWN],
         },
     )
 
@@ -57,6 +60,24 @@ def decide(request: HttpRequest, recommendation_id: int, decision: str) -> HttpR
     note = form.cleaned_data["note"] if form.is_valid() else ""
     decide_with = recommendations.approve if decision == "approve" else recommendations.reject
     outcome = decide_with(recommendation_id, operator=actor_name(request.user), note=note)
+    return _back(request, recommendation_id, outcome)
+
+
+@require_POST
+def acknowledge(request: HttpRequest, recommendation_id: int) -> HttpResponse:
+    """An operator saw an abandoned action: its banner goes, the trail says who saw it."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(reverse("console:approvals"))
+    if not can_decide(request.user):
+        raise PermissionDenied("Only operators may acknowledge abandoned actions.")
+    get_object_or_404(Recommendation, pk=recommendation_id)
+    outcome = recommendations.acknowledge(recommendation_id, operator=actor_name(request.user))
+    return _back(request, recommendation_id, outcome)
+
+
+def _back(
+    request: HttpRequest, recommendation_id: int, outcome: recommendations.Decision
+) -> HttpResponse:
     level = messages.SUCCESS if outcome.changed else messages.INFO
     messages.add_message(request, level, f"Recommendation {recommendation_id}: {outcome.message}")
     next_url = request.POST.get("next", "")

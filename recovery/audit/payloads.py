@@ -159,6 +159,14 @@ class DecisionPayload(TypedDict):
     note: str
 
 
+class AbandonmentAcknowledgedPayload(TypedDict):
+    """An operator saw that an action was abandoned (``recommendations.acknowledge``)."""
+
+    recommendation: int
+    reason: str
+    note: str
+
+
 class ClaimedPayload(TypedDict):
     """A controller took a recommendation for the length of its lease."""
 
@@ -334,6 +342,7 @@ PAYLOADS: dict[str, type] = {
     "recommended": RecommendedPayload,
     "approved": DecisionPayload,
     "rejected": DecisionPayload,
+    "abandonment_acknowledged": AbandonmentAcknowledgedPayload,
     "superseded": SupersededPayload,
     "expired": ExpiredPayload,
     "claimed": ClaimedPayload,

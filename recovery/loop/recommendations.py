@@ -24,6 +24,7 @@ from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_
 from recovery.audit.record import record_event
 from recovery.choices import (
     AuditKind,
+    Disposition,
     EvidenceTrust,
     RecommendationAction,
     RecommendationStatus,
@@ -190,6 +191,7 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
         previous_owner = claimable.values_list("lease_owner", flat=True).first()
         updated = claimable.update(
             status=RecommendationStatus.CLAIMED,
+            disposition=Disposition.PENDING,
             lease_owner=controller,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             updated_at=now,
@@ -377,11 +379,14 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             **outcome_payload,
         }
         retry = result.outcome == RETRY
+        disposition, disposition_reason = disposition_of(result)
         try:
             recommendation.transition(
                 RecommendationStatus.READY if retry else result.outcome,
                 held_by=controller,
                 lease_expires_at=None,
+                disposition=disposition,
+                disposition_reason=disposition_reason[:500],
                 **({"lease_owner": ""} if retry else {"result": outcome_payload}),
             )
         except InvalidTransition:
@@ -405,6 +410,56 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
         # Raised after the transaction so that the refusal's audit row is kept.
         raise InvalidTransition(refusal)
     return recommendation
+
+
+def disposition_of(result: ActionReport) -> tuple[str, str]:
+    """Converged, abandoned (with why) or still pending, from what the controller verified.
+
+    An action reported done is converged only when the controller re-read the job and saw the
+    wanted state; done without that, or refused, or failed, it is abandoned: nothing will
+    carry it further, and an operator is told.
+    """
+    if result.outcome == RETRY:
+        return Disposition.PENDING, f"to be continued: {result.detail}" if result.detail else ""
+    if result.converged is True:
+        return Disposition.CONVERGED, ""
+    if result.outcome == RecommendationStatus.FAILED:
+        return Disposition.ABANDONED, result.detail or "the action failed"
+    return Disposition.ABANDONED, result.detail or "the wanted state was not reached"
+
+
+def acknowledge(recommendation_id: int, *, operator: str, note: str = "") -> Decision:
+    """An operator saw an abandoned action; acknowledging it again changes nothing."""
+    note = note.strip()[:2000]
+    with transaction.atomic():
+        recommendation = (
+            Recommendation.objects.select_for_update()
+            .select_related("workload__cluster")
+            .get(pk=recommendation_id)
+        )
+        if recommendation.disposition != Disposition.ABANDONED:
+            return Decision(recommendation, False, "Not an abandoned action.")
+        if recommendation.acknowledged_at is not None:
+            return Decision(
+                recommendation, False, f"Already acknowledged by {recommendation.acknowledged_by}."
+            )
+        recommendation.acknowledged_by = operator
+        recommendation.acknowledged_at = timezone.now()
+        recommendation.save(update_fields=["acknowledged_by", "acknowledged_at", "updated_at"])
+        workload = recommendation.workload
+        record_event(
+            cluster=workload.cluster,
+            workload=workload,
+            attempt=recommendation.attempt.number if recommendation.attempt else None,
+            kind=AuditKind.ABANDONMENT_ACKNOWLEDGED,
+            actor=operator,
+            payload={
+                "recommendation": recommendation.pk,
+                "reason": recommendation.disposition_reason,
+                "note": note,
+            },
+        )
+    return Decision(recommendation, True, "Acknowledged.")
 
 
 def _stopped(recommendation: Recommendation, result: ActionReport) -> bool:

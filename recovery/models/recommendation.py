@@ -8,6 +8,7 @@ from django.utils import timezone
 from recovery.choices import (
     OPEN_RECOMMENDATION_STATUSES,
     RECOMMENDATION_TRANSITIONS,
+    Disposition,
     RecommendationAction,
     RecommendationStatus,
     StopReason,
@@ -64,6 +65,18 @@ class Recommendation(models.Model):
         null=True, blank=True, help_text="Deadline for execution once ready."
     )
     result = models.JSONField(default=dict, blank=True)
+    disposition = models.CharField(
+        max_length=16,
+        choices=Disposition.choices,
+        blank=True,
+        help_text="Blank until a controller takes it up; then pending until it reports whether "
+        "the scheduler reached the wanted state (converged) or not (abandoned).",
+    )
+    disposition_reason = models.CharField(max_length=500, blank=True)
+    acknowledged_by = models.CharField(
+        max_length=150, blank=True, help_text="The operator who acknowledged an abandoned action."
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
     superseded_by = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -76,6 +89,7 @@ class Recommendation(models.Model):
         indexes = [
             models.Index(fields=["status", "lease_expires_at"]),
             models.Index(fields=["workload", "status"]),
+            models.Index(fields=["disposition", "acknowledged_at"]),
         ]
 
     def __str__(self) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from recovery.choices import RecommendationStatus
+from recovery.choices import Disposition, RecommendationStatus
 from recovery.models import Anomaly, AuditEvent, Recommendation, Workload
 
 # Sort keys the fleet offers, as the reader sees them → the fields they order by.
@@ -61,6 +61,17 @@ def pending_approvals() -> QuerySet[Recommendation]:
         Recommendation.objects.filter(status=RecommendationStatus.AWAITING_APPROVAL)
         .select_related("workload__cluster", "anomaly")
         .order_by("created_at", "id")
+    )
+
+
+def unacknowledged_abandoned() -> QuerySet[Recommendation]:
+    """Actions the scheduler did not carry through that no operator acknowledged, newest first."""
+    return (
+        Recommendation.objects.filter(
+            disposition=Disposition.ABANDONED, acknowledged_at__isnull=True
+        )
+        .select_related("workload__cluster", "anomaly")
+        .order_by("-updated_at", "-id")
     )
 
 

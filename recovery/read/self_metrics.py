@@ -45,7 +45,13 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from recovery.choices import AnomalyKind, AuditKind, Confirmation, RecommendationStatus
+from recovery.choices import (
+    AnomalyKind,
+    AuditKind,
+    Confirmation,
+    Disposition,
+    RecommendationStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -201,16 +207,32 @@ def _histograms(rows: QuerySet[Any], *group_by: str) -> dict[tuple[Any, ...], La
     }
 
 
-def recommendation_counts() -> dict[tuple[int, str], int]:
-    """Recommendations per (cluster id, status), now."""
+@dataclass(frozen=True)
+class RecommendationCounts:
+    by_status: dict[tuple[int, str], int]
+    # Per (cluster id, disposition, acknowledged), of those a controller took up.
+    by_disposition: dict[tuple[int, str, bool], int]
+
+
+def recommendation_counts() -> RecommendationCounts:
+    """Recommendations per cluster by status and by disposition, now, in one query."""
     from recovery.models import Recommendation
 
     rows = (
         Recommendation.objects.order_by()
-        .values_list("workload__cluster_id", "status")
-        .annotate(n=Count("pk"))
+        .values_list("workload__cluster_id", "status", "disposition")
+        .annotate(n=Count("pk"), acknowledged=Count("acknowledged_at"))
     )
-    return {(cluster, status): n for cluster, status, n in rows}
+    counts = RecommendationCounts({}, {})
+    for cluster, status, disposition, n, acknowledged in rows:
+        counts.by_status[(cluster, status)] = counts.by_status.get((cluster, status), 0) + n
+        if disposition:
+            for key, value in (
+                ((cluster, disposition, True), acknowledged),
+                ((cluster, disposition, False), n - acknowledged),
+            ):
+                counts.by_disposition[key] = counts.by_disposition.get(key, 0) + value
+    return counts
 
 
 # The audit events that say something failed, each counted over the whole trail as a counter:
@@ -399,12 +421,31 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
         "Recommendations now in each status, by cluster.",
         labels=["cluster", "status"],
     )
-    by_status = recommendation_counts()
+    counted = recommendation_counts()
+    by_status = counted.by_status
     for cluster in cluster_list:
         for status in RecommendationStatus.values:
             recommendations.add_metric(
                 [cluster.name, status], by_status.get((cluster.id, status), 0)
             )
+
+    dispositions = GaugeMetricFamily(
+        "wr_recommendation_dispositions",
+        "Recommendations a controller took up, by what came of them: converged (the scheduler "
+        "reached the wanted state), abandoned (it did not; acknowledged or not by an operator), "
+        "pending verification.",
+        labels=["cluster", "disposition", "acknowledged"],
+    )
+    by_disposition = counted.by_disposition
+    for cluster in cluster_list:
+        for disposition in Disposition.values:
+            for acknowledged in (False, True):
+                if acknowledged and disposition != Disposition.ABANDONED:
+                    continue
+                dispositions.add_metric(
+                    [cluster.name, disposition, str(acknowledged).lower()],
+                    by_disposition.get((cluster.id, disposition, acknowledged), 0),
+                )
 
     poll_lag = GaugeMetricFamily(
         "wr_poll_lag_seconds",
@@ -462,6 +503,7 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
         settled_crashes,
         anomalies,
         recommendations,
+        dispositions,
         poll_lag,
         poll_error,
         ingestion_lag,

@@ -259,6 +259,7 @@ def test_it_serves_every_family_in_the_text_format(two_clusters: object) -> None
         "wr_crash_confirmations_total": "counter",
         "wr_anomalies_total": "counter",
         "wr_recommendations": "gauge",
+        "wr_recommendation_dispositions": "gauge",
         "wr_poll_lag_seconds": "gauge",
         "wr_poll_error": "gauge",
         "wr_ingestion_lag_seconds": "gauge",
@@ -369,6 +370,28 @@ def test_it_gives_recommendations_by_status_with_zeros(two_clusters: object) -> 
     assert value(families, gauge, cluster="beta", status="rejected") == 1
     # Every status of every cluster, so a series does not vanish when it drops to zero.
     assert len(series(families, gauge)) == 2 * len(RecommendationStatus.values)
+
+
+def test_it_counts_what_came_of_the_actions(two_clusters: object) -> None:
+    alpha = Cluster.objects.get(name="alpha")
+    for disposition, acknowledged in (
+        ("abandoned", False),
+        ("abandoned", True),
+        ("converged", False),
+    ):
+        RecommendationFactory(
+            workload__cluster=alpha,
+            status=RecommendationStatus.EXECUTED,
+            disposition=disposition,
+            acknowledged_at=timezone.now() if acknowledged else None,
+        )
+    families = scrape()
+    gauge = "wr_recommendation_dispositions"
+    alpha_says = {"cluster": "alpha"}
+    assert value(families, gauge, **alpha_says, disposition="abandoned", acknowledged="false") == 1
+    assert value(families, gauge, **alpha_says, disposition="abandoned", acknowledged="true") == 1
+    assert value(families, gauge, **alpha_says, disposition="converged", acknowledged="false") == 1
+    assert value(families, gauge, cluster="beta", disposition="pending", acknowledged="false") == 0
 
 
 def test_it_reports_poll_lag_and_a_failing_poll(two_clusters: object) -> None:
@@ -527,7 +550,7 @@ def test_it_writes_no_openmetrics_only_lines(two_clusters: object) -> None:
     body = Client().get(URL).content.decode()
     assert "_created" not in body
     assert "# EOF" not in body
-    assert body.count("# TYPE ") == 15
+    assert body.count("# TYPE ") == 16
 
 
 # ---------------------------------------------------------------------------------------------

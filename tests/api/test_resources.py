@@ -354,6 +354,26 @@ def test_recommendations_filter_by_status_cluster_and_workload(viewer: User) -> 
         assert ids(client.get("/api/v1/recommendations/", params)) == [waiting.pk], params
 
 
+def test_recommendations_filter_by_disposition_and_acknowledgement(viewer: User) -> None:
+    abandoned = RecommendationFactory(
+        status=RecommendationStatus.FAILED, disposition="abandoned", disposition_reason="x"
+    )
+    seen = RecommendationFactory(
+        status=RecommendationStatus.FAILED,
+        disposition="abandoned",
+        acknowledged_by="operator:olivia",
+        acknowledged_at=timezone.now(),
+    )
+    RecommendationFactory(status=RecommendationStatus.EXECUTED, disposition="converged")
+    client = as_user(viewer)
+    found = client.get("/api/v1/recommendations/", {"disposition": "abandoned"})
+    assert sorted(ids(found)) == sorted([abandoned.pk, seen.pk])
+    assert ids(client.get("/api/v1/recommendations/", {"unacknowledged": "true"})) == [abandoned.pk]
+    body = client.get(f"/api/v1/recommendations/{abandoned.pk}/").json()
+    assert (body["disposition"], body["disposition_reason"]) == ("abandoned", "x")
+    assert client.get("/api/v1/recommendations/", {"disposition": "lost"}).status_code == 400
+
+
 @pytest.mark.parametrize(
     ("path", "params", "field"),
     [

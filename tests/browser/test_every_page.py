@@ -17,9 +17,15 @@ from django.utils import timezone
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
-from recovery.choices import AuditKind, NodeHealth, WorkloadState
+from recovery.choices import (
+    AuditKind,
+    Disposition,
+    NodeHealth,
+    RecommendationStatus,
+    WorkloadState,
+)
 from recovery.demo.fleet import A100_CLUSTER, seed_demo_cluster
-from recovery.models import AuditEvent, Node, ProgressSample, Workload
+from recovery.models import AuditEvent, Node, ProgressSample, Recommendation, Workload
 from tests.browser.conftest import SCREENSHOT_DIR, Browsing, log_in, off_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,6 +70,15 @@ def seed_a_realistic_fleet() -> dict[str, str]:
         )
         for i in range(60)
         for rank in range(4)
+    )
+    # One restart the scheduler did not carry through: the banner and its disposition show.
+    Recommendation.objects.filter(
+        pk=Recommendation.objects.filter(status=RecommendationStatus.EXECUTED)
+        .order_by("pk")
+        .values("pk")[:1]
+    ).update(
+        disposition=Disposition.ABANDONED,
+        disposition_reason="abandoned: the job is FAILED and Slurm will not requeue it",
     )
     node = Node.objects.filter(cluster__name=A100_CLUSTER).order_by("name").last()
     assert node is not None

@@ -67,7 +67,7 @@ def fingerprint_of_demo_data() -> list[tuple[object, ...]]:
     anomalies = Anomaly.objects.filter(workload__cluster__name__startswith="demo-")
     events = AuditEvent.objects.filter(cluster__name__startswith="demo-")
     return [
-        *anomalies.order_by("fingerprint").values_list("fingerprint", "detected_at"),
+        *anomalies.order_by("fingerprint", "detected_at").values_list("fingerprint", "detected_at"),
         *events.order_by("id").values_list("kind", "actor", "occurred_at"),
     ]
 

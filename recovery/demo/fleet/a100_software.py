@@ -130,7 +130,7 @@ def llama13b_nan(s: Story) -> None:
         detail=f"job {s.job} is already FAILED; nothing to cancel",
     )
     # No checkpoint since the resumed one: progress2 still names it.
-    s.finish(WorkloadState.FAILED, 2, progress2, reason="FAILED (exit code 1)")
+    s.finish(WorkloadState.STOPPED, 2, progress2, reason=f"Stopped by recovery: {stop.reason}")
 
 
 def neox_storage(s: Story) -> None:

@@ -29,6 +29,7 @@ from recovery.choices import (
     AuditKind,
     ClusterMode,
     Confirmation,
+    Disposition,
     FailureCategory,
     NodeHealth,
     RecommendationStatus,
@@ -237,12 +238,24 @@ class VerdictFilterSet(ListFilterSet):
 class RecommendationFilterSet(ListFilterSet):
     # Typed as any filter (or none): the approval queue's filter set below drops or replaces them.
     status: django_filters.Filter | None = EnumFilter(choices=RecommendationStatus.choices)
+    disposition: django_filters.Filter | None = EnumFilter(choices=Disposition.choices)
+    unacknowledged: django_filters.Filter | None = FlagFilter(
+        method="filter_unacknowledged",
+        help_text="true: only abandoned actions no operator has acknowledged yet.",
+    )
     cluster: django_filters.Filter = _cluster_name("workload__cluster__name")
     workload = _workload()
 
     class Meta:
         model = Recommendation
         fields: tuple[str, ...] = ()
+
+    def filter_unacknowledged(
+        self, queryset: QuerySet[Recommendation], name: str, value: bool | None
+    ) -> QuerySet[Recommendation]:
+        if not value:
+            return queryset
+        return queryset.filter(disposition=Disposition.ABANDONED, acknowledged_at__isnull=True)
 
 
 class AuditEventFilterSet(ListFilterSet):
@@ -396,6 +409,8 @@ class ApprovalQueueFilterSet(RecommendationFilterSet):
     queue holds only recommendations awaiting approval, so it takes no status."""
 
     status = None
+    disposition = None
+    unacknowledged = None
     cluster = ClusterFilter(
         field_name="workload__cluster",
         error_messages={
