@@ -31,6 +31,7 @@ urlpatterns = [
         name="acknowledge",
     ),
     path("nodes/", nodes.nodes, name="nodes"),
+    path("nodes/<int:node_id>/return/", nodes.return_node, name="return_node"),
     path("insights/", insights.insights, name="insights"),
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_csv, name="audit_csv"),

@@ -294,6 +294,7 @@ class AuditKind(models.TextChoices):
     STOPPED = "stopped", "Stopped"
     INPUT_IGNORED = "input_ignored", "Input ignored"
     NODE_SUSPECT = "node_suspect", "Node flagged as suspect"
+    NODE_RETURNED = "node_returned", "Node returned to service"
     POLICY_FAILED = "policy_failed", "Policy engine failed"
     ATTRIBUTION_DEGRADED = "attribution_degraded", "Attribution provider unavailable"
     ANOMALIES_FOLDED = "anomalies_folded", "Anomaly cap reached"

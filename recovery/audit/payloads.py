@@ -114,6 +114,15 @@ class NodeSuspectPayload(TypedDict):
     recommendation: str
 
 
+class NodeReturnedPayload(TypedDict):
+    """An operator says a node is fit again: no longer kept out of any job's restart
+    (``recovery.loop.node_health``). ``before`` is what kept it out."""
+
+    node: str
+    before: dict[str, Any]
+    note: str
+
+
 # --- decisions -----------------------------------------------------------------------------
 
 
@@ -362,6 +371,7 @@ PAYLOADS: dict[str, type] = {
     "stopped": StoppedPayload,
     "input_ignored": InputIgnoredPayload,
     "node_suspect": NodeSuspectPayload,
+    "node_returned": NodeReturnedPayload,
     "policy_failed": PolicyFailedPayload,
     "attribution_degraded": AttributionDegradedPayload,
     "anomalies_folded": AnomaliesFoldedPayload,
