@@ -114,6 +114,10 @@ CLUSTER_GOODPUT = inline_serializer(
         "ettr": serializers.FloatField(allow_null=True),
         "workload_count": serializers.IntegerField(help_text="Workloads with audit events."),
         "failure_count": serializers.IntegerField(),
+        "failed_count": serializers.IntegerField(help_text="Workloads that ended failed."),
+        "given_up_count": serializers.IntegerField(
+            help_text="Workloads recovery stopped: retries no longer paid off, or the policy said."
+        ),
         **_distributions("Cluster"),
     },
 )
@@ -251,6 +255,8 @@ def cluster(request: Request, cluster_id: int) -> Response:
             "ettr": figure.ettr,
             "workload_count": figure.workloads,
             "failure_count": figure.detection_latency_s.count,
+            "failed_count": figure.failed,
+            "given_up_count": figure.given_up,
             "detection_latency_seconds": _distribution(figure.detection_latency_s),
             "action_latency_seconds": _distribution(figure.action_latency_s),
             "time_to_productive_seconds": _distribution(figure.time_to_productive_s),

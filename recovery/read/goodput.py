@@ -147,6 +147,9 @@ class ClusterGoodput:
     time_to_productive_s: Distribution
     work_lost_s: Distribution
     ettr: float | None
+    # Workloads that ended failed, and those recovery gave up on (stopped): not the same loss.
+    failed: int = 0
+    given_up: int = 0
 
 
 def workload_goodput(workload: Workload, *, now: datetime | None = None) -> WorkloadGoodput:
@@ -170,12 +173,14 @@ def cluster_goodput(cluster: Cluster, *, now: datetime | None = None) -> Cluster
     action = array("d")
     productive_again = array("d")
     work_lost = array("d")
+    ended: dict[str, int] = {}
     for _, rows in itertools.groupby(_cluster_trail(cluster), key=lambda row: row.workload_id):
         accumulator = _WorkloadAccumulator()
         for row in rows:
             accumulator.add(row)
             state = row.workload_state
         figure = accumulator.figures(finished=state in _FINISHED_STATES, now=now)
+        ended[state] = ended.get(state, 0) + 1
         workloads += 1
         wall += figure.wall_s
         unproductive += figure.unproductive_s
@@ -191,6 +196,8 @@ def cluster_goodput(cluster: Cluster, *, now: datetime | None = None) -> Cluster
         time_to_productive_s=Distribution.of(productive_again),
         work_lost_s=Distribution.of(work_lost),
         ettr=None if wall <= 0 else max(0.0, min(1.0, (wall - unproductive) / wall)),
+        failed=ended.get(WorkloadState.FAILED, 0),
+        given_up=ended.get(WorkloadState.STOPPED, 0),
     )
 
 

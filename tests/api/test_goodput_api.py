@@ -78,6 +78,16 @@ def test_it_gives_a_clusters_figures(viewer: User) -> None:
     assert body["time_to_productive_seconds"] == {"count": 1, "median": 80.0, "p95": 80.0}
 
 
+def test_a_cluster_counts_workloads_given_up_apart_from_those_that_failed(viewer: User) -> None:
+    cluster = ClusterFactory(name="lab")
+    for state, count in ((WorkloadState.STOPPED, 2), (WorkloadState.FAILED, 1)):
+        for _ in range(count):
+            ended = WorkloadFactory(cluster=cluster, state=state)
+            trail(ended, [(0, AuditKind.STATE_CHANGED, 1, {"to": "running"})])
+    body = logged_in(viewer).get(reverse("api:cluster-goodput", args=[cluster.pk])).json()
+    assert (body["given_up_count"], body["failed_count"], body["workload_count"]) == (2, 1, 3)
+
+
 @pytest.mark.parametrize("name", ["api:workload-goodput", "api:cluster-goodput"])
 def test_an_unknown_id_is_a_json_404(viewer: User, name: str) -> None:
     response = logged_in(viewer).get(reverse(name, args=[999999]))

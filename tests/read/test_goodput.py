@@ -155,6 +155,8 @@ def cluster_goodput_reading_every_event(cluster: Cluster, *, now: datetime) -> C
         time_to_productive_s=Distribution.of(f.time_to_productive_s for f in failures),
         work_lost_s=Distribution.of(f.work_lost_s for f in failures),
         ettr=None if wall <= 0 else max(0.0, min(1.0, (wall - unproductive) / wall)),
+        failed=sum(state == WorkloadState.FAILED for state in states.values()),
+        given_up=sum(state == WorkloadState.STOPPED for state in states.values()),
     )
 
 
