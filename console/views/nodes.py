@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from console.access import console_view
-from console.forms import DecisionForm
+from console.views.operator_actions import back, note_of, operator, refused
 from recovery.loop.node_health import return_to_service
 from recovery.models import Cluster, Node
 from recovery.read.filters import NODE_FLAGS, FlaggedNodeFilterSet
-from recovery.roles import actor_name, can_decide
 
 NODES_PAGE_SIZE = 100
 
@@ -49,19 +43,8 @@ def nodes(request: HttpRequest) -> HttpResponse:
 @require_POST
 def return_node(request: HttpRequest, node_id: int) -> HttpResponse:
     """An operator says the node is fit: restarts may use it again."""
-    if not request.user.is_authenticated:
-        return redirect_to_login(reverse("console:nodes"))
-    if not can_decide(request.user):
-        raise PermissionDenied("Only operators may return a node to service.")
+    if answer := refused(request, "console:nodes", "return a node to service"):
+        return answer
     get_object_or_404(Node, pk=node_id)
-    form = DecisionForm(request.POST)
-    note = form.cleaned_data["note"] if form.is_valid() else ""
-    outcome = return_to_service(node_id, operator=actor_name(request.user), note=note)
-    level = messages.SUCCESS if outcome.changed else messages.INFO
-    messages.add_message(request, level, outcome.message)
-    next_url = request.POST.get("next", "")
-    if next_url and url_has_allowed_host_and_scheme(
-        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return redirect(next_url)
-    return redirect("console:nodes")
+    outcome = return_to_service(node_id, operator=operator(request), note=note_of(request))
+    return back(request, "console:nodes", outcome.message, changed=outcome.changed)

@@ -19,7 +19,7 @@ from recovery.choices import (
 from recovery.loop.policy import recommend
 from recovery.loop.poll import poll_cluster
 from recovery.loop.recommendations import ActionReport, claim, report
-from recovery.models import AuditEvent, Policy, Workload
+from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
 from tests.factories import AnomalyFactory, ClusterFactory
 from tests.fakes import Scripted, job
 
@@ -37,18 +37,24 @@ def stopped_job_report(converged: bool = True) -> ActionReport:
     )
 
 
-def test_an_executed_stop_leaves_the_workload_stopped_with_its_reason() -> None:
-    """
-    GIVEN a job whose attempts used up the policy's budget, and the stop carried out
-    WHEN the controller reports it converged, twice (a lost reply), and polls see it CANCELLED
-    THEN the workload is STOPPED once, with one ``stopped`` event naming the reason
-    """
+def stop_after_the_budget() -> tuple[Cluster, Workload, Recommendation]:
+    """A job whose one allowed attempt failed, and the stop the policy recommends for it."""
     cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
     Policy.objects.create(name="lab", cluster=cluster, max_attempts=1, blast_radius_percent=100)
     poll_cluster(cluster, Scripted([job(state="FAILED")]))
     workload = Workload.objects.get(cluster=cluster)
     stop = recommend(AnomalyFactory(workload=workload, attempt=workload.attempts.get()))
     assert stop is not None and stop.action == RecommendationAction.STOP
+    return cluster, workload, stop
+
+
+def test_an_executed_stop_leaves_the_workload_stopped_with_its_reason() -> None:
+    """
+    GIVEN a job whose attempts used up the policy's budget, and the stop carried out
+    WHEN the controller reports it converged, twice (a lost reply), and polls see it CANCELLED
+    THEN the workload is STOPPED once, with one ``stopped`` event naming the reason
+    """
+    cluster, workload, stop = stop_after_the_budget()
     assert stop.stop_reason == StopReason.RETRY_BUDGET
 
     claim(stop.pk, controller=CONTROLLER, lease_seconds=60)
@@ -73,12 +79,7 @@ def test_an_executed_stop_leaves_the_workload_stopped_with_its_reason() -> None:
 
 
 def test_a_stop_that_did_not_take_hold_leaves_the_state_to_the_scheduler() -> None:
-    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
-    Policy.objects.create(name="lab", cluster=cluster, max_attempts=1, blast_radius_percent=100)
-    poll_cluster(cluster, Scripted([job(state="FAILED")]))
-    workload = Workload.objects.get(cluster=cluster)
-    stop = recommend(AnomalyFactory(workload=workload, attempt=workload.attempts.get()))
-    assert stop is not None
+    _, workload, stop = stop_after_the_budget()
     claim(stop.pk, controller=CONTROLLER, lease_seconds=60)
     report(stop.pk, controller=CONTROLLER, result=stopped_job_report(converged=False))
 
@@ -88,12 +89,7 @@ def test_a_stop_that_did_not_take_hold_leaves_the_state_to_the_scheduler() -> No
 
 
 def test_a_person_restarting_a_stopped_job_brings_it_back() -> None:
-    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
-    Policy.objects.create(name="lab", cluster=cluster, max_attempts=1, blast_radius_percent=100)
-    poll_cluster(cluster, Scripted([job(state="FAILED")]))
-    workload = Workload.objects.get(cluster=cluster)
-    stop = recommend(AnomalyFactory(workload=workload, attempt=workload.attempts.get()))
-    assert stop is not None
+    cluster, workload, stop = stop_after_the_budget()
     claim(stop.pk, controller=CONTROLLER, lease_seconds=60)
     report(stop.pk, controller=CONTROLLER, result=stopped_job_report())
 
