@@ -168,22 +168,26 @@ def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:
     wanted = Q(pk__in=[])
     if ClusterNodeState.EXCLUDED in states:
         wanted |= Node.excluded_at(now)
+    unhealthy_since = now - timedelta(hours=policy.exclusion_hours)
     if ClusterNodeState.UNHEALTHY in states:
-        wanted |= Q(
-            health=NodeHealth.UNHEALTHY,
-            last_implicated_at__gte=now - timedelta(hours=policy.exclusion_hours),
-        )
+        wanted |= Q(health=NodeHealth.UNHEALTHY, last_implicated_at__gte=unhealthy_since)
     if ClusterNodeState.SUSPECT in states:
         wanted |= Q(suspect_since__isnull=False)
     found: dict[str, str] = {}
     rows = Node.objects.filter(wanted, cluster_id=cluster_id).values_list(
-        "name", "excluded_until", "health", "suspect_since"
+        "name", "excluded_until", "health", "last_implicated_at", "suspect_since"
     )
-    for name, excluded_until, health, suspect_since in rows:
-        if ClusterNodeState.EXCLUDED in states and excluded_until and excluded_until > now:
-            found[name] = ClusterNodeState.EXCLUDED
-        elif ClusterNodeState.UNHEALTHY in states and health == NodeHealth.UNHEALTHY:
+    # The most telling state names the node: unhealthy says why it was excluded too.
+    for name, excluded_until, health, implicated_at, suspect_since in rows:
+        if (
+            ClusterNodeState.UNHEALTHY in states
+            and health == NodeHealth.UNHEALTHY
+            and implicated_at is not None
+            and implicated_at >= unhealthy_since
+        ):
             found[name] = ClusterNodeState.UNHEALTHY
+        elif ClusterNodeState.EXCLUDED in states and excluded_until and excluded_until > now:
+            found[name] = ClusterNodeState.EXCLUDED
         elif suspect_since is not None:
             found[name] = ClusterNodeState.SUSPECT
     return found

@@ -32,7 +32,7 @@ def unhealthy_node() -> Node:
 
 def test_a_returned_node_is_no_longer_kept_out_and_the_trail_says_who() -> None:
     node = unhealthy_node()
-    assert kept_out_of_every_job(node.cluster_id, Policy()) == {"gpu-003": "excluded"}
+    assert kept_out_of_every_job(node.cluster_id, Policy()) == {"gpu-003": "unhealthy"}
 
     first = return_to_service(node.pk, operator="operator:olivia", note="GPU reseated")
     again = return_to_service(node.pk, operator="operator:omar")
