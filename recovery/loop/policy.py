@@ -195,6 +195,8 @@ def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:
 
 IMPLICATED = "implicated"
 EARLIER_ATTEMPT = "earlier attempt"
+# A node kept out for its state on the cluster: "cluster: unhealthy".
+CLUSTER_SOURCE = "cluster: "
 
 
 def _excluding(
@@ -205,14 +207,14 @@ def _excluding(
     for node in history.previously_excluded:
         sources.setdefault(node, EARLIER_ATTEMPT)
     for node, state in history.cluster_nodes.items():
-        sources.setdefault(node, f"cluster: {state}")
-    own = sorted(n for n, source in sources.items() if not source.startswith("cluster: "))
-    cluster = sorted(n for n, source in sources.items() if source.startswith("cluster: "))
+        sources.setdefault(node, CLUSTER_SOURCE + state)
+    cluster = sorted(n for n, source in sources.items() if source.startswith(CLUSTER_SOURCE))
+    own = sorted(set(sources) - set(cluster))
     words = []
     if own:
         words.append(f"excluding {', '.join(own)}")
     if cluster:
-        shown = ", ".join(f"{n} ({sources[n].removeprefix('cluster: ')})" for n in cluster[:10])
+        shown = ", ".join(f"{n} ({history.cluster_nodes[n]})" for n in cluster[:10])
         more = f" and {len(cluster) - 10} more" if len(cluster) > 10 else ""
         words.append(f"keeping out the cluster's {shown}{more}")
     return sorted(sources), sources, "; ".join(words)
