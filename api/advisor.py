@@ -41,6 +41,12 @@ class RecommendationForController(serializers.ModelSerializer[Recommendation]):
     attempt_started_at = serializers.DateTimeField(
         source="attempt.started_at", allow_null=True, default=None
     )
+    node = serializers.CharField(
+        source="node.name",
+        default="",
+        help_text="The node a drain or resume is for; empty for a job's restart or stop. For a "
+        "drain, ``reason`` is the scheduler's drain reason, prefixed 'workload-recovery:'.",
+    )
 
     class Meta:
         model = Recommendation
@@ -55,6 +61,7 @@ class RecommendationForController(serializers.ModelSerializer[Recommendation]):
             "attempt",
             "attempt_started_at",
             "action",
+            "node",
             "excluded_nodes",
             "reason",
             "status",
@@ -162,6 +169,7 @@ RECOMMENDATION_EXAMPLE = {
     "attempt": 2,
     "attempt_started_at": "2026-11-29T02:40:31Z",
     "action": "restart_excluding",
+    "node": "",
     "excluded_nodes": ["gpu-a100-007"],
     "reason": "Xid 79 (GPU fell off the bus) on gpu-a100-007",
     "status": "ready",

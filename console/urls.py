@@ -1,6 +1,16 @@
 from django.urls import path
 
-from console.views import approvals, audit, clusters, fleet, insights, nodes, signals, workloads
+from console.views import (
+    approvals,
+    audit,
+    clusters,
+    fleet,
+    insights,
+    nodes,
+    signals,
+    workflows,
+    workloads,
+)
 
 app_name = "console"
 
@@ -11,6 +21,13 @@ urlpatterns = [
         "workloads/<int:workload_id>/timeline.json",
         workloads.workload_timeline,
         name="workload_timeline",
+    ),
+    path("workflows/", workflows.workflow_list, name="workflows"),
+    path("workflows/<int:workflow_id>/", workflows.workflow_detail, name="workflow"),
+    path(
+        "workflows/<int:workflow_id>/timeline.json",
+        workflows.workflow_timeline,
+        name="workflow_timeline",
     ),
     path("approvals/", approvals.approvals, name="approvals"),
     path(
@@ -32,6 +49,7 @@ urlpatterns = [
     ),
     path("nodes/", nodes.nodes, name="nodes"),
     path("nodes/<int:node_id>/return/", nodes.return_node, name="return_node"),
+    path("nodes/<int:node_id>/resume/", nodes.resume_node, name="resume_node"),
     path("insights/", insights.insights, name="insights"),
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_csv, name="audit_csv"),

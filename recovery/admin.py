@@ -72,6 +72,7 @@ class ClusterAdmin(ModelAdmin[Cluster]):
         "connection",
         "mode",
         "acknowledge_scheduler_actions",
+        "drain_automatically",
         "environment",
         "last_polled_at",
     ]
@@ -123,7 +124,7 @@ class WorkloadAdmin(ModelAdmin[Workload]):
         "submit_time",
     ]
     list_filter = ["cluster", "state", "opted_in", "partition"]
-    search_fields = ["job_id", "name", "user", "workflow_id"]
+    search_fields = ["job_id", "name", "user", "workflow__name"]
     date_hierarchy = "submit_time"
     inlines = [AttemptInline]
 

@@ -175,6 +175,20 @@ class RecommendationAction(models.TextChoices):
     RESTART_EXCLUDING = "restart_excluding", "Restart excluding nodes"
     STOP = "stop", "Stop"
     NONE = "none", "Nothing (record only)"
+    # Node actions: the recommendation names a node, not a job to restart.
+    DRAIN = "drain", "Drain node"
+    RESUME = "resume", "Resume node"
+
+
+# What a policy may make of a crash: a job's actions, never a node's.
+CRASH_ACTIONS = [
+    (value, label)
+    for value, label in RecommendationAction.choices
+    if value not in (RecommendationAction.DRAIN, RecommendationAction.RESUME)
+]
+NODE_ACTIONS = frozenset({RecommendationAction.DRAIN, RecommendationAction.RESUME})
+# How a node's scheduler reason shows recovery's own drain (defined beside the adapters).
+DRAIN_REASON_PREFIX = schedulers.DRAIN_REASON_PREFIX
 
 
 class ClusterNodeState(models.TextChoices):
@@ -305,6 +319,8 @@ class AuditKind(models.TextChoices):
         "acknowledgement_changed",
         "Acknowledgement of scheduler actions changed",
     )
+    AUTOMATIC_DRAIN_CHANGED = "automatic_drain_changed", "Automatic drains changed"
+    DRAIN_WITHHELD = "drain_withheld", "Drain withheld (blast radius)"
 
 
 for _choices, _source in (

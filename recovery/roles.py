@@ -1,11 +1,13 @@
 """The Console roles, backed by Django groups: viewer, operator and admin.
 
-``ROLE_PERMISSIONS`` is the one definition of what each role may do. Migration 0003 applies
-it; ``sync_roles`` can apply it again (after new models, or in a freshly flushed database).
+``ROLE_PERMISSIONS`` is the one definition of what each role may do. Migration 0003 applied
+the roles as they were then, and a migration adding a viewable model adds its permission;
+``sync_roles`` applies them as they are now (in a freshly flushed database).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AbstractUser, AnonymousUser
@@ -23,6 +25,7 @@ _VIEWABLE = [
     "cluster",
     "node",
     "workload",
+    "workflow",
     "attempt",
     "anomaly",
     "verdict",
@@ -44,12 +47,17 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
 }
 
 
-def sync_roles(group_model: Any, permission_model: Any) -> None:
+def sync_roles(
+    group_model: Any,
+    permission_model: Any,
+    role_permissions: Mapping[str, list[str]] = ROLE_PERMISSIONS,
+) -> None:
     """Create the role groups and give each exactly its permissions.
 
-    Takes the model classes so a migration can pass its historical models.
+    Takes the model classes so a migration can pass its historical models, and the
+    permissions as they were at that migration.
     """
-    for role, codenames in ROLE_PERMISSIONS.items():
+    for role, codenames in role_permissions.items():
         permissions = list(
             permission_model.objects.filter(
                 content_type__app_label="recovery", codename__in=codenames

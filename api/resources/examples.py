@@ -69,7 +69,10 @@ WORKLOAD: dict[str, Any] = {
     "name": "llama-70b-pretrain",
     "user": "alice",
     "partition": "gpu",
-    "workflow_id": "",
+    "workflow": 7,
+    "workflow_name": "llama-70b-pretrain-v3",
+    "workflow_ignored": "",
+    "depends_on": ["48188"],
     "environment": "prod",
     "opted_in": True,
     "opt_in_mode": OptInMode.ACT.value,
@@ -84,6 +87,48 @@ WORKLOAD: dict[str, Any] = {
     "last_checkpoint_at": "2026-11-29T03:30:00Z",
     "created_at": "2026-11-29T01:12:15Z",
     "updated_at": "2026-11-29T03:40:02Z",
+}
+WORKFLOW: dict[str, Any] = {
+    "id": 7,
+    "cluster": 3,
+    "cluster_name": "lab",
+    "user": "alice",
+    "name": "llama-70b-pretrain-v3",
+    "jobs_count": 2,
+    "created_at": "2026-11-28T01:40:12Z",
+}
+WORKFLOW_DETAIL: dict[str, Any] = {
+    **WORKFLOW,
+    "jobs": [
+        {
+            "id": 41,
+            "job_id": "48213",
+            "name": "llama-70b-pretrain",
+            "state": WorkloadState.RUNNING.value,
+            "submit_time": "2026-11-29T01:12:09Z",
+            "current_attempt": 2,
+            "depends_on": ["48188"],
+        },
+        {
+            "id": 37,
+            "job_id": "48188",
+            "name": "llama-70b-pretrain",
+            "state": WorkloadState.FAILED.value,
+            "submit_time": "2026-11-28T01:40:12Z",
+            "current_attempt": 3,
+            "depends_on": [],
+        },
+    ],
+    "budget": {
+        "policy": "prod defaults",
+        "attempts": 5,
+        "max_attempts": 10,
+        "attempts_left": 5,
+        "attempts_without_checkpoint": 0,
+        "max_attempts_without_checkpoint": 3,
+        "attempts_without_checkpoint_left": 3,
+        "excluded_nodes": ["gpu-017"],
+    },
 }
 ATTEMPT: dict[str, Any] = {
     "id": 77,

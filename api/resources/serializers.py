@@ -3,8 +3,12 @@ approve/reject endpoints, so that every one of them lands in the audit trail."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from recovery.loop.workflows import workflow_budget
 from recovery.models import (
     Anomaly,
     Attempt,
@@ -13,6 +17,7 @@ from recovery.models import (
     Node,
     Recommendation,
     Verdict,
+    Workflow,
     Workload,
 )
 
@@ -90,6 +95,18 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
         help_text="This job's recommendations reach the scheduler without an operator's "
         'approval: the cluster acts automatically and the job opted in with "mode": "act".',
     )
+    workflow_name = serializers.CharField(
+        source="workflow.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="The name of the workflow (its owner's, on this cluster); null for none.",
+    )
+    depends_on = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Job ids this job waited for (afterany, afternotok) while it was pending.",
+    )
 
     class Meta:
         model = Workload
@@ -102,7 +119,10 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "name",
             "user",
             "partition",
-            "workflow_id",
+            "workflow",
+            "workflow_name",
+            "workflow_ignored",
+            "depends_on",
             "environment",
             "opted_in",
             "opt_in_mode",
@@ -218,6 +238,13 @@ class RecommendationSerializer(serializers.ModelSerializer[Recommendation]):
         source="attempt.number", read_only=True, allow_null=True, default=None
     )
     excluded_nodes = _node_names()
+    node = serializers.CharField(
+        source="node.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="The node a drain or resume is for; null for a job's restart or stop.",
+    )
     result = serializers.DictField(
         read_only=True, help_text="What the controller reported: state before, commands run."
     )
@@ -231,6 +258,7 @@ class RecommendationSerializer(serializers.ModelSerializer[Recommendation]):
             "attempt_number",
             "anomaly",
             "action",
+            "node",
             "excluded_nodes",
             "exclusion_sources",
             "stop_reason",
@@ -276,3 +304,72 @@ class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
             "actor",
             "payload",
         ]
+
+
+# The jobs a workflow's detail lists, newest first; ``jobs_count`` says how many it has.
+WORKFLOW_JOBS_SHOWN = 100
+
+
+class WorkflowSerializer(serializers.ModelSerializer[Workflow]):
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    jobs_count = serializers.IntegerField(read_only=True, help_text="Jobs in the workflow.")
+
+    class Meta:
+        model = Workflow
+        fields = ["id", "cluster", "cluster_name", "user", "name", "jobs_count", "created_at"]
+
+
+class WorkflowJobSerializer(serializers.ModelSerializer[Workload]):
+    depends_on = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Workload
+        fields = [
+            "id",
+            "job_id",
+            "name",
+            "state",
+            "submit_time",
+            "current_attempt",
+            "depends_on",
+        ]
+
+
+class WorkflowBudgetSerializer(serializers.Serializer[Any]):
+    """The retry budget as the policy counts it for the workflow's newest job."""
+
+    policy = serializers.CharField(help_text="The policy that applies to the newest job.")
+    attempts = serializers.IntegerField(help_text="Attempts of all the workflow's jobs.")
+    max_attempts = serializers.IntegerField()
+    attempts_left = serializers.IntegerField()
+    attempts_without_checkpoint = serializers.IntegerField(
+        help_text="The latest attempts in a row, across jobs, that saved no checkpoint."
+    )
+    max_attempts_without_checkpoint = serializers.IntegerField()
+    attempts_without_checkpoint_left = serializers.IntegerField()
+    excluded_nodes = _node_names(
+        "Nodes the workflow's next restart keeps out: excluded by an earlier attempt, or "
+        "implicated by a failure of its jobs within the policy's exclusion time."
+    )
+
+
+class WorkflowDetailSerializer(WorkflowSerializer):
+    jobs = serializers.SerializerMethodField(help_text="Its jobs, newest first (at most 100).")
+    budget = serializers.SerializerMethodField(
+        help_text="The budget used and left; null while the workflow has no job."
+    )
+
+    class Meta(WorkflowSerializer.Meta):
+        fields = [*WorkflowSerializer.Meta.fields, "jobs", "budget"]
+
+    @extend_schema_field(WorkflowJobSerializer(many=True))
+    def get_jobs(self, workflow: Workflow) -> list[dict[str, Any]]:
+        jobs = workflow.workloads.order_by("-submit_time", "-id")[:WORKFLOW_JOBS_SHOWN]
+        return list(WorkflowJobSerializer(jobs, many=True).data)
+
+    @extend_schema_field(WorkflowBudgetSerializer(allow_null=True))
+    def get_budget(self, workflow: Workflow) -> dict[str, Any] | None:
+        budget = workflow_budget(workflow)
+        if budget is None:
+            return None
+        return dict(WorkflowBudgetSerializer(budget).data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, QuerySet
 from django.http import Http404
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -40,6 +40,8 @@ from api.resources.serializers import (
     NodeSerializer,
     RecommendationSerializer,
     VerdictSerializer,
+    WorkflowDetailSerializer,
+    WorkflowSerializer,
     WorkloadSerializer,
 )
 from api.tokens import PersonalTokenAuthentication
@@ -52,6 +54,7 @@ from recovery.models import (
     Node,
     Recommendation,
     Verdict,
+    Workflow,
     Workload,
 )
 from recovery.read.filters import (
@@ -63,6 +66,7 @@ from recovery.read.filters import (
     NodeFilterSet,
     RecommendationFilterSet,
     VerdictFilterSet,
+    WorkflowFilterSet,
     WorkloadFilterSet,
 )
 
@@ -103,10 +107,19 @@ def _documented(
     noun: str,
     serializer: type[serializers.Serializer[Any]],
     example: dict[str, Any],
+    *,
+    detail: tuple[type[serializers.Serializer[Any]], dict[str, Any]] | None = None,
 ) -> Callable[[type], type]:
     """List and detail in the schema: tag, summaries, errors and an example (the filters come
-    from the view's FilterSet)."""
+    from the view's FilterSet). ``detail``: the serializer and example of a detail that shows
+    more than the list."""
     sample = OpenApiExample(noun, value=example, response_only=True, status_codes=["200"])
+    detail_serializer, detail_sample = serializer, sample
+    if detail is not None:
+        detail_serializer = detail[0]
+        detail_sample = OpenApiExample(
+            noun, value=detail[1], response_only=True, status_codes=["200"]
+        )
     return extend_schema_view(
         list=extend_schema(
             tags=[tag],
@@ -118,8 +131,8 @@ def _documented(
             tags=[tag],
             summary=f"One {noun}",
             parameters=[_ID_PARAMETER],
-            responses={200: serializer, **_DETAIL_ERRORS},
-            examples=[sample],
+            responses={200: detail_serializer, **_DETAIL_ERRORS},
+            examples=[detail_sample],
         ),
     )
 
@@ -164,6 +177,27 @@ class WorkloadViewSet(ResourceViewSet):
     cursor_ordering = ("-submit_time", "-id")
 
 
+@_documented(
+    "workloads",
+    "workflow",
+    WorkflowSerializer,
+    examples.WORKFLOW,
+    detail=(WorkflowDetailSerializer, examples.WORKFLOW_DETAIL),
+)
+class WorkflowViewSet(ResourceViewSet):
+    """Jobs of one user that share a retry budget and their excluded nodes.
+
+    The detail counts the budget as the policy does for the workflow's newest job.
+    """
+
+    queryset = Workflow.objects.select_related("cluster").annotate(jobs_count=Count("workloads"))
+    serializer_class = WorkflowSerializer
+    filterset_class = WorkflowFilterSet
+
+    def get_serializer_class(self) -> type[serializers.Serializer[Any]]:
+        return WorkflowDetailSerializer if self.action == "retrieve" else WorkflowSerializer
+
+
 @_documented("workloads", "attempt", AttemptSerializer, examples.ATTEMPT)
 class AttemptViewSet(ResourceViewSet):
     queryset = Attempt.objects.all()
@@ -191,7 +225,7 @@ class VerdictViewSet(ResourceViewSet):
 
 @_documented("recommendations", "recommendation", RecommendationSerializer, examples.RECOMMENDATION)
 class RecommendationViewSet(ResourceViewSet):
-    queryset = Recommendation.objects.select_related("workload", "attempt")
+    queryset = Recommendation.objects.select_related("workload", "attempt", "node")
     serializer_class = RecommendationSerializer
     filterset_class = RecommendationFilterSet
     cursor_ordering = ("-created_at", "-id")

@@ -10,9 +10,11 @@ from django.views.decorators.http import require_POST
 
 from console.access import console_view
 from console.views.operator_actions import back, note_of, operator, refused
+from recovery.loop.drains import request_resume
 from recovery.loop.node_health import return_to_service
 from recovery.models import Cluster, Node
 from recovery.read.filters import NODE_FLAGS, FlaggedNodeFilterSet
+from recovery.read.queries import open_node_actions
 
 NODES_PAGE_SIZE = 100
 
@@ -36,6 +38,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
             "clusters": Cluster.objects.values_list("name", flat=True),
             "shows": NODE_FLAGS,
             "suspect_count": listed.filter(suspect_since__isnull=False).count(),
+            "node_actions": open_node_actions([node.pk for node in page]),
         },
     )
 
@@ -47,4 +50,14 @@ def return_node(request: HttpRequest, node_id: int) -> HttpResponse:
         return answer
     get_object_or_404(Node, pk=node_id)
     outcome = return_to_service(node_id, operator=operator(request), note=note_of(request))
+    return back(request, "console:nodes", outcome.message, changed=outcome.changed)
+
+
+@require_POST
+def resume_node(request: HttpRequest, node_id: int) -> HttpResponse:
+    """An operator asks the cluster's controller to resume a node recovery drained."""
+    if answer := refused(request, "console:nodes", "resume a node"):
+        return answer
+    get_object_or_404(Node, pk=node_id)
+    outcome = request_resume(node_id, operator=operator(request), note=note_of(request))
     return back(request, "console:nodes", outcome.message, changed=outcome.changed)

@@ -30,7 +30,9 @@ PAGE_RECOMMENDATIONS = 50
 
 @console_view("recovery.view_workload", "Viewing a workload")
 def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
-    workload = get_object_or_404(Workload.objects.select_related("cluster"), pk=workload_id)
+    workload = get_object_or_404(
+        Workload.objects.select_related("cluster", "workflow"), pk=workload_id
+    )
     now = timezone.now()
     attempts = list(workload.attempts.all())
     goodput = workload_goodput(workload, now=now)
@@ -41,7 +43,9 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
         .order_by("-detected_at", "-id")[: PAGE_ANOMALIES + 1]
     )
     recommendations = list(
-        workload.recommendations.order_by("-created_at", "-id")[: PAGE_RECOMMENDATIONS + 1]
+        workload.recommendations.select_related("node").order_by("-created_at", "-id")[
+            : PAGE_RECOMMENDATIONS + 1
+        ]
     )
     timeline = workload_timeline_figure(workload, now=now, failures=goodput.failures)
     return render(

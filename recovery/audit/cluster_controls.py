@@ -1,11 +1,12 @@
-"""Audit events for what a cluster may do on its own: its mode and its acknowledgement of
-scheduler actions (``Cluster.acts_automatically`` needs action mode and the acknowledgement).
+"""Audit events for what a cluster may do on its own: its mode, its acknowledgement of
+scheduler actions (``Cluster.acts_automatically`` needs action mode and the acknowledgement) and
+whether it drains nodes without an approval.
 
-A person's change of either is one event each, ``mode_changed`` or ``acknowledgement_changed``,
-with the value before and after; a save that changes neither records nothing. The value before
-is read from the stored row under a lock, not from the form that was shown, so two people saving
-at once each record what they actually changed. A new cluster counts as changed from the values
-a new cluster starts with.
+A person's change of any is one event each, ``mode_changed``, ``acknowledgement_changed`` or
+``automatic_drain_changed``, with the value before and after; a save that changes none records
+nothing. The value before is read from the stored row under a lock, not from the form that was
+shown, so two people saving at once each record what they actually changed. A new cluster counts
+as changed from the values a new cluster starts with.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from recovery.audit.payloads import AcknowledgementChangedPayload, ModeChangedPayload
+from recovery.audit.payloads import (
+    AcknowledgementChangedPayload,
+    AutomaticDrainChangedPayload,
+    ModeChangedPayload,
+)
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind
 from recovery.models import AuditEvent, Cluster
@@ -25,10 +30,15 @@ from recovery.models import AuditEvent, Cluster
 class ClusterControls:
     mode: str
     acknowledge_scheduler_actions: bool
+    drain_automatically: bool = False
 
     @classmethod
     def of(cls, cluster: Cluster) -> ClusterControls:
-        return cls(str(cluster.mode), bool(cluster.acknowledge_scheduler_actions))
+        return cls(
+            str(cluster.mode),
+            bool(cluster.acknowledge_scheduler_actions),
+            bool(cluster.drain_automatically),
+        )
 
 
 def new_cluster_controls() -> ClusterControls:
@@ -44,10 +54,12 @@ def stored_controls(cluster_pk: int | None) -> ClusterControls:
     row = (
         Cluster.objects.select_for_update()
         .filter(pk=cluster_pk)
-        .values_list("mode", "acknowledge_scheduler_actions")
+        .values_list("mode", "acknowledge_scheduler_actions", "drain_automatically")
         .first()
     )
-    return new_cluster_controls() if row is None else ClusterControls(str(row[0]), bool(row[1]))
+    if row is None:
+        return new_cluster_controls()
+    return ClusterControls(str(row[0]), bool(row[1]), bool(row[2]))
 
 
 def record_control_changes(
@@ -74,6 +86,19 @@ def record_control_changes(
                 kind=AuditKind.ACKNOWLEDGEMENT_CHANGED,
                 actor=actor,
                 payload=dict(acknowledgement),
+            )
+        )
+    if after.drain_automatically != before.drain_automatically:
+        drains: AutomaticDrainChangedPayload = {
+            "from": before.drain_automatically,
+            "to": after.drain_automatically,
+        }
+        events.append(
+            record_event(
+                cluster=cluster,
+                kind=AuditKind.AUTOMATIC_DRAIN_CHANGED,
+                actor=actor,
+                payload=dict(drains),
             )
         )
     return events

@@ -126,7 +126,7 @@ class NodeReturnedPayload(TypedDict):
 # --- decisions -----------------------------------------------------------------------------
 
 
-class RecommendedPayload(TypedDict):
+class _RecommendedRequired(TypedDict):
     """The policy's decision on an anomaly (``recovery.loop.policy.recommend``)."""
 
     recommendation: int
@@ -141,6 +141,23 @@ class RecommendedPayload(TypedDict):
     # The job's own opt-in mode: "observe" waits for an operator in any cluster mode.
     job_mode: str
     would_have_done: bool
+
+
+class RecommendedPayload(_RecommendedRequired, total=False):
+    """A drain (``recovery.loop.drains``) also names its node, the site fact's source and
+    whether the cluster drains without approval."""
+
+    node: str
+    evidence_source: str
+    drain_automatically: bool
+
+
+class DrainWithheldPayload(TypedDict):
+    """A drain that was due and not recommended: the cluster's blast radius is reached."""
+
+    anomaly: int
+    node: str
+    reason: str
 
 
 class SupersededPayload(TypedDict):
@@ -159,13 +176,21 @@ class PolicyFailedPayload(TypedDict):
     given_up: bool
 
 
-class DecisionPayload(TypedDict):
+class _DecisionRequired(TypedDict):
     """An operator approved or rejected a recommendation (``recovery.loop.recommendations``)."""
 
     recommendation: int
     action: str
     excluded_nodes: list[str]
     note: str
+
+
+class DecisionPayload(_DecisionRequired, total=False):
+    """A node action names its node; a resume, asked and approved by the same person
+    (``recovery.loop.drains.request_resume``), says with what reason the node was drained."""
+
+    node: str
+    drained_with: str
 
 
 class AbandonmentAcknowledgedPayload(TypedDict):
@@ -331,6 +356,7 @@ ModeChangedPayload = TypedDict("ModeChangedPayload", {"from": str, "to": str})
 AcknowledgementChangedPayload = TypedDict(
     "AcknowledgementChangedPayload", {"from": bool, "to": bool}
 )
+AutomaticDrainChangedPayload = TypedDict("AutomaticDrainChangedPayload", {"from": bool, "to": bool})
 
 
 class StoppedPayload(TypedDict):
@@ -378,6 +404,8 @@ PAYLOADS: dict[str, type] = {
     "scheduler_hook": SchedulerHookPayload,
     "mode_changed": ModeChangedPayload,
     "acknowledgement_changed": AcknowledgementChangedPayload,
+    "automatic_drain_changed": AutomaticDrainChangedPayload,
+    "drain_withheld": DrainWithheldPayload,
 }
 
 

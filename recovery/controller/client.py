@@ -38,6 +38,8 @@ class ReadyRecommendation:
     attempt_started_at: datetime | None = None
     # The operator who approved it; "" when the policy made it ready on its own.
     approved_by: str = ""
+    # The node a drain or resume is for; "" for a job's restart or stop.
+    node: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReadyRecommendation:
@@ -53,6 +55,7 @@ class ReadyRecommendation:
             user=str(data.get("user") or ""),
             attempt_started_at=_datetime(data.get("attempt_started_at")),
             approved_by=str(data.get("approved_by") or ""),
+            node=str(data.get("node") or ""),
         )
 
 

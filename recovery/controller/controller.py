@@ -39,9 +39,12 @@ from recovery.sources.schedulers.base import (
     CommandResult,
     ExpeditedRequeueUnavailable,
     JobInfo,
+    NodeInfo,
     SchedulerAdapter,
     SchedulerError,
     describe_unknown,
+    drain_reason,
+    is_recovery_drain,
 )
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
 from recovery.sources.schedulers.optin import OptInMode
@@ -63,6 +66,8 @@ FINISHED_STATES = frozenset(
     }
 )
 RESTART = {"restart", "restart_excluding"}
+DRAIN = "drain"
+RESUME = "resume"
 # A report's job snapshot stays below the API's 16 KiB limit on ``state_before``.
 MAX_SNAPSHOT_BYTES = 12 * 1024
 NODE_LIST_KEYS = ("nodes", "excluded_nodes")
@@ -148,6 +153,18 @@ def job_snapshot(job: JobInfo | None) -> dict[str, Any]:
     if job.unreadable:
         snapshot["unreadable"] = dict(job.unreadable)
     return fit_snapshot(snapshot)
+
+
+def node_snapshot(node: NodeInfo | None) -> dict[str, Any]:
+    if node is None:
+        return {"known": False}
+    return {
+        "known": True,
+        "node": node.name,
+        "state": node.state,
+        "flags": list(node.flags),
+        "reason": node.reason[:500],
+    }
 
 
 def fit_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -362,6 +379,8 @@ class AdvisorController:
     def carry_out(self, recommendation: ReadyRecommendation) -> Outcome:
         self._acting_on = recommendation.id
         self._dispatched = 0
+        if recommendation.action in (DRAIN, RESUME):
+            return self._carry_out_on_node(recommendation)
         try:
             job_id = validate_job_id(recommendation.job_id)
             validate_node_names(recommendation.excluded_nodes)
@@ -580,6 +599,112 @@ class AdvisorController:
             self._command(outcome, Command.CANCEL, job_id, lambda: self.adapter.cancel(job_id))
             job = self._wait(job_id, lambda j: j.state in FINISHED_STATES)
         outcome.converged = job.state in FINISHED_STATES
+
+    # ------------------------------------------------------------------ nodes
+
+    def _carry_out_on_node(self, recommendation: ReadyRecommendation) -> Outcome:
+        """Drain or resume the recommendation's node, from the node's state read now.
+
+        A node already in the wanted state is skipped, whoever put it there: a drain is done
+        once however many recommendations or approvals ask for it. A resume undoes only
+        recovery's own drain (its reason prefix): a node an administrator drained stays drained.
+        """
+        outcome = Outcome("skipped", {"known": None})
+        try:
+            name = validate_node_names([recommendation.node])[0]
+            reason = drain_reason(recommendation.reason)
+            node = self._read_node(name)
+            outcome.state_before = node_snapshot(node)
+            if node is None:
+                outcome.outcome = "failed"
+                outcome.detail = f"refused before any command: the scheduler does not know {name}"
+                return outcome
+            if recommendation.action == DRAIN:
+                if node.drained:
+                    outcome.converged = True
+                    outcome.detail = f"{name} is already drained: {node.reason or 'no reason'}"
+                    return outcome
+                self._node_command(
+                    outcome,
+                    Command.DRAIN_NODE,
+                    name,
+                    lambda: self.adapter.drain_node(name, reason),
+                    reason,
+                )
+                after = self._read_node(name)
+                outcome.converged = after is not None and after.drained
+            else:
+                if not node.drained:
+                    outcome.converged = True
+                    outcome.detail = f"{name} is not drained ({node.state})"
+                    return outcome
+                if not is_recovery_drain(node.reason):
+                    outcome.outcome = "failed"
+                    outcome.converged = False
+                    outcome.detail = (
+                        f"refused before any command: {name} was drained by someone else "
+                        f"({node.reason or 'no reason'}); only recovery's own drains are resumed"
+                    )
+                    return outcome
+                self._node_command(
+                    outcome, Command.RESUME_NODE, name, lambda: self.adapter.resume_node(name)
+                )
+                after = self._read_node(name)
+                outcome.converged = after is not None and not after.drained
+            if not outcome.converged:
+                outcome.detail = f"not converged: {node_snapshot(after)}"
+        except ValueError as exc:  # InvalidIdentifier, or a reason recovery does not write
+            outcome.outcome = "failed"
+            outcome.detail = f"refused before any command: {exc}"
+        except (Retry, LeaseLost) as exc:
+            outcome.outcome = "retry"
+            outcome.converged = False
+            outcome.detail = f"to be continued from the scheduler's state: {exc}"
+        except SchedulerError as exc:
+            if exc.result is not None:
+                self._record(outcome, exc.result)
+            # Unreachable, or a command whose effect is unknown: the node's state decides next.
+            outcome.outcome = "retry" if exc.result is None else "failed"
+            outcome.converged = False if exc.result is None else None
+            outcome.detail = str(exc)
+        return outcome
+
+    def _read_node(self, name: str) -> NodeInfo | None:
+        """The node as the scheduler reports it now; a failed read is retried, then ``Retry``."""
+        delay = self.backoff_seconds
+        for attempt in range(1, self.read_attempts + 1):
+            self._keep_lease()
+            try:
+                return self.adapter.get_node(name)
+            except SchedulerError as exc:
+                if attempt == self.read_attempts:
+                    raise Retry(f"cannot read node {name}: {exc}") from None
+                logger.info("reading node %s failed (%s); again in %.1f s", name, exc, delay)
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _node_command(
+        self,
+        outcome: Outcome,
+        command: Command,
+        name: str,
+        run: Callable[[], CommandResult],
+        reason: str = "",
+    ) -> None:
+        """Run one node command, written ahead like a job's (``_command``)."""
+        argv = self.adapter.planned_node_argv(command, name, reason)
+        self._dispatch(argv)
+        try:
+            result = run()
+        except SchedulerError as exc:
+            if exc.result is None:
+                raise EffectUnknown(
+                    f"the effect of `{' '.join(argv)}` is unknown (it may or may not have "
+                    f"run): {exc}"
+                ) from exc
+            raise
+        self._act(outcome, result)
 
     # ------------------------------------------------------------------ reading the scheduler
 

@@ -38,6 +38,7 @@ from recovery.loop.confirmation import (
     last_sample_id,
     record_settled,
 )
+from recovery.loop.drains import propose_drains
 from recovery.loop.policy import decide_when_ready
 from recovery.loop.suspects import flag_suspect_nodes
 from recovery.models import Anomaly, Attempt, AuditEvent, ProgressSample, Workload
@@ -401,6 +402,7 @@ def record_anomalies(
                 awaiting.append(anomaly.pk)
                 continue
             flag_suspect_nodes(anomaly, now)
+            propose_drains(anomaly, now)
         decide_when_ready(anomaly, now)
     if awaiting:
         transaction.on_commit(partial(finish_attribution, awaiting, now), robust=True)
@@ -424,6 +426,7 @@ def finish_attribution(anomaly_ids: list[int], now: datetime | None = None) -> i
         recorded += 1
         at = now or timezone.now()
         flag_suspect_nodes(anomaly, at)
+        propose_drains(anomaly, at)
         decide_when_ready(anomaly, at)
     return recorded
 

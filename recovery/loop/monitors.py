@@ -36,7 +36,7 @@ from recovery.loop.confirmation import apply, settle, suspects_of
 from recovery.loop.logs import OnNode, attempts_by_node
 from recovery.loop.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
-from recovery.sources.schedulers.base import JobInfo
+from recovery.sources.schedulers.base import JobInfo, is_recovery_drain
 
 # Job states that are news about the attempt on their own; a bare FAILED is recorded only
 # when the logs explained nothing.
@@ -155,8 +155,10 @@ def check_node(
     state = node.scheduler_state
     tokens = {part.strip().lower().rstrip("*~#!%$@^-") for part in state.split("+")}
     not_responding = "*" in state or "not_responding" in tokens
-    finding = node_state_finding(node.name, state, node.state_reason, at=now)
     gone = bool(tokens & {"down", "fail", "failing"})
+    if is_recovery_drain(node.state_reason) and not (gone or not_responding):
+        return []  # recovery's own drain repeats a verdict already recorded: no new evidence
+    finding = node_state_finding(node.name, state, node.state_reason, at=now)
     if finding is None and not_responding:
         finding = node_state_finding(node.name, "DOWN", node.state_reason or "Not responding")
     if finding is None:

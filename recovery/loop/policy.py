@@ -124,15 +124,19 @@ def policies_read_once() -> Iterator[None]:
 def history_of(workload: Workload, policy: Policy | None = None) -> History:
     """Attempts so far, the run of them without a new checkpoint, and the nodes to keep out.
 
+    A workload in a workflow counts the attempts of the workflow's earlier jobs too, in the
+    order they were submitted: the budget and the run without a checkpoint carry from one job
+    of the workflow to the next, and so do its excluded nodes.
     Nodes stay excluded when an earlier attempt excluded them, or when an anomaly of this
-    workload implicated them with evidence the policy excludes on, within its exclusion time.
-    Two queries whatever the number of anomalies: the attempts (bounded by the retry budget),
-    and the node lists of only the anomalies the policy excludes on, filtered by the database;
-    no anomaly is built as an object.
+    workload (or of its workflow's earlier jobs) implicated them with evidence the policy
+    excludes on, within its exclusion time.
+    Two queries whatever the number of anomalies or jobs: the attempts (bounded by the retry
+    budget), and the node lists of only the anomalies the policy excludes on, filtered by the
+    database; no anomaly is built as an object.
     """
     attempts = list(
-        Attempt.objects.filter(workload=workload)
-        .order_by("number")
+        Attempt.objects.filter(_sharing_budget(workload))
+        .order_by("workload__submit_time", "workload_id", "number")
         .values_list("produced_checkpoint", "excluded_nodes")
     )
     without = 0
@@ -144,7 +148,7 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
     if policy is not None:
         since = timezone.now() - timedelta(hours=policy.exclusion_hours)
         implicated = (
-            Anomaly.objects.filter(workload=workload, detected_at__gte=since)
+            Anomaly.objects.filter(_sharing_budget(workload), detected_at__gte=since)
             .filter(excluding_nodes(policy))
             .values_list("implicated_nodes", flat=True)
         )
@@ -152,6 +156,21 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
             excluded.update(nodes or [])
     cluster_nodes = kept_out_of_every_job(workload.cluster_id, policy) if policy else {}
     return History(len(attempts), without, frozenset(excluded), cluster_nodes)
+
+
+def _sharing_budget(workload: Workload) -> Q:
+    """The rows (attempts, anomalies) of ``workload`` and of its workflow's earlier jobs.
+
+    A workflow is one user's on one cluster (``recovery.loop.workflows``): what another
+    user's jobs did never counts here.
+    """
+    own = Q(workload=workload)
+    if workload.workflow_id is None:
+        return own
+    return own | Q(
+        workload__workflow_id=workload.workflow_id,
+        workload__submit_time__lte=workload.submit_time,
+    )
 
 
 def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:

@@ -35,6 +35,7 @@ from recovery.loop.monitors import (
     check_suspects,
 )
 from recovery.loop.policy import decide_pending, policies_read_once
+from recovery.loop.workflows import workflow_of
 from recovery.loop.workloads import process_workloads
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.sources.logs import (
@@ -549,6 +550,8 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tup
     workload.opt_in_settings = job.opt_in.settings
     workload.environment = job.opt_in.environment or cluster.environment
     workload.opt_in_mode = job.opt_in.mode
+    workload.workflow_ignored = job.opt_in.workflow_ignored[:255]
+    workload.workflow = workflow_of(workload, job.opt_in.workflow)
     if job.stdout_path:
         workload.stdout_path = job.stdout_path[:1024]
     if job.stderr_path:

@@ -30,6 +30,7 @@ from recovery.choices import (
     RecommendationStatus,
     WorkloadState,
 )
+from recovery.loop import drains
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
 
@@ -107,7 +108,7 @@ def _decide(
 ) -> Decision:
     note = note.strip()[:2000]
     with transaction.atomic():
-        recommendation = Recommendation.objects.select_related("workload__cluster").get(
+        recommendation = Recommendation.objects.select_related("workload__cluster", "node").get(
             pk=recommendation_id
         )
         if recommendation.status != RecommendationStatus.AWAITING_APPROVAL:
@@ -118,6 +119,10 @@ def _decide(
                 else f"Not awaiting approval: it is {status}."
             )
             return Decision(recommendation, changed=False, message=message)
+        if new_status == RecommendationStatus.READY:
+            problem = drains.approval_problem(recommendation)
+            if problem:
+                return Decision(recommendation, changed=False, message=f"Not approved: {problem}.")
         now = timezone.now()
         changes: dict[str, Any] = {"decided_by": operator, "decided_at": now}
         if new_status == RecommendationStatus.READY:
@@ -145,6 +150,7 @@ def _decide(
                 "action": recommendation.action,
                 "excluded_nodes": recommendation.excluded_nodes,
                 "note": note,
+                **({"node": recommendation.node.name} if recommendation.node else {}),
             },
         )
     verb = "Approved" if new_status == RecommendationStatus.READY else "Rejected"
@@ -172,7 +178,7 @@ def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
     return (
         Recommendation.objects.filter(workload__cluster=cluster)
         .filter(_claimable(timezone.now()))
-        .select_related("workload", "attempt")
+        .select_related("workload", "attempt", "node")
         .order_by("created_at", "id")
     )
 
@@ -196,7 +202,7 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             updated_at=now,
         )
-        recommendation = Recommendation.objects.select_related("workload__cluster").get(
+        recommendation = Recommendation.objects.select_related("workload__cluster", "node").get(
             pk=recommendation_id
         )
         if updated != 1:

@@ -29,7 +29,13 @@ from django.utils import timezone
 
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind, RecommendationAction, RecommendationStatus, WorkloadState
+from recovery.choices import (
+    NODE_ACTIONS,
+    AuditKind,
+    RecommendationAction,
+    RecommendationStatus,
+    WorkloadState,
+)
 from recovery.loop.poll import adapter_for, is_polled
 from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
 from recovery.models.recommendation import InvalidTransition
@@ -157,9 +163,13 @@ def release_if_overdue(workload: Workload, adapter: SchedulerAdapter, now: datet
     timeout = decision_timeout(workload)
     if now - since < timedelta(seconds=timeout):
         return False
-    acting = Recommendation.objects.filter(
-        workload=workload, status=RecommendationStatus.CLAIMED, lease_expires_at__gte=now
-    ).exists()
+    acting = (
+        Recommendation.objects.filter(
+            workload=workload, status=RecommendationStatus.CLAIMED, lease_expires_at__gte=now
+        )
+        .exclude(action__in=NODE_ACTIONS)
+        .exists()
+    )
     if acting:
         return False  # a controller holds a live lease: the hold is part of its work
     job = adapter.get_job(workload.job_id)

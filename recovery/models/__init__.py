@@ -8,6 +8,7 @@ from recovery.models.ingest_token import IngestToken, IngestTokenKind
 from recovery.models.insights import ClusterGoodputSnapshot
 from recovery.models.policy import Policy
 from recovery.models.recommendation import Recommendation
+from recovery.models.workflow import Workflow
 from recovery.models.workload import Attempt, LogCursor, ProgressSample, Workload
 
 __all__ = [
@@ -29,5 +30,6 @@ __all__ = [
     "ProgressSample",
     "Recommendation",
     "Verdict",
+    "Workflow",
     "Workload",
 ]

@@ -7,7 +7,13 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from recovery.choices import ClusterMode, Connection, NodeHealth, SchedulerKind
+from recovery.choices import (
+    DRAIN_REASON_PREFIX,
+    ClusterMode,
+    Connection,
+    NodeHealth,
+    SchedulerKind,
+)
 
 cluster_name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
@@ -39,6 +45,12 @@ class Cluster(models.Model):
     acknowledge_scheduler_actions = models.BooleanField(
         default=False,
         help_text="Action mode executes automatically only when this is also set.",
+    )
+    drain_automatically = models.BooleanField(
+        default=False,
+        help_text="Drain recommendations (a node with a hardware verdict from its kernel log, "
+        "DCGM or the scheduler) run without an approval, and only where the cluster acts "
+        "automatically. Off: every drain waits for an operator, even in action mode.",
     )
     environment = models.CharField(
         max_length=63, blank=True, help_text="Label such as prod or staging, used by policies."
@@ -97,8 +109,8 @@ class Node(models.Model):
     suspect_since = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="Implicated in several workloads within the policy's window: a recommendation "
-        "to the health layer (drain and test it); recovery does not drain nodes itself.",
+        help_text="Implicated in several workloads within the policy's window: a hint to the "
+        "health layer (test it); only a hardware verdict from a site fact leads to a drain.",
     )
     suspect_reason = models.CharField(max_length=255, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -113,6 +125,17 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def drained(self) -> bool:
+        """Whether the last synced state is drained or draining (``IDLE+DRAIN``, ``drng``)."""
+        state = self.scheduler_state.lower()
+        return "drain" in state or "drng" in state
+
+    @property
+    def drained_by_recovery(self) -> bool:
+        """Drained with recovery's own reason: the only drains recovery resumes."""
+        return self.drained and self.state_reason.startswith(DRAIN_REASON_PREFIX)
 
     def is_excluded(self, at: datetime | None = None) -> bool:
         at = at or timezone.now()

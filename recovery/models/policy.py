@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from recovery.choices import (
+    CRASH_ACTIONS,
     Attribution,
     ClusterNodeState,
     FailureCategory,
@@ -51,7 +52,7 @@ class Policy(models.Model):
 
     crash_action = models.CharField(
         max_length=24,
-        choices=RecommendationAction.choices,
+        choices=CRASH_ACTIONS,
         default=RecommendationAction.RESTART,
         help_text="What a crash leads to; implicated nodes are excluded as configured below.",
     )

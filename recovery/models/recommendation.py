@@ -14,6 +14,7 @@ from recovery.choices import (
     StopReason,
 )
 from recovery.models.anomaly import Anomaly
+from recovery.models.cluster import Node
 from recovery.models.workload import Attempt, Workload
 
 
@@ -36,6 +37,14 @@ class Recommendation(models.Model):
         Anomaly, on_delete=models.SET_NULL, null=True, blank=True, related_name="recommendations"
     )
     action = models.CharField(max_length=24, choices=RecommendationAction.choices)
+    node = models.ForeignKey(
+        Node,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="recommendations",
+        help_text="The node a drain or resume is for; empty for a job's restart or stop.",
+    )
     excluded_nodes = models.JSONField(default=list, blank=True)
     exclusion_sources = models.JSONField(
         default=dict,

@@ -4,6 +4,7 @@ from django.db import models
 
 from recovery.choices import AttemptExitState, OptInMode, WorkloadState
 from recovery.models.cluster import Cluster
+from recovery.models.workflow import Workflow
 
 
 class Workload(models.Model):
@@ -19,8 +20,24 @@ class Workload(models.Model):
     name = models.CharField(max_length=255, blank=True)
     user = models.CharField(max_length=64, blank=True)
     partition = models.CharField(max_length=64, blank=True)
-    workflow_id = models.CharField(
-        max_length=128, blank=True, help_text="Groups related jobs, e.g. a chain of submissions."
+    workflow = models.ForeignKey(
+        Workflow,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="workloads",
+        help_text="Groups related jobs of one user, e.g. a chain of submissions.",
+    )
+    workflow_ignored = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Why the workflow named in the job comment was not taken.",
+    )
+    depends_on = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Job ids this job waited for with afterany or afternotok, as the scheduler "
+        "showed them while it was pending (Slurm stops showing a dependency once satisfied).",
     )
     opted_in = models.BooleanField(default=False)
     opt_in_error = models.CharField(
@@ -69,7 +86,6 @@ class Workload(models.Model):
         ]
         indexes = [
             models.Index(fields=["cluster", "state"]),
-            models.Index(fields=["workflow_id"]),
         ]
 
     def __str__(self) -> str:

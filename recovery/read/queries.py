@@ -7,7 +7,12 @@ from dataclasses import dataclass
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from recovery.choices import Disposition, RecommendationStatus
+from recovery.choices import (
+    NODE_ACTIONS,
+    OPEN_RECOMMENDATION_STATUSES,
+    Disposition,
+    RecommendationStatus,
+)
 from recovery.models import Anomaly, AuditEvent, Recommendation, Workload
 
 # Sort keys the fleet offers, as the reader sees them → the fields they order by.
@@ -59,9 +64,22 @@ def pending_approvals() -> QuerySet[Recommendation]:
     narrows them)."""
     return (
         Recommendation.objects.filter(status=RecommendationStatus.AWAITING_APPROVAL)
-        .select_related("workload__cluster", "anomaly")
+        .select_related("workload__cluster", "anomaly", "node")
         .order_by("created_at", "id")
     )
+
+
+def open_node_actions(node_ids: list[int]) -> dict[int, Recommendation]:
+    """For each of the nodes, its newest drain or resume still open (awaiting approval, ready,
+    claimed), if any: one query for a page of nodes."""
+    found: dict[int, Recommendation] = {}
+    open_actions = Recommendation.objects.filter(
+        node_id__in=node_ids, action__in=NODE_ACTIONS, status__in=OPEN_RECOMMENDATION_STATUSES
+    ).order_by("created_at", "id")
+    for recommendation in open_actions:
+        assert recommendation.node_id is not None
+        found[recommendation.node_id] = recommendation
+    return found
 
 
 def unacknowledged_abandoned() -> QuerySet[Recommendation]:
@@ -70,7 +88,7 @@ def unacknowledged_abandoned() -> QuerySet[Recommendation]:
         Recommendation.objects.filter(
             disposition=Disposition.ABANDONED, acknowledged_at__isnull=True
         )
-        .select_related("workload__cluster", "anomaly")
+        .select_related("workload__cluster", "anomaly", "node")
         .order_by("-updated_at", "-id")
     )
 

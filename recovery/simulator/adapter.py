@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from recovery.simulator.cluster import SimulatedCluster
 from recovery.simulator.store import BaseSimulationStore
 from recovery.sources.schedulers.base import (
+    Command,
     CommandResult,
     JobInfo,
     NodeInfo,
@@ -101,6 +102,16 @@ class SimulatedAdapter(SchedulerAdapter):
     def disable_requeue(self, job_id: str) -> CommandResult:
         job_id = validate_job_id(job_id)
         return self._send(lambda cluster, caller: cluster.disable_requeue(job_id, caller=caller))
+
+    def drain_node(self, name: str, reason: str) -> CommandResult:
+        # Refuses a name or a reason the Slurm adapter would refuse, before anything is sent.
+        self.planned_node_argv(Command.DRAIN_NODE, name, reason)
+        name = validate_node_names([name])[0]
+        return self._send(lambda cluster, caller: cluster.drain(name, reason, caller=caller))
+
+    def resume_node(self, name: str) -> CommandResult:
+        name = validate_node_names([name])[0]
+        return self._send(lambda cluster, caller: cluster.resume(name, caller=caller))
 
     def _reachable(self) -> SimulatedCluster:
         """A snapshot of the cluster, unless an outage keeps the scheduler out of reach."""

@@ -217,3 +217,21 @@ def test_the_command_issues_a_token_printed_once(capsys: pytest.CaptureFixture[s
     token = ControllerToken.authenticate(key)
     assert token is not None and token.cluster == cluster
     assert key not in {token.key_hash, token.key_prefix}
+
+
+def test_a_drain_reaches_the_controller_with_its_node_and_reason() -> None:
+    cluster = ClusterFactory()
+    node = Node.objects.create(cluster=cluster, name="gpu-002")
+    drain = ready_recommendation(
+        cluster,
+        node=node,
+        action="drain",
+        excluded_nodes=[],
+        reason="workload-recovery: hardware: gpu_hardware (xid-79) on gpu-002",
+    )
+    client = controller(cluster)
+    [listed] = client.get(reverse("api:advisor-ready")).json()["results"]
+    assert (listed["id"], listed["action"], listed["node"]) == (drain.pk, "drain", "gpu-002")
+    assert listed["reason"].startswith("workload-recovery: ")
+    claimed = claim(client, drain).json()
+    assert claimed["node"] == "gpu-002"

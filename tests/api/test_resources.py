@@ -527,3 +527,20 @@ def test_the_resources_add_no_schema_warnings() -> None:
         and ("api/resources" in line or "ViewSet" in line or "api/errors" in line)
     ]
     assert ours == []
+
+
+def test_drains_and_resumes_name_their_node_and_filter_by_action_and_node(viewer: User) -> None:
+    lab = ClusterFactory(name="lab")
+    node = Node.objects.create(cluster=lab, name="gpu-002")
+    drain = RecommendationFactory(
+        workload__cluster=lab, node=node, action="drain", excluded_nodes=[]
+    )
+    restart = RecommendationFactory(workload__cluster=lab)
+    client = as_user(viewer)
+    assert ids(client.get("/api/v1/recommendations/", {"action": "drain"})) == [drain.pk]
+    assert ids(client.get("/api/v1/recommendations/", {"node": "gpu-002"})) == [drain.pk]
+    listed = {item["id"]: item for item in client.get("/api/v1/recommendations/").json()["results"]}
+    assert listed[drain.pk]["node"] == "gpu-002"
+    assert listed[restart.pk]["node"] is None
+    answer = client.get("/api/v1/recommendations/", {"action": "reboot"})
+    assert answer.status_code == 400

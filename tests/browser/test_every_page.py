@@ -8,7 +8,7 @@ is saved as a full-page screenshot, var/screenshots/<page>-<theme>.png, for a pe
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,9 +18,11 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
 from recovery.choices import (
+    DRAIN_REASON_PREFIX,
     AuditKind,
     Disposition,
     NodeHealth,
+    RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
@@ -86,6 +88,7 @@ def seed_a_realistic_fleet() -> dict[str, str]:
     node.suspect_reason = "implicated in 3 workloads' failures within 24 h"
     node.health = NodeHealth.SUSPECT
     node.save()
+    seed_drains(running, now)
     richest = (
         Workload.objects.annotate(events=Count("audit_events"))
         .order_by("-events", "pk")
@@ -107,6 +110,30 @@ def seed_a_realistic_fleet() -> dict[str, str]:
         "audit-event": f"/audit/{event.pk}/",
         "clusters": "/clusters/",
     }
+
+
+def seed_drains(workload: Workload, now: datetime) -> None:
+    """A drain awaiting approval and a node recovery drained: the approvals page's drain card,
+    the Nodes page's drain column and its resume button show."""
+    first, second = Node.objects.filter(cluster=workload.cluster).order_by("name")[:2]
+    reason = f"{DRAIN_REASON_PREFIX} hardware: gpu_hardware (xid-79) on {{}}, from node kernel log"
+    for node, status in (
+        (first, RecommendationStatus.AWAITING_APPROVAL),
+        (second, RecommendationStatus.EXECUTED),
+    ):
+        Recommendation.objects.create(
+            workload=workload,
+            node=node,
+            action=RecommendationAction.DRAIN,
+            reason=reason.format(node.name),
+            status=status,
+            disposition=Disposition.CONVERGED if status == RecommendationStatus.EXECUTED else "",
+            idempotency_key=f"browser:drain:{node.pk}",
+            created_at=now - timedelta(minutes=3),
+        )
+    second.scheduler_state, second.state_reason = "IDLE+DRAIN", reason.format(second.name)
+    second.times_implicated = max(second.times_implicated, 1)
+    second.save()
 
 
 def icon_problems(page: Page) -> list[str]:

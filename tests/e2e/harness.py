@@ -145,7 +145,14 @@ class Harness:
         self.loop.start()
         return cluster
 
-    def submit(self, *, total_steps: int = 2000, mode: str = "act", **env: str) -> E2EJob:
+    def submit(
+        self,
+        *,
+        total_steps: int = 2000,
+        mode: str = "act",
+        workflow: str | None = None,
+        **env: str,
+    ) -> E2EJob:
         tag = uuid.uuid4().hex[:6]
         workdir = self.workdir / f"job-{tag}"
         ckpt_dir = workdir / "checkpoints"
@@ -154,6 +161,8 @@ class Harness:
         control.write_text("{}")
         output = workdir / "train.log"
         comment = {"nvidia-recovery": {"environment": self.environment, "mode": mode}}
+        if workflow is not None:
+            comment["nvidia-recovery"]["workflow"] = workflow
         # On 24.11 the job runs in the chroot, where this interpreter and its venv are mounted
         # at the same paths.
         job_env = {

@@ -570,3 +570,58 @@ def test_12_a_job_opted_in_to_be_observed_waits_for_approval_in_an_acting_cluste
     """
     scenario.setup("12-observed-job")
     _waits_for_approval_then_acts_once(scenario, operator, scenario.submit(mode="observe"))
+
+
+def test_13_a_workflows_next_job_keeps_its_exclusions_and_budget(scenario: Harness) -> None:
+    """
+    GIVEN two jobs of one workflow (the same "workflow" in their comments) and a policy of four
+          attempts; job A lost a rank to a CUDA error with Xid 79 on its node, and was restarted
+          without that node, then cancelled
+    WHEN job B, the workflow's next job, loses a rank, and after its restart loses one again
+    THEN B's restart keeps A's node out as an earlier attempt of the workflow, and B's second
+         failure stops it on the retry budget: A's two attempts and B's two spend the four
+    """
+    scenario.setup("13-workflow", max_attempts=4)
+    first = scenario.submit(workflow="pretrain-e2e")
+    scenario.wait_until_training(first)
+    node = first.ranks()[1].env["SLURMD_NODENAME"]
+    scenario.inject(first, "Xid 79 in the kernel log, CUDA error on its rank", node=node)
+    scenario.xid(node)
+    first.set_faults(cuda_error={"node": node, "restart_count": 0})
+    fields = scenario.wait_for_restart(first)
+    assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
+    slurm(scenario.slurm, "scancel", first.job_id)
+
+    second = scenario.submit(workflow="pretrain-e2e")
+    scenario.wait_until_training(second)
+    workload_a, workload_b = scenario.workload(first), scenario.workload(second)
+    assert workload_a is not None and workload_b is not None
+    assert workload_b.workflow is not None and workload_b.workflow == workload_a.workflow
+    assert workload_b.workflow.name == "pretrain-e2e"
+
+    scenario.kill_rank(second, 1)
+    fields = scenario.wait_for_restart(second)
+    (restart,) = acted(scenario, second)
+    assert restart.exclusion_sources.get(node) == "earlier attempt", restart.reason
+    assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(scenario.slurm, fields.get("NodeList", ""))
+
+    scenario.kill_rank(second, 1)
+    stop = scenario.wait_for(
+        "a stop recommendation carried out",
+        lambda: Recommendation.objects.filter(
+            workload__cluster=scenario.cluster,
+            workload__job_id=second.job_id,
+            action=RecommendationAction.STOP,
+            status__in=[RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED],
+        ).first(),
+        timeout=120,
+    )
+    assert stop.stop_reason == StopReason.RETRY_BUDGET, stop.reason
+    assert stop.attempt is not None and stop.attempt.number == 2
+    scenario.wait_for(
+        "job B stopped",
+        lambda: scenario.workload(second).state == WorkloadState.STOPPED,  # type: ignore[union-attr]
+        timeout=60,
+    )
+    assert int(second.slurm_state()["Restarts"]) == 1

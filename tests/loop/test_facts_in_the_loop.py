@@ -10,15 +10,18 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from recovery.choices import (
+    NODE_ACTIONS,
     AnomalyKind,
     AuditKind,
     ClusterMode,
     Confirmation,
     EvidenceSource,
     RecommendationAction,
+    RecommendationStatus,
     StragglerAction,
     WorkloadState,
 )
@@ -108,6 +111,11 @@ DIED = ReadContext(
 )
 
 
+def job_recommendations() -> QuerySet[Recommendation]:
+    """Restarts and stops: a node a site fact blames is also recommended for a drain."""
+    return Recommendation.objects.exclude(action__in=NODE_ACTIONS)
+
+
 @pytest.fixture
 def acting_cluster() -> Cluster:
     cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
@@ -130,18 +138,22 @@ def test_a_symptom_waits_and_a_node_that_stops_responding_supplies_the_cause(
     record_anomalies(
         workload, attempt, [symptom()], timezone.now(), source=EvidenceSource.JOB_OUTPUT
     )
-    assert not Recommendation.objects.exists()
+    assert not job_recommendations().exists()
 
     lost = NodeInfo("node002", "ALLOCATED", flags=["NOT_RESPONDING"])
     poll_cluster(acting_cluster, Scripted([running], healthy(lost)))
 
-    recommendation = Recommendation.objects.get()
+    recommendation = job_recommendations().get()
     assert recommendation.action == RecommendationAction.RESTART_EXCLUDING
     assert recommendation.excluded_nodes == ["node002"]
     assert recommendation.anomaly is not None
     assert recommendation.anomaly.attribution == "hardware"
     assert not Anomaly.objects.filter(decided_at__isnull=True).exists()
     assert Node.objects.get(name="node002").health == "unhealthy"
+    drain = Recommendation.objects.get(action=RecommendationAction.DRAIN)
+    assert drain.node is not None and drain.node.name == "node002"
+    # Even in acknowledged action mode a drain waits for a person unless the cluster says not.
+    assert drain.status == RecommendationStatus.AWAITING_APPROVAL
 
 
 def test_a_node_not_responding_under_a_healthy_job_is_not_a_failure(
@@ -163,7 +175,7 @@ def test_a_node_going_down_under_a_running_job_is_a_failure_on_that_node(
     anomaly = Anomaly.objects.get()
     assert (anomaly.category, anomaly.attribution) == ("scheduler_event", "hardware")
     assert anomaly.implicated_nodes == ["node003"]
-    assert Recommendation.objects.get().excluded_nodes == ["node003"]
+    assert job_recommendations().get().excluded_nodes == ["node003"]
 
 
 def test_an_operator_draining_a_node_under_a_running_job_changes_nothing(
@@ -196,13 +208,13 @@ def test_silence_after_a_lost_peer_waits_for_the_node_that_went_down(
     (hang,) = check_suspects(acting_cluster, lost_at + timedelta(seconds=11))
     assert hang.kind == AnomalyKind.HANG
     assert decide_pending(acting_cluster, lost_at + timedelta(seconds=11)) == 0
-    assert not Recommendation.objects.exists()
+    assert not job_recommendations().exists()
 
     down = NodeInfo("node002", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
     ended = job(nodes=NODES, state="NODE_FAIL", reason="NodeDown", end_time=timezone.now())
     poll_cluster(acting_cluster, Scripted([ended], healthy(down)))
 
-    recommendation = Recommendation.objects.get()
+    recommendation = job_recommendations().get()
     assert recommendation.action == RecommendationAction.RESTART_EXCLUDING
     assert recommendation.excluded_nodes == ["node002"]
     assert Anomaly.objects.get(pk=hang.pk).decided_at is not None
@@ -216,7 +228,7 @@ def test_a_symptom_is_decided_once_the_attempt_ends(acting_cluster: Cluster) -> 
     failed = job(nodes=NODES, state="FAILED", exit_code=1, end_time=timezone.now())
     poll_cluster(acting_cluster, Scripted([failed], healthy()))
 
-    recommendation = Recommendation.objects.get()
+    recommendation = job_recommendations().get()
     assert recommendation.action == RecommendationAction.RESTART
     # The logs explained the failure: no second anomaly for the bare FAILED state.
     assert Anomaly.objects.count() == 1
@@ -230,7 +242,7 @@ def test_a_symptom_is_decided_when_the_grace_period_runs_out(acting_cluster: Clu
     )
     assert decide_pending(acting_cluster, now + timedelta(seconds=29)) == 0
     assert decide_pending(acting_cluster, now + timedelta(seconds=31)) == 1
-    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+    assert job_recommendations().get().action == RecommendationAction.RESTART
 
 
 def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
@@ -244,7 +256,7 @@ def test_a_cause_is_decided_at_once_and_a_later_symptom_never_changes_it(
         workload, attempt, [symptom()], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
     )
     decide_pending(acting_cluster, now + timedelta(minutes=5))
-    recommendation = Recommendation.objects.get()
+    recommendation = job_recommendations().get()
     assert recommendation.excluded_nodes == ["node002"]
 
 
@@ -258,7 +270,7 @@ def test_a_bare_failed_state_is_an_anomaly_when_the_logs_said_nothing(
     anomaly = Anomaly.objects.get()
     assert anomaly.details["role"] == "wrapper"
     assert anomaly.details["source"] == "scheduler"
-    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+    assert job_recommendations().get().action == RecommendationAction.RESTART
 
 
 def test_node_fail_implicates_the_node_that_went_down(acting_cluster: Cluster) -> None:
@@ -268,7 +280,7 @@ def test_node_fail_implicates_the_node_that_went_down(acting_cluster: Cluster) -
     poll_cluster(acting_cluster, Scripted([ended], healthy(down)))
     implicated = {tuple(a.implicated_nodes) for a in Anomaly.objects.all()}
     assert implicated == {("node002",)}
-    assert Recommendation.objects.get().excluded_nodes == ["node002"]
+    assert job_recommendations().get().excluded_nodes == ["node002"]
 
 
 def progress(
@@ -317,7 +329,7 @@ def test_no_progress_past_the_policy_timeout_is_a_hang_dated_when_it_became_one(
     assert hang.kind == AnomalyKind.HANG
     assert abs((hang.evidence_at - (last + timedelta(seconds=60))).total_seconds()) < 1
     assert check_progress(workload, now + timedelta(seconds=5)) == []  # recorded once
-    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+    assert job_recommendations().get().action == RecommendationAction.RESTART
 
 
 @pytest.mark.parametrize("action", [StragglerAction.RECORD, StragglerAction.RESTART_EXCLUDING])
@@ -346,9 +358,9 @@ def test_a_node_slower_than_its_peers_is_a_straggler(action: str) -> None:
     assert straggler.kind == AnomalyKind.STRAGGLER
     assert straggler.implicated_nodes == ["node003"]
     if action == StragglerAction.RECORD:
-        assert not Recommendation.objects.exists()
+        assert not job_recommendations().exists()
     else:
-        assert Recommendation.objects.get().excluded_nodes == ["node003"]
+        assert job_recommendations().get().excluded_nodes == ["node003"]
 
 
 def test_a_node_behind_failures_of_several_workloads_is_flagged_suspect_once() -> None:
@@ -407,7 +419,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
 
     monkeypatch.undo()
     decide_pending(acting_cluster, now + timedelta(seconds=80))
-    assert Recommendation.objects.get().action == RecommendationAction.RESTART
+    assert job_recommendations().get().action == RecommendationAction.RESTART
 
 
 def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster: Cluster) -> None:
@@ -415,10 +427,10 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster: Clust
     now = timezone.now()
     first = app_exception("ValueError: bad batch")
     record_anomalies(workload, attempt, [first], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
-    Recommendation.objects.update(status="executed")
+    job_recommendations().update(status="executed")
     later = xid_79("node003")
     record_anomalies(workload, attempt, [later], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
-    assert Recommendation.objects.count() == 1
+    assert job_recommendations().count() == 1
     # ... but the node stays out of the next attempt's restart.
     Workload.objects.filter(pk=workload.pk).update(current_attempt=2, state=WorkloadState.RUNNING)
     second = AttemptFactory(workload=workload, number=2)
@@ -430,7 +442,7 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster: Clust
         read=DIED,
         source=EvidenceSource.JOB_OUTPUT,
     )
-    assert Recommendation.objects.latest("id").excluded_nodes == ["node003"]
+    assert job_recommendations().latest("id").excluded_nodes == ["node003"]
 
 
 def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
@@ -457,7 +469,7 @@ def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
     assert (anomaly.attribution, anomaly.implicated_nodes) == ("hardware", ["node002"])
     verdict = anomaly.verdicts.get()
     assert "xid-79" in verdict.detail["rule"]
-    assert Recommendation.objects.get().excluded_nodes == ["node002"]
+    assert job_recommendations().get().excluded_nodes == ["node002"]
 
 
 def test_an_application_exception_stays_the_applications_beside_an_xid(
@@ -515,7 +527,7 @@ def test_a_symptom_followed_by_more_training_is_no_failure(acting_cluster: Clust
     anomaly.refresh_from_db()
     assert anomaly.confirmation == Confirmation.SURVIVED
     assert anomaly.decided_at is not None
-    assert not Recommendation.objects.exists()
+    assert not job_recommendations().exists()
 
 
 def test_a_job_younger_than_the_straggler_window_is_not_judged_yet() -> None:

@@ -36,6 +36,7 @@ from recovery.models import (
     Node,
     Policy,
     Verdict,
+    Workflow,
 )
 from recovery.roles import ADMIN
 from tests.conftest import TEST_PASSWORD
@@ -95,6 +96,8 @@ def stored(make_user: Callable[..., User]) -> dict[str, Model]:
     )
     workload = recommendation.workload
     cluster = workload.cluster
+    workload.workflow = Workflow.objects.create(cluster=cluster, user="alice", name="pretrain")
+    workload.save()
     attempt = AttemptFactory(workload=workload)
     anomaly = AnomalyFactory(workload=workload, attempt=attempt)
     rows: list[Model] = [
@@ -103,6 +106,7 @@ def stored(make_user: Callable[..., User]) -> dict[str, Model]:
         cluster,
         Node.objects.create(cluster=cluster, name="gpu-002"),
         workload,
+        workload.workflow,
         attempt,
         anomaly,
         Verdict.objects.create(anomaly=anomaly, attribution="hardware", confidence=0.9),
@@ -132,6 +136,7 @@ def fill(name: str, route: str, stored: dict[str, Model]) -> dict[str, Any]:
     """Path parameters for the URL named ``name``, taken from the stored rows."""
     by_param = {
         "workload_id": stored["recovery_workload"].pk,
+        "workflow_id": stored["recovery_workflow"].pk,
         "recommendation_id": stored["recovery_recommendation"].pk,
         "event_id": stored["recovery_auditevent"].pk,
         "cluster_id": stored["recovery_cluster"].pk,
@@ -223,7 +228,7 @@ def test_an_account_without_a_role_is_refused_everywhere_and_changes_nothing(
     assert client.login(username=outsider.username, password=TEST_PASSWORD)
     tried = targets(stored)
     assert {t.area for t in tried} == {"console", "api", "admin"}
-    assert len([t for t in tried if t.area == "console"]) == 15
+    assert len([t for t in tried if t.area == "console"]) == 19
     before = everything_stored()
 
     problems = []

@@ -460,3 +460,31 @@ def test_healthy_output_has_no_failure_and_parses_as_progress_and_checkpoints(
         assert all(p.throughput and p.at for p in result.progress)
         assert result.checkpoints and all(c.step for c in result.checkpoints)
         assert any(c.completed for c in result.checkpoints)
+
+
+def test_recoverys_drain_and_resume_are_scheduler_commands_in_the_journal(tmp_path: Path) -> None:
+    cluster = SimulatedCluster(quiet_config(tmp_path, nodes=4, jobs=0), now=START)
+    reason = "workload-recovery: hardware: gpu_hardware (xid-79) on gpu-0002"
+    drained = cluster.drain("gpu-0002", reason, caller="controller")
+    assert drained.argv == (
+        "scontrol",
+        "update",
+        "NodeName=gpu-0002",
+        "State=DRAIN",
+        f"Reason={reason}",
+    )
+    node = {node.name: node for node in cluster.nodes()}["gpu-0002"]
+    assert node.drained and node.reason == reason
+    cluster.resume("gpu-0002", caller="controller")
+    assert not {node.name: node for node in cluster.nodes()}["gpu-0002"].drained
+    with pytest.raises(SchedulerError, match="Invalid node state transition"):
+        cluster.resume("gpu-0002")
+    with pytest.raises(SchedulerError, match="Invalid node name"):
+        cluster.drain("gpu-9999", reason)
+    assert [entry["argv"][3] for entry in cluster.commands] == [
+        "State=DRAIN",
+        "State=RESUME",
+        "State=RESUME",
+        "State=DRAIN",
+    ]
+    assert [entry["returncode"] for entry in cluster.commands] == [0, 0, 1, 1]

@@ -75,7 +75,7 @@ def seed_a100(b: Builder) -> None:
         name="llama-70b-pretrain",
         user="mchen",
         partition="gpu-long",
-        workflow_id="llama-70b-pretrain-v3",
+        workflow="llama-70b-pretrain-v3",
         submit_time=b.ago(hours=47, minutes=36),
         **observe,
     )
@@ -103,7 +103,7 @@ def seed_a100(b: Builder) -> None:
         name="llama-13b-math-cpt",
         user="jnovak",
         partition="gpu",
-        workflow_id="math-cpt-sweep-07",
+        workflow="math-cpt-sweep-07",
         submit_time=b.ago(hours=34, minutes=2),
         **observe,
     )
@@ -131,7 +131,7 @@ def seed_a100(b: Builder) -> None:
         name="llama-70b-pretrain",
         user="mchen",
         partition="gpu-long",
-        workflow_id="llama-70b-pretrain-v3",
+        workflow="llama-70b-pretrain-v3",
         submit_time=b.ago(hours=23, minutes=34),
         **observe,
     )
@@ -150,7 +150,7 @@ def seed_a100(b: Builder) -> None:
         name="mixtral-8x7b-sft",
         user="fsilva",
         partition="gpu",
-        workflow_id="mixtral-sft-r4",
+        workflow="mixtral-sft-r4",
         submit_time=b.ago(hours=14, minutes=2),
         **observe,
     )

@@ -49,6 +49,7 @@ from recovery.models import (
     Policy,
     Recommendation,
     Verdict,
+    Workflow,
     Workload,
 )
 from recovery.sources.schedulers.base import (
@@ -136,6 +137,10 @@ class Builder:
         with transaction.atomic():
             before = _counts(cluster)
             with story_clock(fields["submit_time"]):
+                if fields.get("workflow"):
+                    fields["workflow"], _ = Workflow.objects.get_or_create(
+                        cluster=cluster, user=fields["user"], name=fields["workflow"]
+                    )
                 workload = Workload.objects.create(
                     cluster=cluster,
                     job_id=job_id,

@@ -77,7 +77,7 @@ def seed_h100(b: Builder) -> None:
         name="llama-3.1-70b-cpt-code",
         user="mchen",
         partition="gpu",
-        workflow_id="llama31-70b-cpt-code",
+        workflow="llama31-70b-cpt-code",
         submit_time=b.ago(hours=30, minutes=5),
         **act,
     )

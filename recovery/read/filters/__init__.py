@@ -22,6 +22,8 @@ from recovery.read.filters.filtersets import (
     NodeFilterSet,
     RecommendationFilterSet,
     VerdictFilterSet,
+    WorkflowFilterSet,
+    WorkflowListFilterSet,
     WorkloadFilterSet,
 )
 
@@ -41,5 +43,7 @@ __all__ = [
     "NodeFilterSet",
     "RecommendationFilterSet",
     "VerdictFilterSet",
+    "WorkflowFilterSet",
+    "WorkflowListFilterSet",
     "WorkloadFilterSet",
 ]

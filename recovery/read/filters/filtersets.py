@@ -24,6 +24,9 @@ from django.utils import timezone
 
 from recovery.audit.trail import QUICK_RANGES, AuditFilters, WorkloadRef, audit_events
 from recovery.choices import (
+    DRAIN_REASON_PREFIX,
+    NODE_ACTIONS,
+    OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
     Attribution,
     AuditKind,
@@ -32,6 +35,7 @@ from recovery.choices import (
     Disposition,
     FailureCategory,
     NodeHealth,
+    RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
@@ -43,6 +47,7 @@ from recovery.models import (
     Node,
     Recommendation,
     Verdict,
+    Workflow,
     Workload,
 )
 from recovery.read.filters.fields import (
@@ -192,9 +197,22 @@ class WorkloadFilterSet(ListFilterSet):
     state: django_filters.Filter = EnumFilter(choices=WorkloadState.choices)
     user: django_filters.Filter = TextFilter(max_length=64)
     job_id: django_filters.Filter | None = TextFilter(max_length=64)
+    workflow: django_filters.Filter | None = IdFilter(
+        field_name="workflow_id", help_text="Workflow id."
+    )
 
     class Meta:
         model = Workload
+        fields: tuple[str, ...] = ()
+
+
+class WorkflowFilterSet(ListFilterSet):
+    cluster = _cluster_name("cluster__name")
+    user = TextFilter(max_length=64)
+    name = TextFilter(max_length=128)
+
+    class Meta:
+        model = Workflow
         fields: tuple[str, ...] = ()
 
 
@@ -242,6 +260,10 @@ class RecommendationFilterSet(ListFilterSet):
     unacknowledged: django_filters.Filter | None = FlagFilter(
         method="filter_unacknowledged",
         help_text="true: only abandoned actions no operator has acknowledged yet.",
+    )
+    action: django_filters.Filter | None = EnumFilter(choices=RecommendationAction.choices)
+    node: django_filters.Filter | None = PlainTextFilter(
+        field_name="node__name", strip=False, help_text="Drains and resumes of this node."
     )
     cluster: django_filters.Filter = _cluster_name("workload__cluster__name")
     workload = _workload()
@@ -319,6 +341,7 @@ class FleetFilterSet(WorkloadFilterSet):
     )
     user = ClippedTextFilter(max_length=64)
     job_id = None  # the search finds job ids
+    workflow = None  # a workflow's page lists its jobs
     q = ClippedTextFilter(max_length=200, method="filter_search")
     anomaly = TrimmedChoiceFilter(
         choices=ANOMALY_CHOICES,
@@ -367,6 +390,7 @@ NODE_FLAGS = [
     ("unhealthy", "Unhealthy"),
     ("implicated", "Implicated"),
     ("excluded", "Excluded now"),
+    ("drain", "Drained or to drain by recovery"),
 ]
 
 
@@ -383,6 +407,19 @@ class FlaggedNodeFilterSet(NodeFilterSet):
             "unhealthy": Q(health__in=[NodeHealth.UNHEALTHY, NodeHealth.SUSPECT]),
             "implicated": Q(times_implicated__gt=0),
             "excluded": Node.excluded_at(self.now),
+            "drain": (
+                Q(state_reason__startswith=DRAIN_REASON_PREFIX)
+                & (Q(scheduler_state__icontains="drain") | Q(scheduler_state__icontains="drng"))
+            )
+            | Q(
+                Exists(
+                    Recommendation.objects.filter(
+                        node=OuterRef("pk"),
+                        action__in=NODE_ACTIONS,
+                        status__in=OPEN_RECOMMENDATION_STATUSES,
+                    )
+                )
+            ),
         }
 
     def filter_flag(self, nodes: QuerySet[Node], name: str, flag: str) -> QuerySet[Node]:
@@ -411,6 +448,8 @@ class ApprovalQueueFilterSet(RecommendationFilterSet):
     status = None
     disposition = None
     unacknowledged = None
+    action = None
+    node = None
     cluster = ClusterFilter(
         field_name="workload__cluster",
         error_messages={
@@ -499,3 +538,16 @@ class AuditTrailFilterSet(AuditEventFilterSet):
             since=since,
             until=until,
         )
+
+
+class WorkflowListFilterSet(ListFilterSet):
+    """The workflows page: a cluster, a user, and a part of the name (``q``). A bad value is
+    ignored and named on the page."""
+
+    cluster = PlainTextFilter(field_name="cluster__name")
+    user = ClippedTextFilter(max_length=64)
+    q = ClippedTextFilter(max_length=128, field_name="name", lookup_expr="icontains")
+
+    class Meta:
+        model = Workflow
+        fields: tuple[str, ...] = ()

@@ -187,6 +187,33 @@ class SimulatedCluster(TrainingJobs):
                 job.eligible_time = self.now
         return ok_result(argv)
 
+    def drain(self, name: str, reason: str, *, caller: str = "") -> CommandResult:
+        """``scontrol update NodeName=... State=DRAIN Reason=...``: no new job starts there."""
+        argv = ("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
+        with self._receiving(argv, "", caller):
+            node = self._known_node(name, argv)
+            node.drain, node.reason = True, reason
+        return ok_result(argv)
+
+    def resume(self, name: str, *, caller: str = "") -> CommandResult:
+        """``scontrol update NodeName=... State=RESUME``: a drained node takes jobs again."""
+        argv = ("scontrol", "update", f"NodeName={name}", "State=RESUME")
+        with self._receiving(argv, "", caller):
+            node = self._known_node(name, argv)
+            if not node.drain and node.state != "DOWN":
+                self._refuse(argv, f"Invalid node state transition requested for node {name}")
+            node.drain, node.reason = False, ""
+            if node.state == "DOWN" and node.defect != "node_death":
+                node.state, node.not_responding = "IDLE", False
+        return ok_result(argv)
+
+    def _known_node(self, name: str, argv: tuple[str, ...]) -> SimNode:
+        node = self.nodes_by_name.get(name)
+        if node is None:
+            self._refuse(argv, f"Invalid node name specified: {name}")
+        assert node is not None
+        return node
+
     def repair_node(self, name: str) -> None:
         """An operator fixed the node: healthy, and back in service."""
         node = self.nodes_by_name[name]

@@ -62,6 +62,37 @@ class Command(StrEnum):
     HOLD = "hold"
     CANCEL = "cancel"
     DISABLE_REQUEUE = "disable_requeue"
+    # Node commands: ``planned_node_argv`` takes them.
+    DRAIN_NODE = "drain_node"
+    RESUME_NODE = "resume_node"
+
+
+# Every drain recovery asks for carries this reason prefix: it is how a drain is known to be
+# recovery's own (only those are resumed by it) and how the poller tells its own word from new
+# evidence about the node.
+DRAIN_REASON_PREFIX = "workload-recovery:"
+MAX_DRAIN_REASON_LENGTH = 200
+# Quotes and backslashes survive an argv but not every tool that shows the reason again.
+UNSAFE_IN_REASON = frozenset("\"'\\`")
+
+
+def drain_reason(verdict: str) -> str:
+    """Slurm's ``Reason=`` for a drain on ``verdict``: prefixed, one printable line, bounded.
+
+    The verdict is built from evidence text (an Xid message, a node's state reason); anything a
+    terminal or Slurm's state file would take badly is replaced, not passed on.
+    """
+    text = "".join(
+        " " if char in UNSAFE_IN_REASON or not char.isprintable() else char for char in verdict
+    )
+    text = " ".join(text.split())
+    if text.startswith(DRAIN_REASON_PREFIX):
+        text = text[len(DRAIN_REASON_PREFIX) :].strip()
+    return f"{DRAIN_REASON_PREFIX} {text}"[:MAX_DRAIN_REASON_LENGTH].rstrip()
+
+
+def is_recovery_drain(reason: str) -> bool:
+    return reason.strip().startswith(DRAIN_REASON_PREFIX)
 
 
 def _listed_order(name: str) -> tuple[str, int]:
@@ -202,8 +233,16 @@ class NodeInfo:
     @property
     def unavailable(self) -> bool:
         """Down, drained or failing: no new work lands here."""
-        markers = {self.state.upper(), *(flag.upper() for flag in self.flags)}
-        return bool(markers & {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"})
+        return bool(self._markers & {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"})
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: the scheduler starts no new job here until it is resumed."""
+        return bool(self._markers & {"DRAIN", "DRAINED", "DRAINING"})
+
+    @property
+    def _markers(self) -> set[str]:
+        return {self.state.upper(), *(flag.upper() for flag in self.flags)}
 
 
 class SchedulerAdapter(abc.ABC):
@@ -223,6 +262,43 @@ class SchedulerAdapter(abc.ABC):
 
     @abc.abstractmethod
     def list_nodes(self) -> list[NodeInfo]: ...
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        """The node as the scheduler reports it now, or None when it does not know it.
+
+        Raises ``SchedulerError`` when the nodes cannot be read: unknown, not absent.
+        """
+        name = validate_node_names([name])[0]
+        return next((node for node in self.list_nodes() if node.name == name), None)
+
+    def drain_node(self, name: str, reason: str) -> CommandResult:
+        """Drain ``name`` with ``reason``: running jobs finish, no new one starts there."""
+        return self._unsupported(self.planned_node_argv(Command.DRAIN_NODE, name, reason))
+
+    def resume_node(self, name: str) -> CommandResult:
+        """Return a drained ``name`` to service."""
+        return self._unsupported(self.planned_node_argv(Command.RESUME_NODE, name))
+
+    @staticmethod
+    def _unsupported(argv: tuple[str, ...]) -> CommandResult:
+        result = CommandResult(argv, 1, "", "this scheduler adapter cannot change nodes\n")
+        raise SchedulerError(result.describe(), result)
+
+    def planned_node_argv(self, command: Command, name: str, reason: str = "") -> tuple[str, ...]:
+        """The exact command line of a node command, known before it runs (as ``planned_argv``).
+
+        Raises ``InvalidIdentifier`` for a node name no command may carry, ``ValueError`` for
+        a drain without recovery's reason.
+        """
+        name = validate_node_names([name])[0]
+        match command:
+            case Command.DRAIN_NODE:
+                if not is_recovery_drain(reason) or reason != drain_reason(reason):
+                    raise ValueError(f"not a drain reason recovery writes: {reason[:80]!r}")
+                return ("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
+            case Command.RESUME_NODE:
+                return ("scontrol", "update", f"NodeName={name}", "State=RESUME")
+        raise AssertionError(f"no node command line for {command!r}")
 
     @abc.abstractmethod
     def requeue(self, job_id: str, *, hold: bool = False) -> CommandResult: ...

@@ -35,6 +35,8 @@ COMMENT_KEYS = ("nvidia-recovery", "recovery")
 MAX_COMMENT_LENGTH = 4096
 # Environment names are DNS-label sized so they fit in metric labels and host-style names.
 MAX_ENVIRONMENT_LENGTH = 63
+# Workflow names follow the same rules, longer: they often carry a run's version and date.
+MAX_WORKFLOW_LENGTH = 128
 
 # What Slurm shows for a job without a comment.
 _NO_COMMENT = frozenset({"", "(null)"})
@@ -50,6 +52,11 @@ class OptIn:
     # The raw object under the key, unknown keys included; excluded from hashing as it is a dict.
     settings: dict[str, Any] = field(default_factory=dict, hash=False)
     reason: str = ""
+    # The workflow the job's owner put it in: with the owner's other jobs of that name on the
+    # cluster it shares one retry budget and one set of excluded nodes. "" for none.
+    workflow: str = ""
+    # Why a ``workflow`` key was not taken; the job stays opted in, in no workflow.
+    workflow_ignored: str = ""
 
     @property
     def summary(self) -> str:
@@ -132,6 +139,29 @@ def parse_job_comment(comment: str | None) -> OptIn:
     problem = name_problem(environment, max_length=MAX_ENVIRONMENT_LENGTH) if environment else None
     if problem is not None:
         return _not_opted_in(f"environment {shown(environment)} {problem}")
+    workflow, workflow_ignored = _workflow_of(settings)
     return OptIn(
-        opted_in=True, environment=environment, mode=OptInMode(mode), settings=dict(settings)
+        opted_in=True,
+        environment=environment,
+        mode=OptInMode(mode),
+        settings=dict(settings),
+        workflow=workflow,
+        workflow_ignored=workflow_ignored,
     )
+
+
+def _workflow_of(settings: dict[str, Any]) -> tuple[str, str]:
+    """The workflow the settings name, and why a ``workflow`` key was ignored.
+
+    A bad workflow name costs the job its workflow, not its opt-in: it is still restarted, with
+    a budget of its own, and the Console says why the name was not taken.
+    """
+    if "workflow" not in settings:
+        return "", ""
+    workflow = settings["workflow"]
+    if not isinstance(workflow, str):
+        return "", f"workflow must be a string, got {_json_type(workflow)}"
+    problem = name_problem(workflow, max_length=MAX_WORKFLOW_LENGTH)
+    if problem is not None:
+        return "", f"workflow {shown(workflow)} {problem}"
+    return workflow, ""

@@ -335,6 +335,12 @@ class SlurmAdapter(SchedulerAdapter):
     def disable_requeue(self, job_id: str) -> CommandResult:
         return self._run_planned(Command.DISABLE_REQUEUE, job_id)
 
+    def drain_node(self, name: str, reason: str) -> CommandResult:
+        return self._run(list(self.planned_node_argv(Command.DRAIN_NODE, name, reason)))
+
+    def resume_node(self, name: str) -> CommandResult:
+        return self._run(list(self.planned_node_argv(Command.RESUME_NODE, name)))
+
     def excluded_nodes_value(self, nodes: Sequence[str]) -> str:
         """Slurm's compressed hostlist (``gpu-[001-004]``): short on any cluster's scale."""
         return compress_nodelist(validate_node_names(nodes)) if nodes else ""

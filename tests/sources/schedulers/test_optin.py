@@ -334,6 +334,9 @@ def assert_well_formed(result: OptIn) -> None:
         assert result.reason
         assert "\n" not in result.reason
         assert len(result.reason) < 200
+    assert not (result.workflow and result.workflow_ignored)
+    assert "\n" not in result.workflow_ignored
+    assert len(result.workflow_ignored) < 200
 
 
 def test_it_never_raises_on_random_text() -> None:
@@ -381,3 +384,35 @@ def test_it_never_raises_on_every_prefix_of_a_valid_comment() -> None:
 @pytest.mark.parametrize("value", [12, 1.5, ["x"], {"nvidia-recovery": {}}, object()])
 def test_it_never_raises_on_values_that_are_not_text(value: object) -> None:
     assert_well_formed(parse_job_comment(value))  # type: ignore[arg-type]
+
+
+def test_a_workflow_key_names_the_jobs_workflow() -> None:
+    result = parse_job_comment('{"nvidia-recovery":{"mode":"act","workflow":"llama-70b.v3"}}')
+    assert result.opted_in
+    assert (result.workflow, result.workflow_ignored) == ("llama-70b.v3", "")
+
+
+def test_a_comment_without_a_workflow_key_names_none() -> None:
+    result = parse_job_comment(LAB_COMMENT)
+    assert (result.workflow, result.workflow_ignored) == ("", "")
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('"-rf"', "workflow '-rf' starts with '-'"),
+        ('"a b"', "workflow 'a b' contains ' '"),
+        ('"a,b"', "one name is expected, not a list"),
+        ('""', "workflow '' is empty"),
+        ('"' + "w" * 129 + '"', "is longer than 128 characters"),
+        ("7", "workflow must be a string, got a number"),
+        ("null", "workflow must be a string, got null"),
+    ],
+)
+def test_a_bad_workflow_is_ignored_with_its_reason_and_the_job_stays_opted_in(
+    value: str, why: str
+) -> None:
+    result = parse_job_comment('{"recovery":{"mode":"act","workflow":' + value + "}}")
+    assert result.opted_in
+    assert result.workflow == ""
+    assert why in result.workflow_ignored

@@ -1,0 +1,300 @@
+"""Drains: a node that a site fact blames on hardware is taken out of service, once.
+
+A drain is a recommendation like a restart, carried out by the Advisor Controller on the same
+claim, write-ahead dispatch, verify and report path (``scontrol update NodeName=...
+State=DRAIN Reason="workload-recovery: <verdict>"``). It differs in three ways:
+
+* Only evidence the job's user does not control leads to one: the node's kernel log, DCGM,
+  the scheduler's own node state. What a job printed may restart that job; it never takes a
+  node away from every other user.
+* It waits for an operator's approval by default, even in action mode; a cluster's
+  ``drain_automatically`` lets it run on its own where the cluster acts automatically.
+* Recovery never has more of a cluster drained than the policy's blast radius: a drain over
+  it is withheld (``drain_withheld``) and an approval over it is refused.
+
+Resuming is a person's decision: the Nodes page's button records a resume, approved by the
+person who pressed it, that the controller carries out only on recovery's own drains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recovery.audit.actors import Actor
+from recovery.audit.record import record_event
+from recovery.choices import (
+    DRAIN_REASON_PREFIX,
+    OPEN_RECOMMENDATION_STATUSES,
+    AnomalyKind,
+    Attribution,
+    AuditKind,
+    EvidenceTrust,
+    RecommendationAction,
+    RecommendationStatus,
+    Severity,
+)
+from recovery.loop.policy import policy_for
+from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation
+from recovery.sources.schedulers.base import drain_reason
+
+# A drain reported done shows in the scheduler's node state from the next poll on; until then
+# the recommendation itself says the node is drained.
+SYNC_LAG = timedelta(minutes=10)
+# One anomaly names at most this many nodes to drain: a finding implicating more is not about
+# one bad node, and is left to a person.
+MAX_DRAINS_PER_ANOMALY = 8
+DONE = (RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED)
+
+
+def drain_worthy(anomaly: Anomaly) -> bool:
+    """A crash that a site fact attributes to the node's hardware."""
+    return (
+        anomaly.evidence_trust == EvidenceTrust.SITE
+        and anomaly.attribution == Attribution.HARDWARE
+        and anomaly.kind == AnomalyKind.CRASH
+        and anomaly.severity != Severity.WARNING
+        and anomaly.provider_due_at is None
+        and bool(anomaly.implicated_nodes)
+    )
+
+
+def propose_drains(anomaly: Anomaly, now: datetime | None = None) -> list[Recommendation]:
+    """Recommend draining the nodes ``anomaly`` blames, where nothing has done it already."""
+    if not drain_worthy(anomaly):
+        return []
+    nodes = sorted({str(name) for name in anomaly.implicated_nodes})
+    if len(nodes) > MAX_DRAINS_PER_ANOMALY:
+        return []
+    now = now or timezone.now()
+    policy = policy_for(anomaly.workload)
+    made = []
+    for name in nodes:
+        recommendation = _propose_drain(anomaly, name, policy, now)
+        if recommendation is not None:
+            made.append(recommendation)
+    return made
+
+
+def _propose_drain(
+    anomaly: Anomaly, name: str, policy: Policy, now: datetime
+) -> Recommendation | None:
+    workload = anomaly.workload
+    cluster = workload.cluster
+    node = Node.objects.filter(cluster=cluster, name=name).first()
+    if node is None or _handled_already(node, policy, now):
+        return None
+    over = over_drain_radius(cluster, node.name, policy, now)
+    if over:
+        _record_withheld(anomaly, node, over, now)
+        return None
+    automatic = cluster.acts_automatically and cluster.drain_automatically
+    source = anomaly.get_evidence_source_display() or "a site fact"
+    what = anomaly.signature or anomaly.category or "hardware fault"
+    verdict = f"hardware: {anomaly.category or 'unknown'} ({what}) on {name}, from {source}"
+    try:
+        with transaction.atomic():
+            recommendation = Recommendation.objects.create(
+                workload=workload,
+                anomaly=anomaly,
+                node=node,
+                action=RecommendationAction.DRAIN,
+                reason=drain_reason(verdict),
+                status=(
+                    RecommendationStatus.READY
+                    if automatic
+                    else RecommendationStatus.AWAITING_APPROVAL
+                ),
+                decided_by=Actor.POLICY,
+                idempotency_key=f"drain:{cluster.pk}:{node.pk}:{anomaly.pk}",
+                expires_at=now + timedelta(minutes=policy.recommendation_ttl_minutes),
+            )
+            record_event(
+                cluster=cluster,
+                workload=workload,
+                attempt=anomaly.attempt.number if anomaly.attempt else None,
+                kind=AuditKind.RECOMMENDED,
+                actor=Actor.POLICY,
+                payload={
+                    "recommendation": recommendation.pk,
+                    "anomaly": anomaly.pk,
+                    "action": RecommendationAction.DRAIN,
+                    "excluded_nodes": [],
+                    "exclusion_sources": {},
+                    "node": node.name,
+                    "reason": recommendation.reason,
+                    "evidence_source": anomaly.evidence_source,
+                    "policy": policy.name,
+                    "mode": cluster.mode,
+                    "job_mode": workload.opt_in_mode,
+                    "drain_automatically": cluster.drain_automatically,
+                    "would_have_done": not automatic,
+                },
+            )
+    except IntegrityError:
+        return None  # the same anomaly's drain, recorded by another worker meanwhile
+    return recommendation
+
+
+def _handled_already(node: Node, policy: Policy, now: datetime) -> bool:
+    """Drained, about to be, or an operator said no to draining it lately."""
+    if node.drained:
+        return True
+    drains = Recommendation.objects.filter(node=node, action=RecommendationAction.DRAIN)
+    return drains.filter(
+        Q(status__in=OPEN_RECOMMENDATION_STATUSES)
+        | Q(status__in=DONE, updated_at__gte=now - SYNC_LAG)
+        | Q(
+            status=RecommendationStatus.REJECTED,
+            updated_at__gte=now - timedelta(hours=policy.exclusion_hours),
+        )
+    ).exists()
+
+
+def drained_by_recovery(cluster: Cluster, now: datetime) -> set[str]:
+    """The cluster's nodes recovery has drained or is about to: its own drain reason in the
+    scheduler's node state, or a drain approved, claimed, or done too recently to show."""
+    names = {
+        node.name
+        for node in Node.objects.filter(
+            cluster=cluster, state_reason__startswith=DRAIN_REASON_PREFIX
+        ).only("name", "scheduler_state", "state_reason")
+        if node.drained_by_recovery
+    }
+    names.update(
+        Recommendation.objects.filter(
+            workload__cluster=cluster, action=RecommendationAction.DRAIN, node__isnull=False
+        )
+        .filter(
+            Q(status__in=[RecommendationStatus.READY, RecommendationStatus.CLAIMED])
+            | Q(status__in=DONE, updated_at__gte=now - SYNC_LAG)
+        )
+        .values_list("node__name", flat=True)
+    )
+    return names
+
+
+def over_drain_radius(cluster: Cluster, adding: str, policy: Policy, now: datetime) -> str:
+    """Why draining ``adding`` too would take more of the cluster than the policy allows, or ""."""
+    total = Node.objects.filter(cluster=cluster).count()
+    drained = drained_by_recovery(cluster, now) | {adding}
+    if not total or len(drained) * 100 <= policy.blast_radius_percent * total:
+        return ""
+    return (
+        f"draining {adding} would leave {len(drained)} of {total} nodes drained by recovery, "
+        f"over the policy's blast radius of {policy.blast_radius_percent} %"
+    )
+
+
+def _record_withheld(anomaly: Anomaly, node: Node, why: str, now: datetime) -> None:
+    """Once per node and blast-radius window: the trail says a drain was due and not asked."""
+    policy = policy_for(anomaly.workload)
+    cluster = anomaly.workload.cluster
+    since = now - timedelta(minutes=policy.blast_radius_window_minutes)
+    withheld = AuditEvent.objects.filter(
+        cluster=cluster, kind=AuditKind.DRAIN_WITHHELD, occurred_at__gte=since
+    )
+    if withheld.filter(payload__node=node.name).exists():
+        return
+    record_event(
+        cluster=cluster,
+        workload=anomaly.workload,
+        attempt=anomaly.attempt.number if anomaly.attempt else None,
+        kind=AuditKind.DRAIN_WITHHELD,
+        actor=Actor.POLICY,
+        payload={"anomaly": anomaly.pk, "node": node.name, "reason": why},
+    )
+
+
+def approval_problem(recommendation: Recommendation) -> str:
+    """Why an operator may not approve this drain now, or ""."""
+    if recommendation.action != RecommendationAction.DRAIN or recommendation.node is None:
+        return ""
+    policy = policy_for(recommendation.workload)
+    return over_drain_radius(
+        recommendation.workload.cluster, recommendation.node.name, policy, timezone.now()
+    )
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    recommendation: Recommendation | None
+    changed: bool
+    message: str
+
+
+def request_resume(node_id: int, *, operator: str, note: str = "") -> ResumeRequest:
+    """An operator asks the controller to resume a node recovery drained; approved as asked.
+
+    Only a node whose synced state shows recovery's own drain; asking again while a resume is
+    under way changes nothing.
+    """
+    note = note.strip()[:2000]
+    now = timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().select_related("cluster").get(pk=node_id)
+        if not node.drained:
+            return ResumeRequest(None, False, f"{node.name} is not drained in the scheduler.")
+        if not node.drained_by_recovery:
+            return ResumeRequest(
+                None,
+                False,
+                f"{node.name} was drained by someone else ({node.state_reason or 'no reason'}): "
+                "resume it in the scheduler.",
+            )
+        under_way = Recommendation.objects.filter(
+            node=node, action=RecommendationAction.RESUME, status__in=OPEN_RECOMMENDATION_STATUSES
+        ).first()
+        if under_way is not None:
+            return ResumeRequest(under_way, False, f"A resume of {node.name} is already under way.")
+        drain = (
+            Recommendation.objects.filter(node=node, action=RecommendationAction.DRAIN)
+            .select_related("workload__cluster")
+            .order_by("-created_at", "-id")
+            .first()
+        )
+        if drain is None:
+            return ResumeRequest(
+                None,
+                False,
+                f"Recovery has no record of draining {node.name}: resume it in the scheduler.",
+            )
+        policy = policy_for(drain.workload)
+        version = Recommendation.objects.filter(
+            node=node, action=RecommendationAction.RESUME
+        ).count()
+        reason = f"{operator} resumes {node.name}" + (f": {note}" if note else "")
+        recommendation = Recommendation.objects.create(
+            workload=drain.workload,
+            node=node,
+            action=RecommendationAction.RESUME,
+            reason=reason[:2000],
+            status=RecommendationStatus.READY,
+            decided_by=operator,
+            approved_by=operator,
+            decided_at=now,
+            decision_note=note,
+            idempotency_key=f"resume:{node.cluster_id}:{node.pk}:{version + 1}",
+            expires_at=now + timedelta(minutes=policy.recommendation_ttl_minutes),
+        )
+        record_event(
+            cluster=node.cluster,
+            workload=drain.workload,
+            kind=AuditKind.APPROVED,
+            actor=operator,
+            payload={
+                "recommendation": recommendation.pk,
+                "action": RecommendationAction.RESUME,
+                "excluded_nodes": [],
+                "node": node.name,
+                "drained_with": node.state_reason,
+                "note": note,
+            },
+        )
+    return ResumeRequest(
+        recommendation, True, f"Resume of {node.name} sent to the cluster's controller."
+    )

@@ -1,0 +1,260 @@
+"""Drains and resumes on the real Slurm clusters, through the real Advisor API over HTTP.
+
+A node a site fact blames on hardware is recommended for a drain; approved, the controller
+drains it once; asked again, nothing more reaches Slurm. A resume undoes only recovery's own
+drain. Every node is resumed when a test ends, whatever it left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from recovery.choices import (
+    AuditKind,
+    ClusterMode,
+    EvidenceSource,
+    RecommendationAction,
+    RecommendationStatus,
+    WorkloadState,
+)
+from recovery.controller.client import AdvisorClient
+from recovery.controller.controller import AdvisorController
+from recovery.detection.findings import Finding
+from recovery.loop import recommendations
+from recovery.loop.anomalies import record_anomalies
+from recovery.loop.drains import request_resume
+from recovery.loop.poll import poll_cluster
+from recovery.models import (
+    Attempt,
+    AuditEvent,
+    Cluster,
+    ControllerToken,
+    Node,
+    Policy,
+    Recommendation,
+    Workload,
+)
+from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX, NodeInfo
+from recovery.sources.schedulers.slurm import SlurmAdapter
+from tests.slurm.conftest import SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True, reset_sequences=True)]
+
+NODE = "node003"
+
+
+@pytest.fixture
+def adapter(slurm_cluster: SlurmCluster) -> Iterator[SlurmAdapter]:
+    adapter = slurm_cluster.adapter()
+    yield adapter
+    for name in slurm_cluster.nodes:
+        slurm_cluster.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+    close = getattr(adapter.transport, "close", None)
+    if close is not None:
+        close()
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster, adapter: SlurmAdapter) -> Cluster:
+    connection, settings = slurm_cluster.connection()
+    cluster = Cluster.objects.create(
+        name="lab",
+        connection=connection,
+        connection_settings=settings,
+        mode=ClusterMode.ACTION,
+        acknowledge_scheduler_actions=True,
+    )
+    # A quarter of this four-node cluster is one node: the default 10 % would withhold every drain.
+    Policy.objects.create(name="lab", cluster=cluster, blast_radius_percent=25)
+    poll_cluster(cluster, adapter)  # the nodes, as Slurm lists them
+    return cluster
+
+
+@pytest.fixture
+def controller(live_server: Any, cluster: Cluster, adapter: SlurmAdapter) -> AdvisorController:
+    _, key = ControllerToken.issue(cluster, "slurm-advisor-1")
+    return AdvisorController(
+        AdvisorClient(live_server.url, key), adapter, settle_seconds=30, poll_seconds=0.2
+    )
+
+
+def xid_79_in_kernel_log(cluster: Cluster) -> Recommendation:
+    """A job on ``NODE`` whose node's kernel log shows Xid 79: the drain it leads to."""
+    workload = Workload.objects.create(
+        cluster=cluster,
+        job_id="990001",
+        submit_time=timezone.now(),
+        user="alice",
+        partition="debug",
+        opted_in=True,
+        current_attempt=1,
+    )
+    attempt = Attempt.objects.create(workload=workload, number=1, nodes=[NODE])
+    finding = Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        nodes=[NODE],
+        detail={"role": "cause", "xid": 79},
+    )
+    record_anomalies(
+        workload,
+        attempt,
+        [finding],
+        timezone.now(),
+        scope=f"kernel:{NODE}",
+        source=EvidenceSource.KERNEL_LOG,
+    )
+    return Recommendation.objects.get(action=RecommendationAction.DRAIN)
+
+
+def slurm_node(adapter: SlurmAdapter, name: str = NODE) -> NodeInfo:
+    node = adapter.get_node(name)
+    assert node is not None
+    return node
+
+
+def poll_until_running(cluster: Cluster, job_id: str) -> Workload:
+    deadline = time.monotonic() + 60
+    while True:
+        poll_cluster(cluster)
+        workload = Workload.objects.filter(cluster=cluster, job_id=job_id).first()
+        if workload is not None and workload.state == WorkloadState.RUNNING:
+            return workload
+        assert time.monotonic() < deadline, f"never running: {workload and workload.state}"
+        time.sleep(0.3)
+
+
+def node_commands() -> list[list[str]]:
+    return [
+        event.payload["argv"]
+        for event in AuditEvent.objects.filter(kind=AuditKind.DISPATCHED).order_by("pk")
+        if any(arg.startswith("NodeName=") for arg in event.payload["argv"])
+    ]
+
+
+def test_an_xid_in_a_kernel_log_leads_to_one_drain_once_approved(
+    controller: AdvisorController,
+    cluster: Cluster,
+    adapter: SlurmAdapter,
+    submit_job: Any,
+    tmp_path: Path,
+) -> None:
+    """
+    GIVEN an acknowledged action-mode cluster whose nodes' kernel logs are read, a job running
+    WHEN Xid 79 appears in the kernel log of the job's node, and the drain it leads to is
+         approved twice with the controller running after each approval
+    THEN the drain waits for the approval, Slurm drains the node once with recovery's reason,
+         and nothing else reaches Slurm; the poller does not take its own drain for new evidence
+    """
+    cluster.connection_settings = {
+        **cluster.connection_settings,
+        "node_kernel_log": str(tmp_path / "kern-{node}.log"),
+    }
+    cluster.save()
+    submitted = submit_job({"STEP_SECONDS": "0.2", "TOTAL_STEPS": "1000"})
+    workload = poll_until_running(cluster, str(submitted.job_id))
+    (node,) = Attempt.objects.get(workload=workload, number=1).nodes
+    (tmp_path / f"kern-{node}.log").write_text(
+        f"Nov 29 10:00:00 {node} kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, "
+        "GPU has fallen off the bus.\n"
+    )
+    poll_cluster(cluster)
+    drain = Recommendation.objects.get(action=RecommendationAction.DRAIN)
+    assert drain.node is not None and drain.node.name == node
+    assert drain.status == RecommendationStatus.AWAITING_APPROVAL
+    assert [outcome for _, outcome in controller.run_once()] in ([], ["executed"])  # the restart
+    assert not slurm_node(adapter, node).drained  # nothing acts on a drain nobody approved
+
+    assert recommendations.approve(drain.pk, operator="ops").changed
+    assert controller.run_once() == [(drain.pk, "executed")]
+    drained = slurm_node(adapter, node)
+    assert drained.drained
+    assert drained.reason == drain.reason
+    assert drained.reason.startswith(f"{DRAIN_REASON_PREFIX} hardware: gpu_hardware")
+
+    assert not recommendations.approve(drain.pk, operator="ops").changed
+    assert controller.run_once() == []
+    drain.refresh_from_db()
+    assert drain.status == RecommendationStatus.EXECUTED
+    assert drain.result["converged"] is True
+    assert node_commands() == [
+        ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={drained.reason}"]
+    ]
+
+    poll_cluster(cluster)
+    assert Node.objects.get(cluster=cluster, name=node).drained_by_recovery
+    assert Recommendation.objects.filter(action=RecommendationAction.DRAIN).count() == 1
+
+
+def test_a_second_drain_of_a_drained_node_is_skipped_and_a_resume_undoes_it(
+    controller: AdvisorController, cluster: Cluster, adapter: SlurmAdapter
+) -> None:
+    """
+    GIVEN a node recovery drained
+    WHEN another drain of it is carried out, then an operator resumes it, twice
+    THEN the drain is skipped without a command, and one resume returns the node to service
+    """
+    drain = xid_79_in_kernel_log(cluster)
+    recommendations.approve(drain.pk, operator="ops")
+    assert controller.run_once() == [(drain.pk, "executed")]
+
+    again = Recommendation.objects.create(
+        workload=drain.workload,
+        node=drain.node,
+        action=RecommendationAction.DRAIN,
+        reason=drain.reason,
+        status=RecommendationStatus.READY,
+        idempotency_key="test:drain-again",
+    )
+    assert controller.run_once() == [(again.pk, "skipped")]
+    assert len(node_commands()) == 1
+
+    poll_cluster(cluster, adapter)
+    node = Node.objects.get(name=NODE)
+    asked = request_resume(node.pk, operator="ops", note="GPU reseated")
+    assert asked.changed and asked.recommendation is not None
+    assert not request_resume(node.pk, operator="ops").changed  # one resume under way
+    assert controller.run_once() == [(asked.recommendation.pk, "executed")]
+    assert not slurm_node(adapter).drained
+    assert node_commands()[-1] == ["scontrol", "update", f"NodeName={NODE}", "State=RESUME"]
+    assert len(node_commands()) == 2
+
+
+def test_a_node_an_administrator_drained_is_never_resumed_by_recovery(
+    controller: AdvisorController,
+    cluster: Cluster,
+    adapter: SlurmAdapter,
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """
+    GIVEN a node an administrator drained for maintenance, after one of recovery's drains
+    WHEN a resume of it reaches the controller
+    THEN nothing runs: the resume fails, saying whose drain it is
+    """
+    drain = xid_79_in_kernel_log(cluster)
+    recommendations.approve(drain.pk, operator="ops")
+    controller.run_once()
+    poll_cluster(cluster, adapter)
+    asked = request_resume(Node.objects.get(name=NODE).pk, operator="ops")
+    assert asked.recommendation is not None
+    admin = slurm_cluster.run(
+        ["scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=admin: swap PSU"]
+    )
+    assert admin.returncode == 0, admin.stderr
+
+    assert controller.run_once() == [(asked.recommendation.pk, "failed")]
+    node = slurm_node(adapter)
+    assert node.drained and node.reason == "admin: swap PSU"
+    asked.recommendation.refresh_from_db()
+    assert "drained by someone else" in asked.recommendation.disposition_reason
+    assert len(node_commands()) == 1  # the drain; no resume ran
