@@ -173,18 +173,7 @@ def timeline_figure(data: TimelineData) -> go.Figure:
             margin={"l": 130, "r": 16, "t": 24, "b": 40},
         )
     )
-    if notes:
-        figure.add_annotation(
-            text="; ".join(notes),
-            xref="paper",
-            yref="paper",
-            x=1,
-            y=0,
-            xanchor="right",
-            yanchor="bottom",
-            showarrow=False,
-            font={"size": 11},
-        )
+    annotate_notes(figure, notes)
     figure.update_xaxes(type="date")
     figure.update_yaxes(
         type="category",
@@ -203,7 +192,24 @@ def _attempt_row(number: int) -> str:
     return f"Attempt {number}"
 
 
-def _plot_time(moment: datetime) -> str:
+def annotate_notes(figure: go.Figure, notes: list[str]) -> None:
+    """What the figure leaves out (rows, points), in small print at its bottom right."""
+    if not notes:
+        return
+    figure.add_annotation(
+        text="; ".join(notes),
+        xref="paper",
+        yref="paper",
+        x=1,
+        y=0,
+        xanchor="right",
+        yanchor="bottom",
+        showarrow=False,
+        font={"size": 11},
+    )
+
+
+def plot_time(moment: datetime) -> str:
     """A time as plotly reads it: wall-clock time in the Console's time zone, no offset.
 
     plotly.js does not understand UTC offsets; the page shows times in the current zone too.
@@ -289,7 +295,7 @@ def _attempt_bars(data: TimelineData) -> list[go.Bar]:
             assert attempt.started_at is not None
             end = attempt.ended_at or data.now
             seconds = max((end - attempt.started_at).total_seconds(), 0.0)
-            bases.append(_plot_time(attempt.started_at))
+            bases.append(plot_time(attempt.started_at))
             widths.append(seconds * 1000)
             rows.append(_attempt_row(attempt.number))
             labels.append(_esc(short_nodes(attempt.nodes)))
@@ -377,7 +383,7 @@ def _anomaly_trace(
         name=f"Anomaly: {label}" + (f" · {look.name}" if look is not None else ""),
         legendgroup="anomalies",
         mode="markers",
-        x=[_plot_time(a.detected_at) for _, a in found],
+        x=[plot_time(a.detected_at) for _, a in found],
         y=[row for row, _ in found],
         marker={
             "color": colour,
@@ -443,7 +449,7 @@ def _decision_markers(data: TimelineData) -> list[go.Scatter]:
                 name="Recommendation",
                 legendgroup="decisions",
                 mode="markers",
-                x=[_plot_time(r.created_at) for r in recommendations],
+                x=[plot_time(r.created_at) for r in recommendations],
                 y=[DECISIONS_ROW] * len(recommendations),
                 marker={"symbol": symbol, "color": colour, "size": 14},
                 hovertext=[_recommendation_hover(r) for r in recommendations],
@@ -462,7 +468,7 @@ def _decision_markers(data: TimelineData) -> list[go.Scatter]:
                 name=_AUDIT_LABELS.get(kind, kind),
                 legendgroup="decisions",
                 mode="markers",
-                x=[_plot_time(e.occurred_at) for e in events],
+                x=[plot_time(e.occurred_at) for e in events],
                 y=[DECISIONS_ROW] * len(events),
                 marker={"symbol": symbol, "color": colour, "size": 12, "line": {"width": 2}},
                 hovertext=[_event_hover(e) for e in events],
@@ -533,7 +539,7 @@ def _progress_lines(points: Sequence[ProgressPoint]) -> list[go.Scatter]:
                 showlegend=index == 0,
                 mode="lines",
                 line={"color": PROGRESS_COLOUR, "width": 2},
-                x=[_plot_time(p.at) for p in line],
+                x=[plot_time(p.at) for p in line],
                 y=[p.step for p in line],
                 hovertext=[
                     f"Step {p.step} · {label}<br>{_shown_time(p.at)}"
@@ -568,7 +574,7 @@ def _checkpoint_markers(data: TimelineData, points: Sequence[ProgressPoint]) -> 
                 name=name,
                 legendgroup="progress",
                 mode="markers",
-                x=[_plot_time(e.occurred_at) for e in events],
+                x=[plot_time(e.occurred_at) for e in events],
                 y=steps,
                 marker={"symbol": symbol, "color": colour, "size": 10},
                 hovertext=[
@@ -630,8 +636,8 @@ def _failure_costs(
                         show=not lost_shown,
                     ),
                     (
-                        _plot_time(failure.last_checkpoint_at),
-                        _plot_time(failure.at),
+                        plot_time(failure.last_checkpoint_at),
+                        plot_time(failure.at),
                         WORK_LOST_FILL,
                     ),
                 )
@@ -664,7 +670,7 @@ def _failure_costs(
                         DOWNTIME_FILL,
                         show=not down_shown,
                     ),
-                    (_plot_time(failure.at), _plot_time(back_at), DOWNTIME_FILL),
+                    (plot_time(failure.at), plot_time(back_at), DOWNTIME_FILL),
                 )
             )
             down_shown = True
@@ -681,7 +687,7 @@ def _span(
     *,
     show: bool,
 ) -> go.Scatter:
-    x0, x1 = _plot_time(start), _plot_time(end)
+    x0, x1 = plot_time(start), plot_time(end)
     return go.Scatter(
         name=name,
         legendgroup=name,

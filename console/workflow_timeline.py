@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
-from datetime import datetime
 
 import plotly.graph_objects as go
 
 from console.charts import base_layout, colour_for_category
-from console.timeline import ANOMALY_SYMBOLS, EXIT_STATE_COLOURS, compressed_nodes, short_nodes
+from console.timeline import (
+    ANOMALY_SYMBOLS,
+    EXIT_STATE_COLOURS,
+    annotate_notes,
+    compressed_nodes,
+    plot_time,
+    short_nodes,
+)
 from recovery.choices import AnomalyKind, AttemptExitState, FailureCategory
 from recovery.models import Anomaly, Attempt
 from recovery.read.workflows import (
@@ -63,18 +69,7 @@ def workflow_timeline_figure(data: WorkflowTimelineData) -> go.Figure:
             margin={"l": 150, "r": 16, "t": 24, "b": 40},
         )
     )
-    if notes:
-        figure.add_annotation(
-            text="; ".join(notes),
-            xref="paper",
-            yref="paper",
-            x=1,
-            y=0,
-            xanchor="right",
-            yanchor="bottom",
-            showarrow=False,
-            font={"size": 11},
-        )
+    annotate_notes(figure, notes)
     figure.update_xaxes(type="date")
     figure.update_yaxes(
         type="category",
@@ -84,10 +79,6 @@ def workflow_timeline_figure(data: WorkflowTimelineData) -> go.Figure:
         fixedrange=True,
     )
     return figure
-
-
-def _plot_time(moment: datetime) -> str:
-    return moment.isoformat()
 
 
 def _hover(lines: Iterable[str]) -> str:
@@ -106,7 +97,7 @@ def _attempt_bars(data: WorkflowTimelineData) -> list[go.Bar]:
             assert attempt.started_at is not None
             end = attempt.ended_at or data.now
             seconds = max((end - attempt.started_at).total_seconds(), 0.0)
-            bases.append(_plot_time(attempt.started_at))
+            bases.append(plot_time(attempt.started_at))
             widths.append(seconds * 1000)
             rows.append(attempt_row(attempt.workload.job_id, attempt.number))
             labels.append(html.escape(short_nodes(attempt.nodes)))
@@ -175,7 +166,7 @@ def _anomaly_markers(data: WorkflowTimelineData, rows: set[str]) -> list[go.Scat
                 name=f"Anomaly: {label}",
                 legendgroup="anomalies",
                 mode="markers",
-                x=[_plot_time(a.detected_at) for _, a in found],
+                x=[plot_time(a.detected_at) for _, a in found],
                 y=[row for row, _ in found],
                 marker={
                     "color": colour,

@@ -16,11 +16,6 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from recovery.audit.payloads import (
-    AcknowledgementChangedPayload,
-    AutomaticDrainChangedPayload,
-    ModeChangedPayload,
-)
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind
 from recovery.models import AuditEvent, Cluster
@@ -62,45 +57,27 @@ def stored_controls(cluster_pk: int | None) -> ClusterControls:
     return ClusterControls(str(row[0]), bool(row[1]), bool(row[2]))
 
 
+# Each control, the event a change of it records.
+CONTROL_EVENTS = (
+    ("mode", AuditKind.MODE_CHANGED),
+    ("acknowledge_scheduler_actions", AuditKind.ACKNOWLEDGEMENT_CHANGED),
+    ("drain_automatically", AuditKind.AUTOMATIC_DRAIN_CHANGED),
+)
+
+
 def record_control_changes(
     cluster: Cluster, before: ClusterControls, actor: str
 ) -> list[AuditEvent]:
     """One event per control whose saved value differs from ``before``."""
     after = ClusterControls.of(cluster)
     events = []
-    if after.mode != before.mode:
-        mode: ModeChangedPayload = {"from": before.mode, "to": after.mode}
-        events.append(
-            record_event(
-                cluster=cluster, kind=AuditKind.MODE_CHANGED, actor=actor, payload=dict(mode)
-            )
-        )
-    if after.acknowledge_scheduler_actions != before.acknowledge_scheduler_actions:
-        acknowledgement: AcknowledgementChangedPayload = {
-            "from": before.acknowledge_scheduler_actions,
-            "to": after.acknowledge_scheduler_actions,
-        }
-        events.append(
-            record_event(
-                cluster=cluster,
-                kind=AuditKind.ACKNOWLEDGEMENT_CHANGED,
-                actor=actor,
-                payload=dict(acknowledgement),
-            )
-        )
-    if after.drain_automatically != before.drain_automatically:
-        drains: AutomaticDrainChangedPayload = {
-            "from": before.drain_automatically,
-            "to": after.drain_automatically,
-        }
-        events.append(
-            record_event(
-                cluster=cluster,
-                kind=AuditKind.AUTOMATIC_DRAIN_CHANGED,
-                actor=actor,
-                payload=dict(drains),
-            )
-        )
+    for control, kind in CONTROL_EVENTS:
+        was, now = getattr(before, control), getattr(after, control)
+        if was == now:
+            continue
+        # The three kinds share one payload shape (recovery.audit.payloads).
+        change = {"from": was, "to": now}
+        events.append(record_event(cluster=cluster, kind=kind, actor=actor, payload=change))
     return events
 
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
 from recovery.sources.schedulers.base import (
@@ -51,6 +51,8 @@ from recovery.sources.schedulers.optin import OptInMode
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
 logger = logging.getLogger(__name__)
+
+Read = TypeVar("Read")
 
 FINISHED_STATES = frozenset(
     {
@@ -670,19 +672,8 @@ class AdvisorController:
         return outcome
 
     def _read_node(self, name: str) -> NodeInfo | None:
-        """The node as the scheduler reports it now; a failed read is retried, then ``Retry``."""
-        delay = self.backoff_seconds
-        for attempt in range(1, self.read_attempts + 1):
-            self._keep_lease()
-            try:
-                return self.adapter.get_node(name)
-            except SchedulerError as exc:
-                if attempt == self.read_attempts:
-                    raise Retry(f"cannot read node {name}: {exc}") from None
-                logger.info("reading node %s failed (%s); again in %.1f s", name, exc, delay)
-            self.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+        """The node as the scheduler reports it now, read as a job is (``_read``)."""
+        return self._read_retrying(f"node {name}", lambda: self.adapter.get_node(name))
 
     def _node_command(
         self,
@@ -693,18 +684,7 @@ class AdvisorController:
         reason: str = "",
     ) -> None:
         """Run one node command, written ahead like a job's (``_command``)."""
-        argv = self.adapter.planned_node_argv(command, name, reason)
-        self._dispatch(argv)
-        try:
-            result = run()
-        except SchedulerError as exc:
-            if exc.result is None:
-                raise EffectUnknown(
-                    f"the effect of `{' '.join(argv)}` is unknown (it may or may not have "
-                    f"run): {exc}"
-                ) from exc
-            raise
-        self._act(outcome, result)
+        self._run_written_ahead(outcome, self.adapter.planned_node_argv(command, name, reason), run)
 
     # ------------------------------------------------------------------ reading the scheduler
 
@@ -714,15 +694,18 @@ class AdvisorController:
         Raises ``Retry`` when it still fails: a read error says nothing about the job, and
         is never taken as "the job is gone".
         """
+        return self._read_retrying(f"job {job_id}", lambda: self.adapter.get_job(job_id))
+
+    def _read_retrying(self, what: str, read: Callable[[], Read]) -> Read:
         delay = self.backoff_seconds
         for attempt in range(1, self.read_attempts + 1):
             self._keep_lease()
             try:
-                return self.adapter.get_job(job_id)
+                return read()
             except SchedulerError as exc:
                 if attempt == self.read_attempts:
-                    raise Retry(f"cannot read job {job_id}: {exc}") from None
-                logger.info("reading job %s failed (%s); again in %.1f s", job_id, exc, delay)
+                    raise Retry(f"cannot read {what}: {exc}") from None
+                logger.info("reading %s failed (%s); again in %.1f s", what, exc, delay)
             self.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
@@ -795,6 +778,15 @@ class AdvisorController:
         timed out or lost its connection raises ``EffectUnknown``, which names it.
         """
         argv = self.adapter.planned_argv(command, job_id, nodes)
+        return self._run_written_ahead(outcome, argv, run, recheck)
+
+    def _run_written_ahead(
+        self,
+        outcome: Outcome,
+        argv: tuple[str, ...],
+        run: Callable[[], CommandResult],
+        recheck: Callable[[], None] | None = None,
+    ) -> CommandResult:
         self._dispatch(argv)
         if recheck is not None:
             recheck()

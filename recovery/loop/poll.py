@@ -521,6 +521,8 @@ def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
 
 
 WORK_DIR_LENGTH = 1024  # Workload.work_dir
+# The jobs a workload keeps as the ones it waited for: a chain names one, rarely a few.
+MAX_DEPENDS_ON = 16
 
 
 def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tuple[bool, bool, int]:
@@ -551,6 +553,10 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tup
     workload.environment = job.opt_in.environment or cluster.environment
     workload.opt_in_mode = job.opt_in.mode
     workload.workflow_ignored = job.opt_in.workflow_ignored[:255]
+    # Kept once seen: Slurm stops showing a dependency when it is satisfied. Unknown adds none.
+    for job_id in job.chained_after or ():
+        if job_id not in workload.depends_on:
+            workload.depends_on = [*workload.depends_on, job_id][-MAX_DEPENDS_ON:]
     workload.workflow = workflow_of(workload, job.opt_in.workflow)
     if job.stdout_path:
         workload.stdout_path = job.stdout_path[:1024]

@@ -41,7 +41,7 @@ def test_the_workflow_pages_render_and_lead_from_a_job_to_its_workflow(
         problems[f"workflow-{theme}"] = check_page(page, "workflow", None, theme)
         for member in workflow.workloads.all():
             expect(page.get_by_role("link", name=member.job_id, exact=True)).to_be_visible()
-        expect(page.get_by_test_id("workflow-attempts")).to_contain_text(f"{attempts} of")
+        expect(page.get_by_test_id("workflow-attempts")).to_contain_text(f"{attempts} · budget")
         chart = page.locator('.chart[data-chart-source="workflow-timeline-figure"]')
         expect(chart).to_have_attribute("data-chart-drawn", "yes")
         rows = page.evaluate(

@@ -78,7 +78,7 @@ def test_the_page_shows_the_jobs_the_budget_and_the_nodes_kept_out(
     body = logged_in(viewer).get(reverse("console:workflow", args=[workflow.pk])).content.decode()
     for job in workflow.workloads.all():
         assert reverse("console:workload", args=[job.pk]) in body
-    assert "2 of 4" in body  # attempts across both jobs
+    assert '2</span> <span class="muted">· budget 4 · 2 left' in body  # across both jobs
     assert "gpu-002" in body
     assert 'id="workflow-timeline-figure"' in body
 

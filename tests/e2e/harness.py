@@ -151,6 +151,7 @@ class Harness:
         total_steps: int = 2000,
         mode: str = "act",
         workflow: str | None = None,
+        after: str | None = None,
         **env: str,
     ) -> E2EJob:
         tag = uuid.uuid4().hex[:6]
@@ -184,6 +185,7 @@ class Harness:
             f"--chdir={workdir}",
             f"--nodes={NODES_PER_JOB}",
             f"--comment={json.dumps(comment)}",
+            *([f"--dependency={after}"] if after else []),
             str(JOB_SCRIPT),
             env=job_env,
         )

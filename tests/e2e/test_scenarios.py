@@ -625,3 +625,41 @@ def test_13_a_workflows_next_job_keeps_its_exclusions_and_budget(scenario: Harne
         timeout=60,
     )
     assert int(second.slurm_state()["Restarts"]) == 1
+
+
+def test_14_a_job_submitted_after_another_follows_it_in_one_workflow(scenario: Harness) -> None:
+    """
+    GIVEN job A, restarted without the node its Xid 79 and CUDA error implicated, and job B
+          submitted with --dependency=afterany on A, neither naming a workflow
+    WHEN A ends and B runs and loses a rank
+    THEN B recorded the dependency while it waited, the two jobs are one workflow (a chain
+         named after A), and B's restart keeps A's node out as an earlier attempt
+    """
+    scenario.setup("14-dependency", max_attempts=6)
+    first = scenario.submit()
+    scenario.wait_until_training(first)
+    node = first.ranks()[1].env["SLURMD_NODENAME"]
+    scenario.inject(first, "Xid 79 in the kernel log, CUDA error on its rank", node=node)
+    scenario.xid(node)
+    first.set_faults(cuda_error={"node": node, "restart_count": 0})
+    scenario.wait_for_restart(first)
+
+    second = scenario.submit(after=f"afterany:{first.job_id}")
+    scenario.wait_for(
+        "job B seen waiting on job A",
+        lambda: (w := scenario.workload(second)) is not None and w.depends_on == [first.job_id],
+        timeout=30,
+    )
+    slurm(scenario.slurm, "scancel", first.job_id)
+    scenario.wait_until_training(second)
+    workload_a, workload_b = scenario.workload(first), scenario.workload(second)
+    assert workload_a is not None and workload_b is not None
+    assert workload_b.workflow is not None and workload_b.workflow == workload_a.workflow
+    assert workload_b.workflow.name.startswith(f"chain-{first.job_id}-")
+
+    scenario.kill_rank(second, 1)
+    fields = scenario.wait_for_restart(second)
+    (restart,) = acted(scenario, second)
+    assert restart.exclusion_sources.get(node) == "earlier attempt", restart.reason
+    assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
+    assert node not in expand_nodes(scenario.slurm, fields.get("NodeList", ""))

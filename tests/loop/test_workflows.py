@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -215,3 +216,47 @@ def test_the_budget_of_a_workflow_is_counted_at_its_newest_job() -> None:
 def test_a_workflow_without_jobs_has_no_budget() -> None:
     workflow = Workflow.objects.create(cluster=ClusterFactory(), user="alice", name="empty")
     assert workflow_budget(workflow) is None
+
+
+def test_a_job_seen_waiting_on_an_earlier_job_of_a_workflow_joins_it_for_good() -> None:
+    """
+    GIVEN a job of the workflow "pretrain", and a job submitted with --dependency=afterany on it
+    WHEN the second job is polled while it waits, then again once Slurm forgot the dependency
+    THEN it joined the first job's workflow, and keeps it and the dependency recorded
+    """
+    cluster = ClusterFactory()
+    first = job(job_id="100", comment=IN_PRETRAIN)
+    waiting = job(job_id="101", state="PENDING", reason="Dependency", nodes=[],
+                  submit_time=SUBMITTED + timedelta(minutes=1), chained_after=("100",))  # fmt: skip
+    poll_cluster(cluster, Scripted([first, waiting]))
+    poll_cluster(cluster, Scripted([first, replace(waiting, state="RUNNING", chained_after=())]))
+    second = Workload.objects.get(job_id="101")
+    assert second.depends_on == ["100"]
+    assert second.workflow is not None and second.workflow.name == "pretrain"
+
+
+def test_a_chain_of_jobs_without_a_name_is_one_workflow() -> None:
+    cluster = ClusterFactory()
+    first = job(job_id="100")
+    second = job(job_id="101", state="PENDING", nodes=[], chained_after=("100",),
+                 submit_time=SUBMITTED + timedelta(minutes=1))  # fmt: skip
+    third = job(job_id="102", state="PENDING", nodes=[], chained_after=("101",),
+                submit_time=SUBMITTED + timedelta(minutes=2))  # fmt: skip
+    poll_cluster(cluster, Scripted([first, second]))
+    poll_cluster(cluster, Scripted([first, second, third]))
+    workflow = Workflow.objects.get()
+    assert workflow.name == f"chain-100-{SUBMITTED:%Y%m%d%H%M%S}"
+    assert set(workflow.workloads.values_list("job_id", flat=True)) == {"100", "101", "102"}
+
+
+def test_an_unreadable_dependency_joins_nothing_and_forgets_nothing() -> None:
+    cluster = ClusterFactory()
+    first = job(job_id="100")
+    second = job(job_id="101", state="PENDING", nodes=[], chained_after=("100",),
+                 submit_time=SUBMITTED + timedelta(minutes=1))  # fmt: skip
+    poll_cluster(cluster, Scripted([first, second]))
+    poll_cluster(cluster, Scripted([first, replace(second, chained_after=None, reason="x")]))
+    assert Workload.objects.get(job_id="101").depends_on == ["100"]
+    lone = job(job_id="103", state="PENDING", nodes=[], chained_after=None)
+    poll_cluster(cluster, Scripted([lone]))
+    assert Workload.objects.get(job_id="103").workflow is None

@@ -85,6 +85,7 @@ class SimulatedCluster(TrainingJobs):
             # The simulated jobs' output is written by this process, as its user.
             user_uid=os.getuid(),
             submit_time=to_datetime(job.submit_time),
+            chained_after=(),  # simulated jobs never wait for one another
             eligible_time=to_datetime(job.eligible_time),
             start_time=to_datetime(job.start_time),
             end_time=to_datetime(job.end_time),

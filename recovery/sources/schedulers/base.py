@@ -181,6 +181,10 @@ class JobInfo:
     # this uid owns them. None when unknown (listed in ``unreadable``).
     user_uid: int | None = None
     submit_time: datetime | None = None
+    # The jobs this one waits for with ``afterany`` or ``afternotok`` (``dependency``): the
+    # jobs it follows in a workflow. Slurm shows a dependency only until it is satisfied, so
+    # ``()`` says "none now", not "never". None when unknown (listed in ``unreadable``).
+    chained_after: tuple[str, ...] | None = None
     eligible_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None

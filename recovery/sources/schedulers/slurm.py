@@ -24,6 +24,7 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     Transport,
 )
+from recovery.sources.schedulers.dependency import chained_after
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist, expand_nodelist
 from recovery.sources.schedulers.optin import parse_job_comment
 from recovery.sources.schedulers.output_files import valid_uid
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 SEPARATOR = "\x1f"
 # squeue -o fields for the fallback; the comment (%k) may hold anything, so it comes last.
 FALLBACK_FIELDS = (
-    "%i", "%j", "%u", "%U", "%P", "%T", "%r", "%N", "%V", "%S", "%e", "%Z", "%p", "%k",
+    "%i", "%j", "%u", "%U", "%P", "%T", "%r", "%N", "%V", "%S", "%e", "%Z", "%p", "%E", "%k",
 )  # fmt: skip
 FIXED_FORMAT_UNKNOWN = {
     "restart_count": "the fixed squeue format has no restart count",
@@ -393,6 +394,7 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         end,
         work_dir,
         priority,
+        dependency,
         comment,
     ) = fields
     unreadable = dict(FIXED_FORMAT_UNKNOWN)
@@ -423,6 +425,9 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         node_names = []
         unreadable["nodes"] = f"%N: {exc}"
     comment = _none(comment)
+    chained = chained_after(dependency)
+    if chained is None:
+        unreadable["chained_after"] = f"%E: {dependency.strip()[:40]!r} is not a dependency"
     return JobInfo(
         job_id=info["job_id"],
         name=name,
@@ -440,6 +445,7 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         work_dir=work_dir,
         user_uid=user_uid,
         submit_time=submit_time,
+        chained_after=chained,
         start_time=_slurm_time(start),
         end_time=_slurm_time(end),
         unreadable=unreadable,

@@ -33,9 +33,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from recovery.sources.schedulers.base import JobInfo, NodeInfo
+from recovery.sources.schedulers.dependency import chained_after
 from recovery.sources.schedulers.nodelist import EMPTY_NODELISTS, NodeListError, expand_nodelist
 from recovery.sources.schedulers.optin import parse_job_comment
 from recovery.sources.schedulers.output_files import valid_uid
+from recovery.sources.schedulers.validation import shown
 
 logger = logging.getLogger(__name__)
 
@@ -496,6 +498,9 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         unreadable["submit_time"] = "submit_time: 0 (none)"
     nodes = read("nodes", ("nodes",), _nodes)
     held = _held(raw, reason, state_flags, unreadable)
+    chained = chained_after(raw.get("dependency"))
+    if chained is None:
+        unreadable["chained_after"] = f"dependency: {shown(raw.get('dependency', 'absent'))}"
     info = {
         "job_id": job_id,
         "name": _text(raw, "name"),
@@ -525,6 +530,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         work_dir=info["work_dir"],
         user_uid=user_uid,
         submit_time=submit_time,
+        chained_after=chained,
         eligible_time=read("eligible_time", ("eligible_time",), _epoch),
         start_time=read("start_time", ("start_time",), _epoch),
         end_time=read("end_time", ("end_time",), _epoch),

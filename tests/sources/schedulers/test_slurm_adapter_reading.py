@@ -95,6 +95,7 @@ def fixed_line(
         "%e": "N/A",
         "%Z": "/work",
         "%p": priority,
+        "%E": "(null)",
         "%k": "(null)",
     }
     return SEPARATOR.join(values[code] for code in FALLBACK_FIELDS)

@@ -53,6 +53,7 @@ def common(**overrides: Any) -> dict[str, Any]:
         "nodes": "node[001-002]",
         "batch_host": "node001",
         "excluded_nodes": "",
+        "dependency": "",
         "restart_cnt": 0,
         "requeue": True,
         "current_working_directory": "/work",
@@ -651,3 +652,16 @@ def test_the_records_are_not_changed() -> None:
     before = copy.deepcopy(record)
     job_from_record(record)
     assert record == before
+
+
+def test_a_pending_jobs_dependency_names_the_jobs_it_is_chained_after() -> None:
+    job = job_from_record(v0040(dependency="afterany:40(unfulfilled)?afternotok:41(unfulfilled)"))
+    assert job.chained_after == ("40", "41")
+    assert "chained_after" not in job.unreadable
+
+
+def test_a_dependency_it_cannot_read_is_unknown() -> None:
+    job = job_from_record(v0040(dependency={"type": "afterany"}))
+    assert job.chained_after is None
+    assert job.unreadable["chained_after"].startswith("dependency: ")
+    assert job.unknown() == {}  # nothing the loop acts on
