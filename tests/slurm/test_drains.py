@@ -55,6 +55,12 @@ def adapter(slurm_cluster: SlurmCluster) -> Iterator[SlurmAdapter]:
     yield adapter
     for name in slurm_cluster.nodes:
         slurm_cluster.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+    # Slurm lists a resumed node as not responding until its next ping; the next test's poll
+    # must not find it so (a node not responding is unhealthy to the loop).
+    deadline = time.monotonic() + 60
+    while any(node.unavailable or "NOT_RESPONDING" in node.flags for node in adapter.list_nodes()):
+        assert time.monotonic() < deadline, adapter.list_nodes()
+        time.sleep(0.5)
     close = getattr(adapter.transport, "close", None)
     if close is not None:
         close()
@@ -70,8 +76,11 @@ def cluster(slurm_cluster: SlurmCluster, adapter: SlurmAdapter) -> Cluster:
         mode=ClusterMode.ACTION,
         acknowledge_scheduler_actions=True,
     )
+    # Earlier tests' jobs are still in Slurm's memory and get polled too: nothing restarts them.
     # A quarter of this four-node cluster is one node: the default 10 % would withhold every drain.
-    Policy.objects.create(name="lab", cluster=cluster, blast_radius_percent=25)
+    Policy.objects.create(
+        name="record only", cluster=cluster, crash_action="none", blast_radius_percent=25
+    )
     poll_cluster(cluster, adapter)  # the nodes, as Slurm lists them
     return cluster
 
@@ -114,7 +123,7 @@ def xid_79_in_kernel_log(cluster: Cluster) -> Recommendation:
         scope=f"kernel:{NODE}",
         source=EvidenceSource.KERNEL_LOG,
     )
-    return Recommendation.objects.get(action=RecommendationAction.DRAIN)
+    return Recommendation.objects.get(action=RecommendationAction.DRAIN, node__name=NODE)
 
 
 def slurm_node(adapter: SlurmAdapter, name: str = NODE) -> NodeInfo:
@@ -169,10 +178,9 @@ def test_an_xid_in_a_kernel_log_leads_to_one_drain_once_approved(
         "GPU has fallen off the bus.\n"
     )
     poll_cluster(cluster)
-    drain = Recommendation.objects.get(action=RecommendationAction.DRAIN)
-    assert drain.node is not None and drain.node.name == node
+    drain = Recommendation.objects.get(action=RecommendationAction.DRAIN, node__name=node)
     assert drain.status == RecommendationStatus.AWAITING_APPROVAL
-    assert [outcome for _, outcome in controller.run_once()] in ([], ["executed"])  # the restart
+    assert controller.run_once() == []
     assert not slurm_node(adapter, node).drained  # nothing acts on a drain nobody approved
 
     assert recommendations.approve(drain.pk, operator="ops").changed
@@ -193,7 +201,8 @@ def test_an_xid_in_a_kernel_log_leads_to_one_drain_once_approved(
 
     poll_cluster(cluster)
     assert Node.objects.get(cluster=cluster, name=node).drained_by_recovery
-    assert Recommendation.objects.filter(action=RecommendationAction.DRAIN).count() == 1
+    drains = Recommendation.objects.filter(action=RecommendationAction.DRAIN, node__name=node)
+    assert drains.count() == 1
 
 
 def test_a_second_drain_of_a_drained_node_is_skipped_and_a_resume_undoes_it(
