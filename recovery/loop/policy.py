@@ -67,6 +67,13 @@ class History:
     previously_excluded: frozenset[str] = frozenset()
     # Nodes of the cluster kept out of every job's restart, with the state that keeps each out.
     cluster_nodes: Mapping[str, str] = field(default_factory=dict)
+    # The jobs whose attempts are counted: more than one where a workflow's earlier jobs count.
+    jobs: int = 1
+
+    @property
+    def counted_over(self) -> str:
+        """Where the attempts were counted, for a decision's reason ("" for one job)."""
+        return f" over {self.jobs} jobs of its workflow" if self.jobs > 1 else ""
 
 
 @dataclass(frozen=True)
@@ -137,14 +144,14 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
     attempts = list(
         Attempt.objects.filter(_sharing_budget(workload))
         .order_by("workload__submit_time", "workload_id", "number")
-        .values_list("produced_checkpoint", "excluded_nodes")
+        .values_list("produced_checkpoint", "excluded_nodes", "workload_id")
     )
     without = 0
-    for produced_checkpoint, _ in reversed(attempts):
+    for produced_checkpoint, _, _ in reversed(attempts):
         if produced_checkpoint:
             break
         without += 1
-    excluded = {node for _, nodes in attempts for node in nodes or []}
+    excluded = {node for _, nodes, _ in attempts for node in nodes or []}
     if policy is not None:
         since = timezone.now() - timedelta(hours=policy.exclusion_hours)
         implicated = (
@@ -155,7 +162,8 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
         for nodes in implicated:
             excluded.update(nodes or [])
     cluster_nodes = kept_out_of_every_job(workload.cluster_id, policy) if policy else {}
-    return History(len(attempts), without, frozenset(excluded), cluster_nodes)
+    jobs = len({job for _, _, job in attempts}) or 1
+    return History(len(attempts), without, frozenset(excluded), cluster_nodes, jobs)
 
 
 def _sharing_budget(workload: Workload) -> Q:
@@ -289,15 +297,15 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
     if history.attempts >= policy.max_attempts:
         return Decision(
             RecommendationAction.STOP,
-            reason=f"{what} after {history.attempts} attempts",
+            reason=f"{what} after {history.attempts} attempts{history.counted_over}",
             stop_reason=StopReason.RETRY_BUDGET,
         )
     if history.attempts_without_checkpoint >= policy.max_attempts_without_checkpoint:
         return Decision(
             RecommendationAction.STOP,
             reason=(
-                f"{what}: {history.attempts_without_checkpoint} attempts in a row saved no "
-                "checkpoint; retries no longer pay off"
+                f"{what}: {history.attempts_without_checkpoint} attempts in a row"
+                f"{history.counted_over} saved no checkpoint; retries no longer pay off"
             ),
             stop_reason=StopReason.NO_CHECKPOINT,
         )

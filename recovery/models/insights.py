@@ -24,6 +24,11 @@ class ClusterGoodputSnapshot(models.Model):
     failures = models.PositiveIntegerField(
         default=0, help_text="Failures detected within the window."
     )
+    given_up = models.PositiveIntegerField(
+        default=0,
+        help_text="Workloads recovery stopped within the window (retry budget, no new "
+        "checkpoint, an application fault): given up on, apart from those that failed.",
+    )
     ettr = models.FloatField(
         null=True, blank=True, help_text="Productive over wall time within the window."
     )

@@ -22,6 +22,7 @@ from django.db.models import Avg, Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import TruncDay, TruncHour
 
 from recovery.audit import live
+from recovery.choices import AuditKind
 from recovery.models import Anomaly, AuditEvent, Cluster, ClusterGoodputSnapshot
 from recovery.read.goodput import (
     Distribution,
@@ -62,6 +63,8 @@ class WindowGoodput:
 
     workloads: int
     failures: int
+    # Workloads recovery stopped in the window (one ``stopped`` event each).
+    given_up: int
     wall_s: float
     unproductive_s: float
     detection_latency_s: Distribution
@@ -165,6 +168,9 @@ def window_goodput(cluster: Cluster, *, start: datetime, end: datetime) -> Windo
     return WindowGoodput(
         workloads=len(active),
         failures=len(failures),
+        given_up=AuditEvent.objects.filter(
+            cluster=cluster, kind=AuditKind.STOPPED, occurred_at__gt=start, occurred_at__lte=end
+        ).count(),
         wall_s=wall_s,
         unproductive_s=unproductive_s,
         detection_latency_s=Distribution.of(detection),
@@ -201,6 +207,7 @@ def _snapshot_fields(
         "window_seconds": round((end - start).total_seconds()),
         "workloads": figures.workloads,
         "failures": figures.failures,
+        "given_up": figures.given_up,
         "ettr": figures.ettr,
         "wall_seconds": figures.wall_s,
         "unproductive_seconds": figures.unproductive_s,

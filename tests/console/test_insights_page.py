@@ -280,3 +280,9 @@ def test_the_page_reads_a_bounded_number_of_rows(
         add_cluster()
     with django_assert_max_num_queries(12):
         assert client.get(URL, {"range": "30d"}).status_code == 200
+
+
+def test_the_headline_counts_workloads_given_up_apart_from_failures(viewer: User) -> None:
+    snapshot(ClusterFactory(name="lab"), given_up=2)
+    headline = region(logged_in(viewer).get(URL).content.decode(), "insights-headline")
+    assert re.search(r"Given up</dt><dd[^>]*>2</dd>.*workloads recovery stopped", headline)

@@ -200,6 +200,7 @@ def test_the_next_jobs_failure_stops_when_the_workflows_budget_is_spent() -> Non
     assert recommendation is not None
     assert recommendation.action == RecommendationAction.STOP
     assert recommendation.stop_reason == StopReason.RETRY_BUDGET
+    assert recommendation.reason.endswith("after 3 attempts over 2 jobs of its workflow")
 
 
 def test_the_budget_of_a_workflow_is_counted_at_its_newest_job() -> None:

@@ -411,3 +411,26 @@ def test_the_admin_shows_snapshots_read_only(make_user: Callable[..., User]) -> 
     changelist = client.get(reverse("admin:recovery_clustergoodputsnapshot_changelist"))
     assert changelist.status_code == 200
     assert client.get(reverse("admin:recovery_clustergoodputsnapshot_add")).status_code == 403
+
+
+def test_workloads_recovery_stopped_in_the_window_count_as_given_up() -> None:
+    """
+    GIVEN one workload recovery stopped inside a 1000 s window, one before it, one that failed
+    WHEN the worker takes the snapshot at the window's end
+    THEN one is given up, apart from the failures
+    """
+    cluster = ClusterFactory()
+    for stopped_at in (500, 2500):
+        workload = WorkloadFactory(cluster=cluster, state=WorkloadState.STOPPED)
+        stop = {"recommendation": 1, "stop_reason": "retry_budget", "reason": "after 3 attempts"}
+        trail(
+            workload,
+            [
+                (stopped_at - 100, AuditKind.STATE_CHANGED, 1, {"to": "running"}),
+                (stopped_at, AuditKind.STOPPED, 1, stop),
+            ],
+        )
+    unrecovered(cluster)
+    take_goodput_snapshots(at(3000), window=timedelta(seconds=1000))
+    snapshot = ClusterGoodputSnapshot.objects.get(cluster=cluster)
+    assert snapshot.given_up == 1
