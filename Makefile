@@ -20,7 +20,7 @@ E2E_SLURM2411_CTLD_PORT ?= 17400
 E2E_SLURM2411_NODE_PORT ?= 17401
 E2E_SLURM2411_SSH_PORT ?= 2400
 
-.PHONY: install install-e2e install-browser install-prometheus demo test e2e chaos lint format clean bench bench-detect bench-scale bench-console fuzz-api slurm-up slurm-down
+.PHONY: install install-e2e install-browser install-prometheus demo test e2e chaos lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -90,6 +90,12 @@ bench: bench-detect bench-scale bench-console
 
 bench-detect: install
 	$(BIN)/python -m bench.detect
+
+# Category, attribution, false alarms and cascades over every labelled real log in
+# tests/detection/data/, per category with a confusion table; also var/eval/detection.json.
+eval-detect: install
+	$(BIN)/python -m recovery.detection.evaluation tests/detection/data/*.jsonl \
+	    --json var/eval/detection.json
 
 # The whole stack (simulate, a Celery worker, MariaDB, Redis) against a simulated cluster, load
 # step by load step; a database and a Redis database of its own, emptied at each step.
