@@ -265,4 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        sys.stderr.close()
+        raise SystemExit(1) from None

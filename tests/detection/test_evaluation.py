@@ -108,11 +108,12 @@ def test_the_whole_corpus_is_scored_printed_and_written(
     assert main([*map(str, corpus), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith(f"cases {len(load_cases(corpus))}: category ")
-    assert "false alarms: 0 of " in printed and "confusion" in printed
     written = json.loads(out.read_text(encoding="utf-8"))
     assert written["overall"]["cases"] == len(load_cases(corpus))
-    assert written["false_alarms"]["alarms"] == []
+    alarms = written["false_alarms"]
+    assert f"false alarms: {len(alarms['alarms'])} of {alarms['healthy_cases']} " in printed
     assert set(written) >= {"overall", "by_category", "confusion", "cascades", "misses"}
+    assert "confusion" in printed
 
 
 def test_an_unreadable_corpus_is_an_error_not_a_score(tmp_path: Path) -> None:
