@@ -72,7 +72,10 @@ def test_a_failed_job_is_detected_recommended_restarted_and_completes(
     recommendation = Recommendation.objects.get(workload__job_id=job_id)
     event = AuditEvent.objects.get(kind=AuditKind.RECOMMENDED, workload__job_id=job_id)
     assert recommendation.status == RecommendationStatus.READY, event.payload
-    assert recommendation.action == "restart", (recommendation.exclusion_sources, recommendation.reason)
+    assert recommendation.action == "restart", (
+        recommendation.exclusion_sources,
+        recommendation.reason,
+    )
 
     assert controller.run_once() == [(recommendation.pk, "executed")]
     workload = poll_until(cluster, job_id, lambda w: w.state == WorkloadState.COMPLETED)
