@@ -87,9 +87,13 @@ SIGNATURES: tuple[Signature, ...] = (
         r"(?:Socket|Store) Timeout|torch\.distributed\.DistStoreError: .*[Tt]imeout|"
         r"Timed out waiting \d+ms for (?:recv|send) operation|"
         r"RuntimeError: Timed out initializing process group|"
-        r"wait timeout after \d+ms|DistNetworkError: .*timed out)",
+        r"wait timeout after \d+ms|DistNetworkError: .*timed out|"
+        # The watchdog's C++ frame that raises the timeout: a log cut before the message (or a
+        # core's backtrace) still shows it.
+        r"ProcessGroupNCCL::WorkNCCL::checkTimeout\()",
         [
             "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25624887 milliseconds before timing out.",
+            "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in /opt/conda/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so)",
             "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1",
             "[Rank 1] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
         ],

@@ -12,7 +12,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "kernel-oom-killer",
         FailureCategory.HOST_OOM,
         Attribution.APPLICATION,
-        r"(?:Out of memory: Killed process|invoked oom-killer|oom-kill:|"
+        # "Kill process N (x) score N or sacrifice child": the kernel's words before 4.19.
+        r"(?:Out of memory: Kill(?:ed)? process|invoked oom-killer|oom-kill:|"
         r"Memory cgroup out of memory|oom_reaper: reaped process|"
         r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
         r"detected \d+ oom[_-]kill events?|OOM Killed|OOMKilled|"
@@ -21,9 +22,28 @@ SIGNATURES: tuple[Signature, ...] = (
             "kernel: Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:98765kB",
             "slurmstepd: error: Detected 1 oom_kill event in StepId=123.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
             "python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            "[3017506.733819] Out of memory: Kill process 25635 (python) score 974 or sacrifice child",
         ],
         ["oom_score_adj=0 set for training process"],
         caseless=True,
+    ),
+    define(
+        "native-allocation-failed",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        # Rust's allocator (tokenizers, safetensors) and C++'s std::bad_alloc abort this way;
+        # glibc-based tools print "Cannot allocate memory" (ENOMEM) for the same.
+        r"(?:memory allocation of \d+ bytes failed|terminate called after throwing an instance "
+        r"of 'std::bad_alloc'|DefaultCPUAllocator: (?:can't|not enough memory)|"
+        r"\[enforce fail at alloc_cpu\.cpp:\d+\])",
+        [
+            "memory allocation of 2097152 bytes failed",
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)",
+        ],
+        ["allocating 2097152 bytes for the prefetch buffer"],
+        description="A native allocator could not get host memory: the process dies without "
+        "the kernel's OOM killer having to step in.",
     ),
     define(
         "dataloader-worker-killed",

@@ -91,6 +91,28 @@ SIGNATURES: tuple[Signature, ...] = (
         reports_exit=True,
     ),
     define(
+        "slurm-daemon-job-failure",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.SYSTEM_SOFTWARE,
+        # slurmctld's and slurmd's own log lines, where a log store or the job's log holds them.
+        r"(?:_job_complete: JobId=\d+ WTERMSIG \d+|Task launch for \S+ failed on node \S+|"
+        r"Job credential expired|slurmstepd: error: execve\(\):|"
+        r"_slurm_rpc_kill_job: .*(?:error|failed)|launch_job: .* failed|"
+        r"slurmstepd: error: .*(?:prolog|epilog) failed|error: (?:Prolog|Epilog) failed|"
+        r"Job \d+ launch failed|batch job complete failure)",
+        [
+            "[2022-05-27T11:37:57.377] _job_complete: JobId=127441 WTERMSIG 9",
+            "srun: error: Task launch for 36.0 failed on node cn131: Job credential expired",
+            "slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory",
+        ],
+        [
+            "[2022-05-27T11:37:57.377] _job_complete: JobId=127441 WEXITSTATUS 0",
+            "sched: Allocate JobId=127441 NodeList=c014 #CPUs=2 Partition=gpu",
+        ],
+        description="Slurm itself failed to launch or keep a job: a signal from outside the "
+        "job, an expired credential, a step that could not start its script.",
+    ),
+    define(
         "slurm-killed-stuck",
         FailureCategory.SCHEDULER_EVENT,
         Attribution.SYSTEM_SOFTWARE,
