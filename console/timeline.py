@@ -192,6 +192,33 @@ def _attempt_row(number: int) -> str:
     return f"Attempt {number}"
 
 
+def attempt_bar(
+    state: str,
+    bases: list[str],
+    widths: list[float],
+    rows: list[str],
+    labels: list[str],
+    hovers: list[str],
+) -> go.Bar:
+    """The attempts that ended in ``state``, one horizontal bar each, coloured by the state."""
+    return go.Bar(
+        name=f"Attempt: {_EXIT_LABELS.get(state, state)}",
+        legendgroup="attempts",
+        orientation="h",
+        base=bases,
+        x=widths,
+        y=rows,
+        text=labels,
+        textposition="inside",
+        insidetextanchor="start",
+        constraintext="none",
+        marker={"color": EXIT_STATE_COLOURS.get(state, "#9aa3ad"), "opacity": 0.85},
+        hovertext=hovers,
+        hovertemplate="%{hovertext}<extra></extra>",
+        width=0.6,
+    )
+
+
 def annotate_notes(figure: go.Figure, notes: list[str]) -> None:
     """What the figure leaves out (rows, points), in small print at its bottom right."""
     if not notes:
@@ -300,24 +327,7 @@ def _attempt_bars(data: TimelineData) -> list[go.Bar]:
             rows.append(_attempt_row(attempt.number))
             labels.append(_esc(short_nodes(attempt.nodes)))
             hovers.append(_attempt_hover(attempt, end, seconds, running=attempt.ended_at is None))
-        traces.append(
-            go.Bar(
-                name=f"Attempt: {_EXIT_LABELS.get(state, state)}",
-                legendgroup="attempts",
-                orientation="h",
-                base=bases,
-                x=widths,
-                y=rows,
-                text=labels,
-                textposition="inside",
-                insidetextanchor="start",
-                constraintext="none",
-                marker={"color": EXIT_STATE_COLOURS.get(state, "#9aa3ad"), "opacity": 0.85},
-                hovertext=hovers,
-                hovertemplate="%{hovertext}<extra></extra>",
-                width=0.6,
-            )
-        )
+        traces.append(attempt_bar(state, bases, widths, rows, labels, hovers))
     return traces
 
 

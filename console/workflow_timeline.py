@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 from console.charts import base_layout, colour_for_category
 from console.timeline import (
     ANOMALY_SYMBOLS,
-    EXIT_STATE_COLOURS,
     annotate_notes,
+    attempt_bar,
     compressed_nodes,
     plot_time,
     short_nodes,
@@ -102,24 +102,7 @@ def _attempt_bars(data: WorkflowTimelineData) -> list[go.Bar]:
             rows.append(attempt_row(attempt.workload.job_id, attempt.number))
             labels.append(html.escape(short_nodes(attempt.nodes)))
             hovers.append(_attempt_hover(attempt))
-        traces.append(
-            go.Bar(
-                name=f"Attempt: {_EXIT_LABELS.get(state, state)}",
-                legendgroup="attempts",
-                orientation="h",
-                base=bases,
-                x=widths,
-                y=rows,
-                text=labels,
-                textposition="inside",
-                insidetextanchor="start",
-                constraintext="none",
-                marker={"color": EXIT_STATE_COLOURS.get(state, "#9aa3ad"), "opacity": 0.85},
-                hovertext=hovers,
-                hovertemplate="%{hovertext}<extra></extra>",
-                width=0.6,
-            )
-        )
+        traces.append(attempt_bar(state, bases, widths, rows, labels, hovers))
     return traces
 
 
