@@ -28,7 +28,6 @@ from django.utils import timezone
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import (
-    DRAIN_REASON_PREFIX,
     OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
     Attribution,
@@ -90,7 +89,7 @@ def _propose_drain(
         return None
     over = over_drain_radius(cluster, node.name, policy, now)
     if over:
-        _record_withheld(anomaly, node, over, now)
+        _record_withheld(anomaly, node, over, policy, now)
         return None
     automatic = cluster.acts_automatically and cluster.drain_automatically
     source = anomaly.get_evidence_source_display() or "a site fact"
@@ -158,13 +157,11 @@ def _handled_already(node: Node, policy: Policy, now: datetime) -> bool:
 def drained_by_recovery(cluster: Cluster, now: datetime) -> set[str]:
     """The cluster's nodes recovery has drained or is about to: its own drain reason in the
     scheduler's node state, or a drain approved, claimed, or done too recently to show."""
-    names = {
-        node.name
-        for node in Node.objects.filter(
-            cluster=cluster, state_reason__startswith=DRAIN_REASON_PREFIX
-        ).only("name", "scheduler_state", "state_reason")
-        if node.drained_by_recovery
-    }
+    names = set(
+        Node.objects.filter(Node.drained_by_recovery_condition(), cluster=cluster).values_list(
+            "name", flat=True
+        )
+    )
     names.update(
         Recommendation.objects.filter(
             workload__cluster=cluster, action=RecommendationAction.DRAIN, node__isnull=False
@@ -190,9 +187,8 @@ def over_drain_radius(cluster: Cluster, adding: str, policy: Policy, now: dateti
     )
 
 
-def _record_withheld(anomaly: Anomaly, node: Node, why: str, now: datetime) -> None:
+def _record_withheld(anomaly: Anomaly, node: Node, why: str, policy: Policy, now: datetime) -> None:
     """Once per node and blast-radius window: the trail says a drain was due and not asked."""
-    policy = policy_for(anomaly.workload)
     cluster = anomaly.workload.cluster
     since = now - timedelta(minutes=policy.blast_radius_window_minutes)
     withheld = AuditEvent.objects.filter(

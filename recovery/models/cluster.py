@@ -137,6 +137,13 @@ class Node(models.Model):
         """Drained with recovery's own reason: the only drains recovery resumes."""
         return self.drained and self.state_reason.startswith(DRAIN_REASON_PREFIX)
 
+    @staticmethod
+    def drained_by_recovery_condition() -> Q:
+        """``drained_by_recovery`` as a query condition, for filters and counts."""
+        return Q(state_reason__startswith=DRAIN_REASON_PREFIX) & (
+            Q(scheduler_state__icontains="drain") | Q(scheduler_state__icontains="drng")
+        )
+
     def is_excluded(self, at: datetime | None = None) -> bool:
         at = at or timezone.now()
         return self.excluded_until is not None and self.excluded_until > at

@@ -24,7 +24,6 @@ from django.utils import timezone
 
 from recovery.audit.trail import QUICK_RANGES, AuditFilters, WorkloadRef, audit_events
 from recovery.choices import (
-    DRAIN_REASON_PREFIX,
     NODE_ACTIONS,
     OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
@@ -407,10 +406,7 @@ class FlaggedNodeFilterSet(NodeFilterSet):
             "unhealthy": Q(health__in=[NodeHealth.UNHEALTHY, NodeHealth.SUSPECT]),
             "implicated": Q(times_implicated__gt=0),
             "excluded": Node.excluded_at(self.now),
-            "drain": (
-                Q(state_reason__startswith=DRAIN_REASON_PREFIX)
-                & (Q(scheduler_state__icontains="drain") | Q(scheduler_state__icontains="drng"))
-            )
+            "drain": Node.drained_by_recovery_condition()
             | Q(
                 Exists(
                     Recommendation.objects.filter(
