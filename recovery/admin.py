@@ -209,11 +209,12 @@ class PolicyAdmin(ModelAdmin[Policy]):
             },
         ),
         (
-            "Hangs and stragglers",
+            "Hangs, stragglers and divergence",
             {
                 "fields": [
                     "hang_timeout_minutes",
                     "hang_step_time_factor",
+                    "nonfinite_steps",
                     "straggler_threshold_percent",
                     "straggler_window_minutes",
                     "straggler_action",

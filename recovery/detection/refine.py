@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from recovery.detection.facts.xid import XID_MEANINGS, xid_meaning
+from recovery.detection.facts.xid import XID_MEANINGS, XidMeaning, xid_meaning
 from recovery.detection.linear_regex import compile_linear
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
 from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 
 _XID_CODE = compile_linear(r"NVRM: Xid \([^)]*\): (\d+)")
 _XID_CODE_ELSEWHERE = compile_linear(r"(?i)xid(?: error)?(?: code)?[ :=]+(\d+)")
+_XID_CAUSED_BY = compile_linear(r"(?i)caused by previous Xid:? ?(\d+)")
 _SYNC_CUDA_EXCEPTION = compile_linear(
     r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_]*(?:Error|Exception): CUDA error"
 )
@@ -85,11 +86,38 @@ def _refine_xid(base: Refined, message: str) -> Refined:
         return base
     code = int(found.group(1))
     meaning = xid_meaning(code)
+    detail: dict[str, Any] = {
+        "xid": code,
+        "xid_meaning": meaning.description,
+        "known_xid": code in XID_MEANINGS,
+    }
+    discriminator = str(code)
+    cause = _XID_CAUSED_BY.search(message)
+    if cause is not None and int(cause.group(1)) != code:
+        # The driver names the Xid this one follows from ("Xid 45 ... caused by previous Xid
+        # 149"): the earlier error is the failure, this one its cleanup.
+        cause_code = int(cause.group(1))
+        cause_meaning = xid_meaning(cause_code)
+        detail.update(caused_by_xid=cause_code, caused_by_meaning=cause_meaning.description)
+        discriminator = f"{code}<-{cause_code}"
+        meaning = XidMeaning(
+            cause_meaning.category,
+            cause_meaning.attribution,
+            cause_meaning.description,
+            severity=_worse(meaning.severity, cause_meaning.severity, floor=Severity.ERROR),
+        )
     return Refined(
         category=meaning.category,
         attribution=meaning.attribution,
         severity=meaning.severity,
         priority=CATEGORY_PRIORITY.get(meaning.category, base.priority),
-        discriminator=str(code),
-        detail={"xid": code, "xid_meaning": meaning.description, "known_xid": code in XID_MEANINGS},
+        discriminator=discriminator,
+        detail=detail,
     )
+
+
+_SEVERITY_RANK: dict[str, int] = {Severity.WARNING: 0, Severity.ERROR: 1, Severity.FATAL: 2}
+
+
+def _worse(*severities: Severity, floor: Severity) -> Severity:
+    return max((*severities, floor), key=lambda severity: _SEVERITY_RANK.get(severity, 0))

@@ -9,6 +9,8 @@ the input is shaped. Undecodable bytes are replaced, never fatal.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -17,11 +19,16 @@ from typing import Any
 from recovery.detection import progress as progress_module
 from recovery.detection.engine import Locator, LocatorPattern
 from recovery.detection.findings import CRASH, Finding, FindingSource
-from recovery.detection.linear_regex import compile_linear_bytes
+from recovery.detection.linear_regex import compile_linear, compile_linear_bytes
 from recovery.detection.normalize import LineContext, parse_line, strip_ansi
 from recovery.detection.refine import Refined, refine
 from recovery.detection.signature_set import SignatureSet
-from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
+from recovery.detection.signatures import (
+    CATEGORY_PRIORITY,
+    GENERIC_EXCEPTION,
+    NONFINITE_PROGRESS_VALUE,
+    Signature,
+)
 from recovery.detection.taxonomy import Severity
 
 CHECKPOINT_ID = 1_000_000
@@ -48,6 +55,18 @@ EXCERPT_CONTEXT_LINES = 3
 IGNORED_EXCEPTION = "python-exception-ignored"
 IGNORED_EXCEPTION_REACH = 12  # lines from "Exception ignored in" to the exception it names
 MAX_EXCERPT_CHARS = 4000
+# A loss or gradient norm that is not a number for this many logged steps in a row (per rank) is
+# a failure; one is a loss scaler skipping an overflowing fp16 step. Policies may set another
+# count. With the loss scale at 1 there is no scaler to skip the step: one is a failure.
+DEFAULT_NONFINITE_STEPS = 2
+NONFINITE_STREAK = "consecutive"
+MAX_NONFINITE_STREAMS = 4096
+_NO_LOSS_SCALING = compile_linear(
+    r"(?i)loss[ _]scale['\"]?\s{0,3}[:=]?\s{0,3}1(?:\.0*)?(?:[^.\d]|$)"
+)
+
+# Per stream (a rank, else a node, else ""): non-finite steps in a row and the last line's digest.
+NonfiniteState = dict[str, list[int | str]]
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,8 @@ class Occurrences:
             self.nodes.add(context.node)
 
     def to_finding(self) -> Finding:
+        implicates = self.signature.implicates_nodes
+        witnesses = {} if implicates else {"reported_by_nodes": sorted(self.nodes)[:32]}
         return Finding(
             kind=CRASH,
             category=self.category,
@@ -109,11 +130,12 @@ class Occurrences:
             source=FindingSource.LOG,
             count=self.count,
             first_line=self.first_line,
-            nodes=sorted(self.nodes),
-            ranks=sorted(self.ranks),
+            nodes=sorted(self.nodes) if implicates else [],
+            ranks=sorted(self.ranks) if implicates else [],
             at=self.at,
             detail={
                 **self.detail,
+                **witnesses,
                 "role": self.signature.role,
                 "reports_exit": self.signature.reports_exit,
                 "priority": self.priority,
@@ -134,6 +156,8 @@ class ScanResult:
     checkpoint_lines: int
     progress_after_last_failure: int
     engine: str
+    # Carry to the next read of the same output (``LogScanner(nonfinite_state=...)``).
+    nonfinite_state: NonfiniteState = field(default_factory=dict)
 
 
 class LogScanner:
@@ -155,6 +179,8 @@ class LogScanner:
         max_carry_bytes: int = 1024 * 1024,
         track_progress: bool = True,
         progress_samples_per_block: int = 4,
+        nonfinite_steps: int = DEFAULT_NONFINITE_STEPS,
+        nonfinite_state: NonfiniteState | None = None,
     ) -> None:
         self.signatures = signatures or SignatureSet.builtin()
         self.parser = parser or _default_parser()
@@ -185,6 +211,11 @@ class LogScanner:
         self._progress_after_failure = 0
         self._last_step: int | None = None
         self._ignored_exception_line = -IGNORED_EXCEPTION_REACH - 1
+        self.nonfinite_steps = max(1, nonfinite_steps)
+        self._nonfinite: NonfiniteState = _valid_nonfinite_state(nonfinite_state)
+        self._nonfinite_seen_to: int | None = None  # in the block being scanned
+        self._nonfinite_lines: dict[str, int] = {}  # the line of each stream's last count
+        self._last_failure_nonfinite = False
 
     # ------------------------------------------------------------------ feeding
 
@@ -244,6 +275,7 @@ class LogScanner:
             checkpoint_lines=len(self._checkpoints),
             progress_after_last_failure=self._progress_after_failure,
             engine=self.locator.name,
+            nonfinite_state={stream: list(value) for stream, value in self._nonfinite.items()},
         )
 
     # ------------------------------------------------------------------ scanning
@@ -258,6 +290,7 @@ class LogScanner:
         newlines = block.data.count(b"\n", block.begin, block.end)
         self._line += newlines if counts_line else max(newlines - 1, 0)
         self._last_failure_offset = None
+        self._nonfinite_seen_to = None
         if hits:
             self._examine_hits(block, base_line, newlines, hits)
         if self.track_progress:
@@ -325,6 +358,8 @@ class LogScanner:
         ):
             # The exception Python just said it ignored (typically at interpreter shutdown).
             refined = replace(refined, severity=Severity.WARNING)
+        elif signature.name == NONFINITE_PROGRESS_VALUE:
+            refined = self._count_nonfinite_step(block, start, line_number, context, refined)
         key = (signature.name, refined.discriminator)
         occurrences = self._occurrences.get(key)
         if occurrences is None:
@@ -343,6 +378,7 @@ class LogScanner:
             self._occurrences[key] = occurrences
         occurrences.add(line_number, context)
         if refined.severity != Severity.WARNING:
+            self._last_failure_nonfinite = signature.name == NONFINITE_PROGRESS_VALUE
             self._last_failure_line = line_number
             self._last_failure_offset = start
             self._progress_after_failure = 0
@@ -387,6 +423,57 @@ class LogScanner:
         best = max(candidates, key=lambda i: (signatures[i].priority, -i))
         return signatures[best]
 
+    # ------------------------------------------------------------------ non-finite values
+
+    def _count_nonfinite_step(
+        self, block: _Block, start: int, line_number: int, context: LineContext, refined: Refined
+    ) -> Refined:
+        """Count a logged step whose loss or gradient norm is not a number; the
+        ``nonfinite_steps``-th in a row of one rank is a failure (its own finding), the ones
+        before it warnings. A progress line with a finite loss between two ends the run.
+        """
+        message = context.message
+        self._end_runs_before(block, start)
+        stream = _stream(context.rank, context.node)
+        digest = hashlib.blake2b(message.encode(), digest_size=8).hexdigest()
+        counted, last = self._nonfinite.get(stream, [0, ""])
+        steps = int(counted)
+        if digest != last:  # the same line from several processes is one step
+            steps += 1
+        if stream in self._nonfinite or len(self._nonfinite) < MAX_NONFINITE_STREAMS:
+            self._nonfinite[stream] = [steps, digest]
+            self._nonfinite_lines[stream] = line_number
+        unscaled = _NO_LOSS_SCALING.search(message) is not None
+        if steps < self.nonfinite_steps and not unscaled:
+            return refined
+        return replace(
+            refined,
+            severity=Severity.ERROR,
+            discriminator=NONFINITE_STREAK,
+            detail={
+                **refined.detail,
+                "nonfinite_steps": 1 if unscaled and steps < self.nonfinite_steps else steps,
+            },
+        )
+
+    def _end_runs_before(self, block: _Block, offset: int) -> None:
+        """End the runs of the ranks that printed a finite loss since the last counted line."""
+        begin = self._nonfinite_seen_to if self._nonfinite_seen_to is not None else block.begin
+        self._nonfinite_seen_to = block.segment_end(offset)
+        if not self._nonfinite or begin >= offset:
+            return
+        ended: set[str] = set()
+        for line_start in self._progress_line_starts(block, begin, offset):
+            parsed = self._parse_progress_at(block, line_start)
+            if parsed is None or parsed[0].loss is None or not math.isfinite(parsed[0].loss):
+                continue
+            stream = _stream(parsed[1].rank, parsed[1].node)
+            if stream not in ended:
+                ended.add(stream)
+                self._nonfinite.pop(stream, None)
+                if not self._nonfinite:
+                    return
+
     # ------------------------------------------------------------------ progress
 
     def _sample_progress(self, block: _Block, base_line: int, block_lines: int) -> None:
@@ -411,8 +498,24 @@ class LogScanner:
                     step_time_seconds=parsed.step_time_seconds,
                 )
             )
-            if line_number > self._last_failure_line and (
-                self._failure_step is None or parsed.step > self._failure_step
+            # After a loss that stayed non-finite, only a finite loss shows training recovered.
+            finite = (
+                math.isfinite(parsed.loss)
+                if parsed.loss is not None
+                else not self._last_failure_nonfinite
+            )
+            stream = _stream(context.rank, context.node)
+            if (
+                finite
+                and parsed.loss is not None
+                and stream in self._nonfinite
+                and line_number > self._nonfinite_lines.get(stream, 0)
+            ):
+                del self._nonfinite[stream]
+            if (
+                finite
+                and line_number > self._last_failure_line
+                and (self._failure_step is None or parsed.step > self._failure_step)
             ):
                 self._progress_after_failure += 1
             previous = self._last_step
@@ -483,6 +586,27 @@ def _default_parser() -> progress_module.ProgressParser:
     if _default is None:
         _default = progress_module.ProgressParser()
     return _default
+
+
+def _stream(rank: int | None, node: str | None) -> str:
+    return str(rank) if rank is not None else (node or "")
+
+
+def _valid_nonfinite_state(state: object) -> NonfiniteState:
+    """A carried state as stored, or empty if it is not one (it is read back from JSON)."""
+    if not isinstance(state, dict):
+        return {}
+    valid: NonfiniteState = {}
+    for stream, value in list(state.items())[:MAX_NONFINITE_STREAMS]:
+        if (
+            isinstance(stream, str)
+            and isinstance(value, list)
+            and len(value) == 2
+            and isinstance(value[0], int)
+            and isinstance(value[1], str)
+        ):
+            valid[stream] = [value[0], value[1]]
+    return valid
 
 
 def _decode(raw: bytes) -> str:

@@ -61,6 +61,7 @@ KEPT_DETAIL = frozenset(
         "reason",
         "reports_exit",
         "stalled_after",
+        "reported_by_nodes",
     }
 )
 MAX_EXCERPT = 4000

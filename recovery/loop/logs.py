@@ -42,10 +42,16 @@ from recovery.choices import (
     Severity,
     WorkloadState,
 )
-from recovery.detection.scanner import LogScanner, ScanResult
+from recovery.detection.scanner import (
+    DEFAULT_NONFINITE_STEPS,
+    LogScanner,
+    NonfiniteState,
+    ScanResult,
+)
 from recovery.detection.signature_set import SignatureSet
 from recovery.loop.anomalies import RECENT_END, record_findings, record_read
 from recovery.loop.patterns import active_signature_set
+from recovery.loop.policy import policy_for
 from recovery.models import (
     Attempt,
     AuditEvent,
@@ -128,9 +134,8 @@ def _ingest_file(
         )
         consumed = read_new_lines(output.read, output.size, cursor, summary)
         if consumed:
-            new, saved = record_read(
-                workload, scan(consumed), now, source=EvidenceSource.JOB_OUTPUT
-            )
+            result = scan_output(workload, cursor, consumed)
+            new, saved = record_read(workload, result, now, source=EvidenceSource.JOB_OUTPUT)
             summary.anomalies_new += new
             summary.checkpoints += saved
         cursor.save()
@@ -193,15 +198,42 @@ def read_new_lines(
     return consumed
 
 
-def scan(data: bytes, signatures: SignatureSet | None = None) -> ScanResult:
-    """Scan one read; ``signatures`` defaults to the active set (a query to see it is current)."""
+def scan(
+    data: bytes,
+    signatures: SignatureSet | None = None,
+    *,
+    nonfinite_steps: int = DEFAULT_NONFINITE_STEPS,
+    nonfinite_state: NonfiniteState | None = None,
+) -> ScanResult:
+    """Scan one read; ``signatures`` defaults to the active set (a query to see it is current).
+
+    ``nonfinite_state`` is what the previous read of the same output left (the result's
+    ``nonfinite_state``), so a loss that stays NaN across polls is counted across them.
+    """
     # A poll reads a few seconds of output: keep every rank's progress lines for the hang and
     # straggler detectors, not only the last few of each block.
     scanner = LogScanner(
-        signatures or active_signature_set(), progress_samples_per_block=PROGRESS_SAMPLES
+        signatures or active_signature_set(),
+        progress_samples_per_block=PROGRESS_SAMPLES,
+        nonfinite_steps=nonfinite_steps,
+        nonfinite_state=nonfinite_state,
     )
     scanner.feed(data)
     return scanner.finish()
+
+
+def scan_output(
+    workload: Workload, cursor: LogCursor, data: bytes, signatures: SignatureSet | None = None
+) -> ScanResult:
+    """Scan a read of a workload's output file, carrying the cursor's non-finite loss count."""
+    result = scan(
+        data,
+        signatures,
+        nonfinite_steps=policy_for(workload).nonfinite_steps,
+        nonfinite_state=cursor.nonfinite_streaks,
+    )
+    cursor.nonfinite_streaks = result.nonfinite_state
+    return result
 
 
 def ingest_node_kernel_logs(

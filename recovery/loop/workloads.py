@@ -50,7 +50,7 @@ from recovery.loop.logs import (
     output_access,
     read_new_lines,
     record_refused_output,
-    scan,
+    scan_output,
 )
 from recovery.loop.monitors import SchedulerEnding, check_job_ending, check_progress
 from recovery.loop.patterns import active_signature_set
@@ -60,6 +60,8 @@ from recovery.sources.logs import LogSource, LogSourceError
 from recovery.sources.schedulers.base import Transport
 from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
 
+# What a read changes on its output's cursor.
+CURSOR_FIELDS = ["offset", "truncations", "nonfinite_streaks", "updated_at"]
 logger = logging.getLogger(__name__)
 
 # Hangs are judged against a silence of minutes (the policy's hang timeout is one minute at
@@ -241,7 +243,9 @@ def _read_file(
     if (cursor.offset, cursor.truncations) == started_at:
         return None
     summary.log_bytes += counted.bytes_read
-    return _Read(workload, cursor, started_at, scan(consumed, signatures), None)
+    return _Read(
+        workload, cursor, started_at, scan_output(workload, cursor, consumed, signatures), None
+    )
 
 
 def _needs_full_record(read: _Read, batch: _Batch) -> bool:
@@ -275,7 +279,7 @@ def _record_one(read: _Read, now: datetime, summary: WorkloadsSummary) -> None:
         if not _unmoved([read]):
             return
         new, _ = record_read(read.workload, read.result, now, source=EvidenceSource.JOB_OUTPUT)
-        read.cursor.save(update_fields=["offset", "truncations", "updated_at"])
+        read.cursor.save(update_fields=CURSOR_FIELDS)
     summary.full_reads += 1
     summary.anomalies_new += new
 
@@ -294,9 +298,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
         stamp = timezone.now()
         for read in reads:
             read.cursor.updated_at = stamp
-        update_rows(
-            LogCursor, [read.cursor for read in reads], ["offset", "truncations", "updated_at"]
-        )
+        update_rows(LogCursor, [read.cursor for read in reads], CURSOR_FIELDS)
         samples: list[tuple[object, ...]] = []
         progressed: dict[int, Workload] = {}
         events: list[AuditEvent] = []

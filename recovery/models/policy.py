@@ -14,6 +14,7 @@ from recovery.choices import (
     StragglerAction,
 )
 from recovery.detection.linear_regex import PatternError, compile_linear
+from recovery.detection.scanner import DEFAULT_NONFINITE_STEPS
 from recovery.models.cluster import Cluster
 
 
@@ -151,6 +152,13 @@ class Policy(models.Model):
         default=30,
         validators=[MinValueValidator(1), MaxValueValidator(7 * 24 * 60)],
         help_text="A ready recommendation nobody executed expires after this long.",
+    )
+    nonfinite_steps = models.PositiveIntegerField(
+        default=DEFAULT_NONFINITE_STEPS,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="A loss or gradient norm that is not a number for this many logged steps in "
+        "a row (per rank) is a NaN divergence. One is what an fp16 loss scaler skipping an "
+        "overflowing step prints; with the loss scale at 1 one is always a failure.",
     )
     progress_pattern = models.TextField(
         blank=True,

@@ -142,6 +142,9 @@ class LogCursor(models.Model):
     truncations = models.PositiveIntegerField(
         default=0, help_text="Times the file shrank: a restart that did not append."
     )
+    # Non-finite losses counted so far, per rank, carried from one read to the next
+    # (``LogScanner``'s ``nonfinite_state``).
+    nonfinite_streaks = models.JSONField(default=dict, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -26,8 +26,8 @@ def _stores_on_loopback_allowed(settings: SettingsWrapper) -> None:
 
 
 NCCL_ERROR = (
-    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote "
-    "process exited or there was a network error, NCCL version 2.28.8"
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, unhandled "
+    "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.8"
 )
 
 

@@ -525,3 +525,26 @@ def test_unrelated_metrics_are_ignored() -> None:
     ]
 
     assert findings_from_gpu_metrics(samples) == []
+
+
+# --- Xids caused by earlier ones -----------------------------------------------------------
+
+
+def test_an_xid_caused_by_a_previous_one_takes_the_earlier_ones_meaning() -> None:
+    from recovery.detection.classify import classify_text
+
+    line = (
+        "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 "
+        "caused by previous Xid 149\n"
+    )
+    verdict = classify_text(line)
+    assert (verdict.category, verdict.attribution) == ("gpu_hardware", "hardware")
+    assert "NVLINK NETIR" in XID_MEANINGS[149].description
+    alone = classify_text("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1, name=python3, Ch 1\n")
+    assert alone.healthy  # Xid 45 on its own is the cleanup of a killed context
+
+
+@pytest.mark.parametrize("code", range(144, 151))
+def test_the_nvlink_xids_of_recent_gpus_are_hardware(code: int) -> None:
+    meaning = xid_meaning(code)
+    assert (meaning.category, meaning.attribution) == ("gpu_hardware", "hardware")

@@ -143,3 +143,16 @@ def test_the_checkpoint_hint_covers_every_line_the_parser_accepts() -> None:
     assert not hint.search(
         "UserWarning: torch.utils.checkpoint: please pass in use_reentrant=True explicitly."
     )
+
+
+def test_a_line_reporting_a_lost_peer_implicates_no_node() -> None:
+    from recovery.detection.scanner import scan_text
+
+    log = (
+        "2024-05-01 10:00:00 node07: node07:39964:40044 [0] misc/socket.cc:49 NCCL WARN "
+        "socketProgress: Connection closed by remote peer node1<57557>\n"
+    )
+    (finding,) = scan_text(log).findings
+    assert (finding.category, finding.signature) == ("interconnect", "nccl-socket-peer-lost")
+    assert finding.nodes == [] and finding.ranks == []
+    assert finding.detail["reported_by_nodes"] == ["node07"]

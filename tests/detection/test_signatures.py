@@ -112,3 +112,36 @@ def test_no_failure_signature_fires_on_healthy_lines(signature: Signature) -> No
         return  # warnings (corrected PCIe errors) may describe healthy lines
     compiled = BUILTIN.compiled[BUILTIN.signatures.index(signature)]
     assert healthy_lines_matched(compiled) == []
+
+
+def _real_log_lines() -> dict[str, list[str]]:
+    import json
+    from pathlib import Path
+
+    cases: dict[str, list[str]] = {}
+    for path in sorted((Path(__file__).parent / "data").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                case = json.loads(line)
+                cases[case["id"]] = case["log"].splitlines()
+    return cases
+
+
+REAL_LOG_LINES = _real_log_lines()
+
+
+@pytest.mark.parametrize("signature", SIGNATURES, ids=ids)
+def test_a_signature_is_not_fitted_to_a_single_case(signature: Signature) -> None:
+    """A signature matches at least two labelled real logs, or names the program whose
+    documented message it is: never a pattern fitted to the one case it was written for."""
+    compiled = BUILTIN.compiled[BUILTIN.signatures.index(signature)]
+    matching = [
+        case
+        for case, lines in REAL_LOG_LINES.items()
+        if any(compiled.search(line) is not None for line in lines)
+    ]
+    assert len(matching) >= 2 or signature.printed_by, (
+        f"{signature.name} matches {matching or 'no real case'}: add a second real case to "
+        "tests/detection/data or name the program that prints it (printed_by)"
+    )
+    assert len(REAL_LOG_LINES) >= 150

@@ -338,3 +338,37 @@ def test_a_notice_read_alone_after_the_restart_is_the_old_attempts_by_its_own_ti
     ingest_workload_logs(workload, LocalTransport())
     anomaly = Anomaly.objects.get()
     assert anomaly.attempt is not None and anomaly.attempt.number == 1
+
+
+NAN_STEP = " iteration {step:8d}/     100 | lm loss: NaN | loss scale: 4096.0 | grad norm: nan |\n"
+
+
+def failures_of(workload: Workload) -> list[tuple[str, str]]:
+    return list(
+        Anomaly.objects.filter(workload=workload)
+        .exclude(severity="warning")
+        .values_list("category", "signature")
+    )
+
+
+def test_a_loss_that_stays_nan_across_polls_is_a_divergence(workload: Workload) -> None:
+    write(workload, PROGRESS.format(step=1) + NAN_STEP.format(step=2))
+    ingest_workload_logs(workload, LocalTransport())
+    assert failures_of(workload) == []
+    assert LogCursor.objects.get().nonfinite_streaks[""][0] == 1
+    write(workload, NAN_STEP.format(step=3))
+    ingest_workload_logs(workload, LocalTransport())
+    assert failures_of(workload) == [("nan_divergence", "nonfinite-progress-value")]
+
+
+def test_the_policy_sets_how_many_nan_steps_make_a_divergence(workload: Workload) -> None:
+    from recovery.models import Policy
+
+    Policy.objects.create(name="patient", nonfinite_steps=3)
+    for step in (2, 3):
+        write(workload, NAN_STEP.format(step=step))
+        ingest_workload_logs(workload, LocalTransport())
+    assert failures_of(workload) == []
+    write(workload, NAN_STEP.format(step=4))
+    ingest_workload_logs(workload, LocalTransport())
+    assert failures_of(workload) == [("nan_divergence", "nonfinite-progress-value")]

@@ -36,8 +36,8 @@ def _stores_on_loopback_allowed(settings: SettingsWrapper) -> None:
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 NCCL_ERROR = (
-    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote "
-    "process exited or there was a network error, NCCL version 2.28.8"
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, unhandled "
+    "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.8"
 )
 STEP = " iteration      120/   1000 | lm loss: 2.41 | elapsed time per iteration (ms): 512.3"
 

@@ -36,8 +36,8 @@ T0 = 1_717_000_000_123_456_789
 QUERY = "/select/logsql/query"
 MAPPING = LabelMapping(job="slurm_job_id", node="host", rank="rank")
 NCCL_ERROR = (
-    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, remote "
-    "process exited or there was a network error, NCCL version 2.28.8"
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3763, unhandled "
+    "system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.8"
 )
 
 

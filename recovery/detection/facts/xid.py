@@ -122,6 +122,26 @@ XID_MEANINGS: dict[int, XidMeaning] = {
         "GSP error: the GPU System Processor firmware failed, the GPU needs a reset",
         severity=Severity.FATAL,
     ),
+    # NVLink5 errors the GPU reports about its own links (Blackwell: NVLINK SAW, RLW, TLW,
+    # TREX, NVLPW control, NETIR, MSE). The links stay down until the GPU is reset, so they
+    # are the GPU's hardware, not the fabric between nodes.
+    **{
+        code: XidMeaning(
+            FailureCategory.GPU_HARDWARE,
+            Attribution.HARDWARE,
+            f"NVLink error reported by the GPU ({unit}): its links need a GPU reset",
+            severity=Severity.FATAL,
+        )
+        for code, unit in (
+            (144, "NVLINK SAW"),
+            (145, "NVLINK RLW"),
+            (146, "NVLINK TLW"),
+            (147, "NVLINK TREX"),
+            (148, "NVLINK NVLPW control"),
+            (149, "NVLINK NETIR"),
+            (150, "NVLINK MSE"),
+        )
+    },
     154: XidMeaning(
         FailureCategory.GPU_HARDWARE,
         Attribution.HARDWARE,

@@ -4,7 +4,13 @@ collapse, and Python exceptions and tracebacks.
 
 from __future__ import annotations
 
-from recovery.detection.signatures.base import GENERIC_EXCEPTION, WRAPPER, Signature, define
+from recovery.detection.signatures.base import (
+    GENERIC_EXCEPTION,
+    NONFINITE_PROGRESS_VALUE,
+    WRAPPER,
+    Signature,
+    define,
+)
 from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -12,17 +18,30 @@ SIGNATURES: tuple[Signature, ...] = (
         "loss-nan",
         FailureCategory.NAN_DIVERGENCE,
         Attribution.APPLICATION,
-        r"(?:[Ll]oss|[Nn]orm)['\"]?\s{0,3}[:=]\s{0,3}['\"]?[-+]?(?:nan|NaN|NAN|inf|Inf|INF)"
-        r"(?:[^A-Za-z0-9]|$)|"
         r"[Ll]oss (?:is|became|has become) (?:nan|NaN|NAN|inf|Inf|not finite|infinite)|"
         r"[Nn]a[Nn] loss|[Dd]etected (?:nan|NaN|inf|Inf)|"
         r"(?:nan|NaN|inf|Inf) (?:or inf )?(?:detected|found) in|returned nan values|"
-        r"non-finite (?:loss|value)|number of nan iterations:\s{0,8}[1-9]",
+        r"non-finite (?:loss|value)",
+        [
+            "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",
+            "FloatingPointError: Loss became infinite or NaN at iteration=1200!",
+            "ValueError: Loss is nan, stopping training",
+        ],
+        ["Infinity norm clipping enabled", "no nan detected so far"],
+        description="A program saying its loss is not a number (an anomaly-mode exception, a "
+        "trainer stopping on it): a failure at once.",
+        printed_by='PyTorch\'s autograd anomaly mode ("Function ... returned nan values") and trainers that stop on a non-finite loss (detectron2, fairseq)',
+    ),
+    define(
+        NONFINITE_PROGRESS_VALUE,
+        FailureCategory.NAN_DIVERGENCE,
+        Attribution.APPLICATION,
+        r"(?:[Ll]oss|[Nn]orm)['\"]?\s{0,3}[:=]\s{0,3}['\"]?[-+]?(?:nan|NaN|NAN|inf|Inf|INF)"
+        r"(?:[^A-Za-z0-9]|$)|number of nan iterations:\s{0,8}[1-9]",
         [
             "loss scale: 1.0 | grad norm: nan |",
             " iteration      500/  250000 | lm loss: NaN | loss scale: 1.0 |",
             "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.3}",
-            "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",
             "number of skipped iterations:   0 | number of nan iterations:   3 |",
             "step: 120 loss: inf",
         ],
@@ -32,6 +51,12 @@ SIGNATURES: tuple[Signature, ...] = (
             "Infinity norm clipping enabled",
             "loss: 2.3 inference time 0.4s",
         ],
+        severity=Severity.WARNING,
+        description="A progress line reporting a loss or gradient norm that is not a number. "
+        "One is what a loss scaler skipping an overflowing fp16 step prints; the scanner makes "
+        "it a failure when the loss stays non-finite for several steps in a row "
+        "(LogScanner's nonfinite_steps, the policy's non-finite steps).",
+        printed_by="training loops' progress lines (Megatron-LM, Hugging Face Trainer, mmengine, DeepSpeed)",
     ),
     define(
         "loss-scale-collapse",
@@ -111,6 +136,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "Gradient norm is nan at step 1200, aborting",
         ],
         ["grad norm: 0.98", "no NaN found in batch"],
+        printed_by='Megatron-LM\'s rerun state machine ("found NaN in local grad norm") and trainers that stop on a diverging loss',
     ),
     define(
         "python-exception-ignored",
@@ -122,5 +148,6 @@ SIGNATURES: tuple[Signature, ...] = (
         severity=Severity.WARNING,
         priority=5,
         description="Python reporting an exception it ignored, usually at shutdown: not a failure.",
+        printed_by='CPython ("Exception ignored in", "Error in atexit._run_exitfuncs")',
     ),
 )

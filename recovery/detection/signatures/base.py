@@ -8,6 +8,7 @@ from enum import StrEnum
 from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
 
 GENERIC_EXCEPTION = "python-exception"
+NONFINITE_PROGRESS_VALUE = "nonfinite-progress-value"
 
 
 class SignatureRole(StrEnum):
@@ -39,6 +40,12 @@ class Signature:
     builtin: bool = True
     tags: frozenset[str] = field(default_factory=frozenset)
     reports_exit: bool = False
+    # False for lines that report what the printing process saw of a peer (a connection the
+    # other side closed): the node that printed one is a witness, not a suspect.
+    implicates_nodes: bool = True
+    # The program (and where known its source or document) that prints the message: a
+    # signature matching fewer than two of the labelled real logs must name it.
+    printed_by: str = ""
 
 
 def define(
@@ -55,6 +62,8 @@ def define(
     caseless: bool = False,
     description: str = "",
     reports_exit: bool = False,
+    implicates_nodes: bool = True,
+    printed_by: str = "",
 ) -> Signature:
     """A built-in signature; its priority is its category's unless given."""
     return Signature(
@@ -70,6 +79,8 @@ def define(
         caseless=caseless,
         description=description,
         reports_exit=reports_exit,
+        implicates_nodes=implicates_nodes,
+        printed_by=printed_by,
     )
 
 

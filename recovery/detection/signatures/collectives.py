@@ -68,12 +68,14 @@ SIGNATURES: tuple[Signature, ...] = (
         Attribution.SYSTEM_SOFTWARE,
         r"(?:Error while creating shared memory segment|"
         r"unable to allocate shared memory|No space left on device.*(?:shm|nccl)|"
+        r"NCCL WARN Call to posix_fallocate failed|"
         r"nccl-shm.*(?:failed|error)|/dev/shm.*(?:too small|No space))",
         [
             "include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-c43b846667d22574-1-1-0 (size 9637888)",
         ],
         ["NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"],
-        priority=58,
+        # Above storage: the "No space left on device" it reports is /dev/shm, not a filesystem.
+        priority=83,
     ),
     define(
         "nccl-watchdog-timeout",
@@ -112,6 +114,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["NCCL INFO Connected all rings"],
         priority=54,
+        printed_by='NCCL before 2.4 ("NCCL Error N:") and NCCL\'s init checks ("Duplicate GPU detected", ring checks)',
     ),
     define(
         "peer-connection-lost",
@@ -126,8 +129,10 @@ SIGNATURES: tuple[Signature, ...] = (
         ["NCCL INFO Connected all rings", "gloo: connection to peer established"],
         priority=53,
         role=SYMPTOM,
+        implicates_nodes=False,
         description="The rank that prints this lost a peer: the cause is on the peer's side "
         "(its process died, its node failed) or in the network between them.",
+        printed_by="gloo's TCP transport (gloo/transport/tcp/pair.cc), through PyTorch",
     ),
     define(
         "distributed-setup-timeout",
@@ -142,6 +147,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["barrier() completed in 0.2 s"],
         role=SYMPTOM,
+        printed_by="PyTorch's c10d store (DistStoreError), torchelastic's rendezvous (RendezvousTimeoutError) and ProcessGroupNCCL's monitoredBarrier and watchdog",
     ),
     define(
         "dist-network-error",
@@ -156,5 +162,6 @@ SIGNATURES: tuple[Signature, ...] = (
         priority=29,
         role=SYMPTOM,
         description="The c10d store lost its peer: usually a consequence of another rank dying.",
+        printed_by="PyTorch's c10d TCP store (torch.distributed.DistNetworkError)",
     ),
 )

@@ -36,7 +36,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|BAD_PARAM|NOT_SUPPORTED|MAPPING_ERROR)|"
         r"cudaErrorIllegalAddress|cudaErrorLaunchFailure|cudaErrorIllegalInstruction|"
         r"CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED|illegal memory access|"
-        r"Cuda failure \d+ '|CUDA kernel launch failed|an illegal memory access was encountered)",
+        r"Cuda failure (?:\d+ )?'(?:an illegal|misaligned address|unspecified launch failure|"
+        r"device-side assert)|CUDA kernel launch failed|an illegal memory access was encountered)",
         [
             "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
             "RuntimeError: CUDA error: misaligned address",
@@ -64,6 +65,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["CUDA driver version: 12.2"],
         priority=77,
+        printed_by="the CUDA runtime (cudaErrorInsufficientDriver) and PyTorch's driver check in torch.cuda",
     ),
     define(
         "cuda-out-of-memory",
@@ -95,5 +97,6 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["Found libcudart.so.12 in /usr/local/cuda/lib64"],
         priority=77,
+        printed_by='the CUDA runtime (cudaErrorDevicesUnavailable) and the dynamic loader ("cannot open shared object file")',
     ),
 )

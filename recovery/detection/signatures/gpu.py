@@ -80,6 +80,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "DCGM health check: GPU 3 XID error detected (XID 79)",
         ],
         ["CUDA error checking enabled"],
+        printed_by='the CUDA runtime (cudaErrorHardwareStackError "hardware stack error", cudaErrorLaunchFailure) and DCGM\'s health checks',
     ),
     define(
         "pcie-aer-uncorrected",
@@ -94,6 +95,7 @@ SIGNATURES: tuple[Signature, ...] = (
         [
             "pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)",
         ],
+        printed_by="the Linux kernel's PCIe AER driver (drivers/pci/pcie/aer.c)",
     ),
     define(
         "pcie-aer-corrected",
@@ -107,6 +109,7 @@ SIGNATURES: tuple[Signature, ...] = (
         severity=Severity.WARNING,
         priority=20,
         description="Corrected PCIe errors are a hint, not a failure on their own.",
+        printed_by="the Linux kernel's PCIe AER driver (drivers/pci/pcie/aer.c)",
     ),
     define(
         "gpu-thermal-power",
@@ -119,6 +122,7 @@ SIGNATURES: tuple[Signature, ...] = (
         severity=Severity.WARNING,
         priority=40,
         caseless=True,
+        printed_by="nvidia-smi -q, its Clocks Event Reasons (formerly Clocks Throttle Reasons) section",
     ),
     define(
         "nvidia-driver-unreachable",
@@ -135,5 +139,6 @@ SIGNATURES: tuple[Signature, ...] = (
             "        Pending Page Blacklist          : No",
             "NVIDIA-SMI 535.104.05   Driver Version: 535.104.05",
         ],
+        printed_by='nvidia-smi ("couldn\'t communicate with the NVIDIA driver", -q "Pending Page Blacklist")',
     ),
 )

@@ -85,6 +85,7 @@ SIGNATURES: tuple[Signature, ...] = (
         priority=14,
         description="A child killed with SIGKILL: usually the OOM killer, sometimes the scheduler.",
         reports_exit=True,
+        printed_by='torchelastic ("exitcode: -9", "Signal 9 (SIGKILL) received"), Python\'s multiprocessing ("died with <Signals.SIGKILL: 9>"), shells and container runtimes (exit code 137 = 128 + SIGKILL)',
     ),
     define(
         "storage-errno",
@@ -191,6 +192,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "Process finished with exit code 139",
         ],
         ["exit code 1", "exited on signal 15 (Terminated)"],
+        printed_by='Open MPI\'s mpirun ("exited on signal 11"), PyTorch\'s DataLoader ("killed by signal: Segmentation fault"), shells reporting exit code 139 (128 + SIGSEGV)',
     ),
     define(
         "too-many-open-files",
@@ -199,5 +201,6 @@ SIGNATURES: tuple[Signature, ...] = (
         r"(?:Too many open files|\[Errno 24\])",
         ["OSError: [Errno 24] Too many open files"],
         ["ulimit -n 65536 set"],
+        printed_by="the C library's EMFILE error text (errno 24, \"Too many open files\"), as Python's OSError prints it",
     ),
 )

@@ -4,8 +4,13 @@ libfabric (NET/OFI), NVLink and NVSwitch faults, and NCCL saying a peer or the n
 
 from __future__ import annotations
 
-from recovery.detection.signatures.base import Signature, define
+from recovery.detection.signatures.base import SYMPTOM, Signature, define
 from recovery.detection.taxonomy import Attribution, FailureCategory
+
+# Failures seen from the surviving side of a connection outrank NCCL's own generic errors (they
+# say more: the network or a peer), never a cause printed by the failing rank (an exception, a
+# segfault, an OOM).
+PEER_REPORTED_PRIORITY = 57
 
 SIGNATURES: tuple[Signature, ...] = (
     define(
@@ -50,8 +55,7 @@ SIGNATURES: tuple[Signature, ...] = (
         FailureCategory.INTERCONNECT,
         Attribution.UNKNOWN,
         r"(?:Call to ibv_get_async_event failed|ibv_modify_qp failed|"
-        r"ibv_create_qp failed|ibv_reg_mr(?:_iova2?)? failed|"
-        r"Unable to register memory|RDMA_CM_EVENT_(?:UNREACHABLE|REJECTED|ADDR_ERROR))",
+        r"ibv_create_qp failed|RDMA_CM_EVENT_(?:UNREACHABLE|REJECTED|ADDR_ERROR))",
         [
             "misc/ibvwrap.cu:220 NCCL WARN Call to ibv_get_async_event failed",
             "misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error Connection timed out",
@@ -60,6 +64,26 @@ SIGNATURES: tuple[Signature, ...] = (
             "misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
             "NCCL INFO NET/IB : No device found.",
         ],
+    ),
+    define(
+        "net-plugin-setup-failed",
+        FailureCategory.INTERCONNECT,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:fi_getinfo\(\) call failed|ibv_reg_mr(?:_iova2?|_dmabuf_mr)? failed|"
+        r"Unable to register memory|Failed to initialize any NET plugin|"
+        r"NET/OFI (?:Unable to|Failed to) (?:initialize|create|open|find|register))",
+        [
+            "nccl_net_ofi_rdma_init:7978 NCCL WARN NET/OFI OFI fi_getinfo() call failed: No data available",
+            "register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, Error: Invalid argument",
+            "NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
+            "NCCL WARN Failed to initialize any NET plugin",
+        ],
+        ["NCCL INFO NET/OFI Selected provider is efa, fabric is efa (found 4 nics)"],
+        priority=91,
+        description="The network library could not set up the fabric: a provider or device not "
+        "exposed to the job, memory that cannot be pinned (memlock limits, a missing peer-memory "
+        "or dma-buf driver), a broken libfabric. The node's software, not its link.",
+        printed_by="NCCL's IB transport (ibv_reg_mr) and the aws-ofi-nccl plugin (NET/OFI fi_getinfo, memory registration)",
     ),
     define(
         "nvlink-error",
@@ -75,6 +99,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ["NVLink bandwidth test passed", "NCCL INFO Channel 00/24 : 0[0] -> 1[1] via P2P/NVLink"],
         caseless=True,
         priority=92,
+        printed_by="the NVIDIA driver's NVLink reports (NVRM), the NVSwitch driver's SXid reports and NVIDIA Fabric Manager",
     ),
     define(
         "nccl-remote-error",
@@ -86,8 +111,37 @@ SIGNATURES: tuple[Signature, ...] = (
             "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
         ],
         ["NCCL INFO comm 0x55 rank 3 nranks 16 - Init COMPLETE"],
-        priority=52,
-        description="A peer died or the network failed: weaker than evidence naming either.",
+        role=SYMPTOM,
+        priority=PEER_REPORTED_PRIORITY,
+        implicates_nodes=False,
+        description="NCCL's ncclRemoteError: a peer died or the network between them failed. "
+        "Weaker than evidence naming either, and the node that prints it is a witness.",
+        printed_by="NCCL (ncclRemoteError) and PyTorch's ProcessGroupNCCL error text",
+    ),
+    define(
+        "nccl-socket-peer-lost",
+        FailureCategory.INTERCONNECT,
+        Attribution.UNKNOWN,
+        r"(?:NCCL WARN (?:socketStartConnect: |Net : )?Connect to \S+ failed|"
+        r"NCCL WARN (?:socketProgress: |Net : )?Connection closed by remote peer|"
+        r"Call to recv from \S+ failed|Socket recv failed while polling)",
+        [
+            "misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45763> failed : Software caused connection abort",
+            "include/socket.h:390 NCCL WARN Connect to 10.38.10.112<21724> failed : Connection refused",
+            "misc/socket.cc:521 NCCL WARN Net : Connection closed by remote peer 10.104.148.191<37877>",
+            "a100-st-p4d24xlarge-22:183006:183220 [1] misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.200.84.247<58355> failed : Broken pipe",
+            "socketProgressOpt: Call to recv from 172.16.0.4<33759> failed : Connection reset by peer",
+        ],
+        [
+            "NCCL INFO Call to connect returned Connection refused, retrying",
+            "NCCL INFO Bootstrap : Using ib0:10.1.2.3<0>",
+        ],
+        role=SYMPTOM,
+        priority=PEER_REPORTED_PRIORITY,
+        implicates_nodes=False,
+        description="NCCL's socket layer (bootstrap, proxy, NET/Socket) could not reach a peer or "
+        "lost it. Printed on the side that is still alive, so it names no node to blame.",
+        printed_by="NCCL's socket layer (misc/socket.cc, proxy.cc: socketStartConnect, socketProgress)",
     ),
     define(
         "ib-completion-status",

@@ -24,6 +24,7 @@ SIGNATURES: tuple[Signature, ...] = (
         severity=Severity.ERROR,
         priority=12,
         description="The job was told to stop: by the scheduler, an operator or a time limit.",
+        printed_by="torchelastic's agent (torch.distributed.elastic.multiprocessing.api.SignalException) when the launcher is sent a signal",
     ),
     define(
         "slurm-time-limit",
@@ -60,17 +61,20 @@ SIGNATURES: tuple[Signature, ...] = (
         "slurm-node-failure",
         FailureCategory.SCHEDULER_EVENT,
         Attribution.HARDWARE,
-        r"(?:DUE TO NODE FAILURE|JOB \d+ ON \S+ CANCELLED .*NODE FAIL|"
+        r"(?:DUE TO NODE FAILURE|[Dd]ue to node failure|\(node failure\)|"
+        r"JOB \d+ ON \S+ CANCELLED .*NODE FAIL|"
         r"srun: error: Node failure on|Node \S+ not responding, setting DOWN|"
         r"job .* NODE_FAIL|slurmstepd: error: .*Kill task failed|"
         r"srun: error: .*: task \d+: Exited with exit code 1.*NODE_FAIL)",
         [
             "slurmstepd: error: *** JOB 48213 ON gpu-a100-007 CANCELLED AT 2026-11-28T03:14:15 DUE TO NODE FAILURE ***",
             "srun: error: Node failure on gpu-a100-007",
+            "job preempted (node failure)",
         ],
         ["Node gpu-a100-007 now responding"],
         priority=95,
         reports_exit=True,
+        printed_by='Slurm: slurmstepd\'s "*** JOB N ON node CANCELLED AT t DUE TO NODE FAILURE ***", srun\'s "Node failure on", slurmctld\'s "not responding, setting DOWN"; PBS/Torque job notices "(node failure)"',
     ),
     define(
         "slurm-cancelled",
@@ -123,6 +127,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "srun: error: Unable to allocate resources: Requested node configuration is not available",
         ],
         ["srun: job 4211 has been allocated resources"],
+        printed_by='Slurm: slurmstepd ("DUE TO JOB NOT ENDING WITH SIGNALS") and srun ("Unable to allocate resources")',
     ),
     define(
         "submitit-timeout",
@@ -133,6 +138,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "submitit WARNING (2023-01-01 00:00:00,000) - Caught signal SIGUSR2 on node12: this job is timed-out."
         ],
         ["Job has not timed out. Ran 1 minutes out of requested 20 minutes."],
+        printed_by="submitit, when Slurm's time limit signal reaches a job it cannot requeue",
     ),
     define(
         "torchelastic-child-failed",

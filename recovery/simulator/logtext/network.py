@@ -27,15 +27,14 @@ def nccl_error(context: FailureContext) -> list[str]:
     gpu = context.gpu()
     rank = context.rank_of(gpu)
     pid = random_pid(rng)
-    peer_host = context.hosts[(context.node + 1) % len(context.hosts)]
     lines = [
         rank_line(
             rank,
             context.at,
             context.host,
-            f"{context.host}:{pid}:{pid + rng.randint(50, 400)} [{gpu}] misc/socket.cc:484 NCCL "
-            f"WARN socketStartConnect: Connect to {node_ip(peer_host)}"
-            f"<{rng.randint(30000, 60000)}> failed : Software caused connection abort",
+            f"{context.host}:{pid}:{pid + rng.randint(50, 400)} [{gpu}] "
+            f"{rng.choice(('include/alloc.h:102', 'transport.cc:154', 'enqueue.cc:1008'))} NCCL "
+            "WARN Cuda failure 'invalid argument'",
         )
     ]
     body = [
