@@ -25,8 +25,8 @@ pytestmark = pytest.mark.django_db
 
 NCCL_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/"
-    "c10d/ProcessGroupNCCL.cpp:3763, unhandled system error (run with NCCL_DEBUG=INFO for details), "
-    "NCCL version 2.28.8"
+    "c10d/ProcessGroupNCCL.cpp:3763, unhandled system error (run with NCCL_DEBUG=INFO for "
+    "details), NCCL version 2.28.8"
 )
 MAPPING = {"job": "slurm_job_id", "node": "host", "rank": "rank"}
 

@@ -39,8 +39,8 @@ QUERY_RANGE = "/loki/api/v1/query_range"
 MAPPING = LabelMapping(job="slurm_job_id", node="host", rank="rank", static_selectors={})
 NCCL_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/"
-    "c10d/ProcessGroupNCCL.cpp:3763, unhandled system error (run with NCCL_DEBUG=INFO for details), "
-    "NCCL version 2.28.8"
+    "c10d/ProcessGroupNCCL.cpp:3763, unhandled system error (run with NCCL_DEBUG=INFO for "
+    "details), NCCL version 2.28.8"
 )
 
 
