@@ -69,6 +69,8 @@ ANOMALY_SYMBOLS: dict[str, str] = {
     AnomalyKind.CRASH: "x",
     AnomalyKind.HANG: "hourglass",
     AnomalyKind.STRAGGLER: "triangle-down",
+    AnomalyKind.DIVERGENCE: "diamond-wide",
+    AnomalyKind.SLOWDOWN: "triangle-down-open",
 }
 
 

@@ -90,6 +90,8 @@ class AnomalyKind(models.TextChoices):
     CRASH = _choice(taxonomy.AnomalyKind.CRASH)
     HANG = _choice(taxonomy.AnomalyKind.HANG)
     STRAGGLER = _choice(taxonomy.AnomalyKind.STRAGGLER)
+    DIVERGENCE = _choice(taxonomy.AnomalyKind.DIVERGENCE)
+    SLOWDOWN = _choice(taxonomy.AnomalyKind.SLOWDOWN)
 
 
 class EvidenceSource(models.TextChoices):
@@ -214,6 +216,16 @@ class StopReason(models.TextChoices):
     NO_CHECKPOINT = "no_checkpoint", "No new checkpoint"
     APPLICATION_FAULT = "application_fault", "Application fault"
     POLICY = "policy", "The policy stops on this failure"
+    DIVERGED = "diverged", "Training diverged"
+
+
+class DivergenceAction(models.TextChoices):
+    """What a policy makes of training that diverged (a loss that stays NaN or jumped and
+    stayed up) while the job still runs. Never done without a person's approval."""
+
+    RECORD = "record", "Record only"
+    STOP = "stop", "Stop the job"
+    RESTART = "restart", "Restart from a checkpoint saved before the divergence"
 
 
 class StragglerAction(models.TextChoices):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.detection.findings import CRASH, HEALTHY, Finding
+from recovery.detection.findings import HEALTHY, Finding
 from recovery.detection.scanner import ScanResult, scan_text
 from recovery.detection.taxonomy import Attribution, Severity
 
@@ -67,7 +67,7 @@ def classify_scan(result: ScanResult) -> Classification:
     return Classification(
         category=primary.category,
         attribution=primary.attribution,
-        kind=CRASH,
+        kind=primary.kind,
         evidence=primary.evidence,
         signature=primary.signature,
         nodes=list(primary.nodes),

@@ -19,6 +19,8 @@ from recovery.detection.taxonomy import (
 CRASH = AnomalyKind.CRASH
 HANG = AnomalyKind.HANG
 STRAGGLER = AnomalyKind.STRAGGLER
+DIVERGENCE = AnomalyKind.DIVERGENCE
+SLOWDOWN = AnomalyKind.SLOWDOWN
 CATEGORIES = FAILURE_CATEGORIES
 HEALTHY = FailureCategory.HEALTHY
 ATTRIBUTIONS = tuple(Attribution)

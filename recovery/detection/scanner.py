@@ -18,7 +18,7 @@ from typing import Any
 
 from recovery.detection import progress as progress_module
 from recovery.detection.engine import Locator, LocatorPattern
-from recovery.detection.findings import CRASH, Finding, FindingSource
+from recovery.detection.findings import CRASH, DIVERGENCE, Finding, FindingSource
 from recovery.detection.linear_regex import compile_linear, compile_linear_bytes
 from recovery.detection.normalize import LineContext, parse_line, strip_ansi
 from recovery.detection.refine import Refined, refine
@@ -65,8 +65,8 @@ _NO_LOSS_SCALING = compile_linear(
     r"(?i)loss[ _]scale['\"]?\s{0,3}[:=]?\s{0,3}1(?:\.0*)?(?:[^.\d]|$)"
 )
 
-# Per stream (a rank, else a node, else ""): non-finite steps in a row and the last line's digest.
-NonfiniteState = dict[str, list[int | str]]
+# Per stream: [steps in a row, the last counted line's digest, the run's first step or None].
+NonfiniteState = dict[str, list[int | str | None]]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ class Occurrences:
     excerpt: str
     at: datetime | None
     detail: dict[str, Any]
+    kind: str = CRASH
     count: int = 0
     last_line: int = 0
     ranks: set[int] = field(default_factory=set)
@@ -121,7 +122,7 @@ class Occurrences:
         implicates = self.signature.implicates_nodes
         witnesses = {} if implicates else {"reported_by_nodes": sorted(self.nodes)[:32]}
         return Finding(
-            kind=CRASH,
+            kind=self.kind,
             category=self.category,
             attribution=self.attribution,
             severity=self.severity,
@@ -374,6 +375,8 @@ class LogScanner:
                 excerpt=block.excerpt(start, stop),
                 at=context.at,
                 detail=refined.detail,
+                # A loss that stays NaN while training goes on: not a process that died.
+                kind=DIVERGENCE if refined.discriminator == NONFINITE_STREAK else CRASH,
             )
             self._occurrences[key] = occurrences
         occurrences.add(line_number, context)
@@ -436,12 +439,15 @@ class LogScanner:
         self._end_runs_before(block, start)
         stream = _stream(context.rank, context.node)
         digest = hashlib.blake2b(message.encode(), digest_size=8).hexdigest()
-        counted, last = self._nonfinite.get(stream, [0, ""])
-        steps = int(counted)
+        counted, last, first_step = self._nonfinite.get(stream, [0, "", None])
+        steps = int(counted or 0)
         if digest != last:  # the same line from several processes is one step
             steps += 1
+        if steps == 1:
+            parsed = self.parser.parse_progress(message)
+            first_step = parsed.step if parsed is not None else None
         if stream in self._nonfinite or len(self._nonfinite) < MAX_NONFINITE_STREAMS:
-            self._nonfinite[stream] = [steps, digest]
+            self._nonfinite[stream] = [steps, digest, first_step]
             self._nonfinite_lines[stream] = line_number
         unscaled = _NO_LOSS_SCALING.search(message) is not None
         if steps < self.nonfinite_steps and not unscaled:
@@ -453,6 +459,7 @@ class LogScanner:
             detail={
                 **refined.detail,
                 "nonfinite_steps": 1 if unscaled and steps < self.nonfinite_steps else steps,
+                **({"since_step": first_step} if isinstance(first_step, int) else {}),
             },
         )
 
@@ -601,11 +608,12 @@ def _valid_nonfinite_state(state: object) -> NonfiniteState:
         if (
             isinstance(stream, str)
             and isinstance(value, list)
-            and len(value) == 2
+            and len(value) in (2, 3)
             and isinstance(value[0], int)
             and isinstance(value[1], str)
         ):
-            valid[stream] = [value[0], value[1]]
+            first_step = value[2] if len(value) == 3 and isinstance(value[2], int) else None
+            valid[stream] = [value[0], value[1], first_step]
     return valid
 
 

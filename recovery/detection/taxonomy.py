@@ -33,11 +33,15 @@ class LabelledEnum(StrEnum):
 
 
 class AnomalyKind(LabelledEnum):
-    """What a finding shows: a process that died, one that stopped progressing, a slow node."""
+    """What a finding shows: a process that died, one that stopped progressing, a slow node,
+    training that goes on but learns nothing (a loss that stays NaN or jumped and stayed up),
+    or a whole job that slowed down."""
 
     CRASH = "crash", "Crash"
     HANG = "hang", "Hang"
     STRAGGLER = "straggler", "Straggler"
+    DIVERGENCE = "divergence", "Divergence"
+    SLOWDOWN = "slowdown", "Slowdown"
 
 
 class FailureCategory(LabelledEnum):

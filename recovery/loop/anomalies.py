@@ -13,6 +13,7 @@ takes the same path.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -62,6 +63,11 @@ KEPT_DETAIL = frozenset(
         "reports_exit",
         "stalled_after",
         "reported_by_nodes",
+        "since_step",
+        "nonfinite_steps",
+        "baseline_loss",
+        "lowest_loss",
+        "members_slowed",
     }
 )
 MAX_EXCERPT = 4000
@@ -821,6 +827,11 @@ def checkpoint_events(
     return events
 
 
+def finite_or_none(value: float | None) -> float | None:
+    """A number the database can store: MySQL has no NaN or infinity."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def record_progress_samples(
     workload: Workload, attempt: int, result: ScanResult, now: datetime
 ) -> int:
@@ -832,6 +843,7 @@ def record_progress_samples(
             rank=point.rank,
             node=(point.node or "")[:128],
             step=point.step,
+            loss=finite_or_none(point.loss),
             throughput=point.throughput,
             step_time_seconds=point.step_time_seconds,
             at=point.at or now,

@@ -31,6 +31,12 @@ from recovery.detection.straggler import (
     ThroughputObservation,
     detect_stragglers,
 )
+from recovery.detection.trends import (
+    TrendPolicy,
+    TrendSample,
+    detect_loss_spike,
+    detect_throughput_collapse,
+)
 from recovery.loop.anomalies import record_anomalies
 from recovery.loop.confirmation import apply, settle, suspects_of
 from recovery.loop.logs import OnNode, attempts_by_node
@@ -205,6 +211,55 @@ class _Sample(NamedTuple):
     node: str
     attempt: int
     throughput: float | None
+    loss: float | None
+
+
+def trend_policy(policy: Policy) -> TrendPolicy:
+    window = policy.straggler_window_minutes * 60.0
+    return TrendPolicy(
+        loss_spike_factor=policy.loss_spike_factor,
+        throughput_collapse_percent=policy.throughput_collapse_percent,
+        window_seconds=window,
+        baseline_seconds=3 * window,
+    )
+
+
+def _check_trends(
+    workload: Workload, attempt: Attempt, samples: list[_Sample], policy: Policy, now: datetime
+) -> list[Anomaly]:
+    """A loss that jumped and stayed up, a whole job slower than it was: this attempt only."""
+    current = [
+        TrendSample(
+            at=s.at,
+            step=s.step,
+            loss=s.loss,
+            throughput=s.throughput,
+            node=s.node or None,
+            rank=s.rank,
+        )
+        for s in samples
+        if s.attempt == attempt.number
+    ]
+    trends = trend_policy(policy)
+    found = [
+        finding
+        for finding in (
+            detect_loss_spike(current, now=now, policy=trends),
+            detect_throughput_collapse(current, now=now, policy=trends),
+        )
+        if finding is not None
+    ]
+    created: list[Anomaly] = []
+    for finding in found:
+        created += record_anomalies(
+            workload,
+            attempt,
+            [finding],
+            now,
+            scope=f"trend:{finding.signature}",
+            source=EvidenceSource.PROGRESS,
+        )
+    return created
 
 
 def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
@@ -230,7 +285,7 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
             workload=workload, at__gte=now - timedelta(seconds=look_back)
         )
         .order_by("-at", "-id")
-        .values_list("at", "step", "rank", "node", "attempt", "throughput")[:MAX_SAMPLES]
+        .values_list("at", "step", "rank", "node", "attempt", "throughput", "loss")[:MAX_SAMPLES]
     ]
     samples.reverse()
     created: list[Anomaly] = []
@@ -248,6 +303,7 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
         created += record_anomalies(
             workload, attempt, [_hang_evidence_time(hang)], now, source=EvidenceSource.PROGRESS
         )
+    created += _check_trends(workload, attempt, samples, policy, now)
     current = [s for s in samples if s.attempt == attempt.number and s.throughput]
     if not current or current[0].at > now - timedelta(seconds=window.window_seconds):
         return created  # a slowdown is judged only once the attempt has run a whole window

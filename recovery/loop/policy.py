@@ -30,6 +30,7 @@ from recovery.choices import (
     AuditKind,
     ClusterNodeState,
     Confirmation,
+    DivergenceAction,
     FailureCategory,
     NodeHealth,
     RecommendationAction,
@@ -273,6 +274,10 @@ def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
 def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
     implicated = list(anomaly.implicated_nodes)
     excludes = excludes_nodes(anomaly, policy)
+    if anomaly.kind == AnomalyKind.SLOWDOWN:
+        return Decision(RecommendationAction.NONE, reason="slowdown recorded")
+    if anomaly.kind == AnomalyKind.DIVERGENCE:
+        return _decide_divergence(anomaly, policy, history)
     if anomaly.kind == AnomalyKind.STRAGGLER:
         if policy.straggler_action == StragglerAction.RECORD or not implicated:
             return Decision(RecommendationAction.NONE, reason="straggler recorded")
@@ -364,8 +369,13 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     decision = decide(anomaly, policy, history_of(workload, policy))
     if decision.action == RecommendationAction.NONE:
         return None
-    # The job's comment can only make the loop more careful than its cluster, never less.
-    needs_person = not workload.acts_automatically or _over_blast_radius(workload, decision, policy)
+    # The job's comment can only make the loop more careful than its cluster, never less. A
+    # divergence is acted on while the job still trains: a person always decides.
+    needs_person = (
+        not workload.acts_automatically
+        or anomaly.kind == AnomalyKind.DIVERGENCE
+        or _over_blast_radius(workload, decision, policy)
+    )
     status = RecommendationStatus.AWAITING_APPROVAL if needs_person else RecommendationStatus.READY
     now = timezone.now()
     with transaction.atomic():
@@ -428,6 +438,42 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
             },
         )
     return recommendation
+
+
+def _decide_divergence(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
+    """Training that goes on but diverged: record it, stop the job, or restart it from a
+    checkpoint saved before the divergence began (the application resumes from its last one, so
+    only when that one predates it; otherwise a restart would resume the divergence)."""
+    what = f"training diverged ({anomaly.evidence_line[:160]})"
+    if policy.divergence_action == DivergenceAction.RECORD:
+        return Decision(RecommendationAction.NONE, reason=f"{what}: recorded")
+    if policy.divergence_action == DivergenceAction.STOP:
+        return Decision(
+            RecommendationAction.STOP,
+            reason=f"{what}: the policy says stop",
+            stop_reason=StopReason.DIVERGED,
+        )
+    since = anomaly.details.get("since_step")
+    checkpoint = anomaly.workload.last_checkpoint_step
+    if not isinstance(since, int) or checkpoint is None or checkpoint >= since:
+        began = f"step {since}" if isinstance(since, int) else "an unknown step"
+        saved = f"step {checkpoint}" if checkpoint is not None else "none known"
+        return Decision(
+            RecommendationAction.NONE,
+            reason=f"{what}: no checkpoint saved before it began at {began} (last: {saved}); "
+            "a restart would resume the divergence",
+        )
+    if history.attempts >= policy.max_attempts:
+        return Decision(
+            RecommendationAction.STOP,
+            reason=f"{what} after {history.attempts} attempts{history.counted_over}",
+            stop_reason=StopReason.RETRY_BUDGET,
+        )
+    return Decision(
+        RecommendationAction.RESTART,
+        reason=f"{what}; restart from the checkpoint of step {checkpoint}, saved before it "
+        f"began at step {since}",
+    )
 
 
 def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -> bool:

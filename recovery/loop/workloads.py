@@ -41,6 +41,7 @@ from recovery.loop.anomalies import (
     SAMPLE_RETENTION,
     attempt_writing_of,
     checkpoint_events,
+    finite_or_none,
     record_read,
 )
 from recovery.loop.bulk import insert_values, update_rows
@@ -323,6 +324,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
                         point.rank,
                         (point.node or "")[:128],
                         point.step,
+                        finite_or_none(point.loss),
                         point.throughput,
                         point.step_time_seconds,
                         point.at or now,
@@ -364,6 +366,7 @@ SAMPLE_COLUMNS = [
     "rank",
     "node",
     "step",
+    "loss",
     "throughput",
     "step_time_seconds",
     "at",

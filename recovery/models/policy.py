@@ -9,6 +9,7 @@ from recovery.choices import (
     CRASH_ACTIONS,
     Attribution,
     ClusterNodeState,
+    DivergenceAction,
     FailureCategory,
     RecommendationAction,
     StragglerAction,
@@ -159,6 +160,26 @@ class Policy(models.Model):
         help_text="A loss or gradient norm that is not a number for this many logged steps in "
         "a row (per rank) is a NaN divergence. One is what an fp16 loss scaler skipping an "
         "overflowing step prints; with the loss scale at 1 one is always a failure.",
+    )
+    loss_spike_factor = models.FloatField(
+        default=2.0,
+        validators=[MinValueValidator(1.1), MaxValueValidator(100.0)],
+        help_text="A loss above this many times its median before, for the whole straggler "
+        "window, is a divergence.",
+    )
+    throughput_collapse_percent = models.PositiveIntegerField(
+        default=50,
+        validators=[MinValueValidator(1), MaxValueValidator(99)],
+        help_text="A whole job whose throughput stays below this share of its own before, for "
+        "the whole straggler window, slowed down (recorded).",
+    )
+    divergence_action = models.CharField(
+        max_length=24,
+        choices=DivergenceAction.choices,
+        default=DivergenceAction.RECORD,
+        help_text="What training that diverged while the job still runs leads to; it always "
+        "waits for an operator's approval. A restart is proposed only when the job's last "
+        "checkpoint was saved before the divergence began.",
     )
     progress_pattern = models.TextField(
         blank=True,

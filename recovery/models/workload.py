@@ -169,6 +169,8 @@ class ProgressSample(models.Model):
     rank = models.IntegerField(null=True, blank=True)
     node = models.CharField(max_length=128, blank=True)
     step = models.BigIntegerField()
+    # The loss the line printed, when finite (a NaN is counted by the log scanner instead).
+    loss = models.FloatField(null=True, blank=True)
     throughput = models.FloatField(null=True, blank=True)
     step_time_seconds = models.FloatField(null=True, blank=True)
     at = models.DateTimeField()

@@ -38,6 +38,7 @@ def test_a_loss_that_stays_nan_for_two_logged_steps_is_a_divergence() -> None:
     verdict = classify_text(log)
     assert verdict.category == FailureCategory.NAN_DIVERGENCE
     assert verdict.signature == "nonfinite-progress-value"
+    assert verdict.kind == "divergence"  # training went on: no process died of it
     assert verdict.first_line == 3
 
 

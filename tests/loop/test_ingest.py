@@ -372,3 +372,21 @@ def test_the_policy_sets_how_many_nan_steps_make_a_divergence(workload: Workload
     write(workload, NAN_STEP.format(step=4))
     ingest_workload_logs(workload, LocalTransport())
     assert failures_of(workload) == [("nan_divergence", "nonfinite-progress-value")]
+
+
+def test_a_nan_run_is_a_divergence_the_policy_decides_with_an_operator(
+    workload: Workload,
+) -> None:
+    from recovery.choices import AnomalyKind, ClusterMode, RecommendationStatus
+    from recovery.models import Policy
+
+    Policy.objects.create(name="stop diverged", divergence_action="stop")
+    workload.cluster.mode = ClusterMode.ACTION
+    workload.cluster.save()
+    write(workload, PROGRESS.format(step=1) + NAN_STEP.format(step=2) + NAN_STEP.format(step=3))
+    ingest_workload_logs(workload, LocalTransport())
+    divergence = Anomaly.objects.exclude(severity="warning").get()
+    assert divergence.kind == AnomalyKind.DIVERGENCE
+    assert divergence.details["since_step"] == 2
+    stop = Recommendation.objects.get()
+    assert (stop.action, stop.status) == ("stop", RecommendationStatus.AWAITING_APPROVAL)
