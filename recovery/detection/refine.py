@@ -41,6 +41,11 @@ _HANDLED_CATEGORIES = frozenset(
     }
 )
 _HEX = compile_linear(r"0x[0-9a-fA-F]+")
+# NCCL's ncclInvalidUsage and ncclInvalidArgument: "a call to NCCL is incorrect, usually a
+# programming error" (NCCL's ncclResult_t documentation): two ranks on one GPU, a wrong count.
+_NCCL_MISUSE = compile_linear(
+    r"(?:invalid usage|ncclInvalidUsage|ncclInvalidArgument|NCCL error in: \S+ invalid argument)"
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ def refine(signature: Signature, message: str) -> Refined | None:
         return replace(base, severity=Severity.WARNING, detail={"handled": True})
     if signature.name == "nvidia-xid":
         return _refine_xid(base, message)
+    if signature.name == "nccl-error-raised" and _NCCL_MISUSE.search(message) is not None:
+        return replace(base, attribution=Attribution.APPLICATION, detail={"nccl_misuse": True})
     if signature.name == "cuda-error-kernel":
         if _SYNC_CUDA_EXCEPTION.search(message) is not None:
             # Raised in the application's own call stack: a code bug is in view.

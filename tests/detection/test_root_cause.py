@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from recovery.detection.classify import classify_text
 
 TIMEOUT = (
@@ -162,3 +164,39 @@ def test_an_error_the_program_retries_is_not_a_failure() -> None:
         "retries exceeded, will retry in 10 s\n"
     )
     assert classify_text(text).healthy
+
+
+@pytest.mark.parametrize(
+    ("line", "attribution"),
+    [
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, "
+            "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
+            "application",
+        ),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1691, "
+            "internal error - please report this issue to the NCCL developers, NCCL version 2.19.3",
+            "unknown",
+        ),
+    ],
+)
+def test_nccl_misuse_is_the_application_as_nccl_documents_it(line: str, attribution: str) -> None:
+    verdict = classify_text(line + "\n")
+    assert (verdict.category, verdict.attribution) == ("nccl_error", attribution)
+
+
+def test_a_rank_killed_outright_outranks_its_peers_timeouts() -> None:
+    timeouts = "".join(
+        f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds\n"
+        for rank in range(1, 8)
+    )
+    killed = (
+        "  exitcode  : -9 (pid: 14750)\n  traceback : Signal 9 (SIGKILL) received by PID 14750\n"
+    )
+    assert classify_text(timeouts + killed).category == "host_oom"
+    bus_error = "failed (exitcode: -7) local_rank: 0 (pid: 37386) of binary: /usr/bin/python\n"
+    assert classify_text(timeouts + bus_error).category == "segfault"
+    aborted = "failed (exitcode: -6) local_rank: 0 (pid: 37386) of binary: /usr/bin/python\n"
+    assert classify_text(timeouts + aborted).category == "nccl_timeout"

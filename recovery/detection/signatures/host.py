@@ -82,7 +82,9 @@ SIGNATURES: tuple[Signature, ...] = (
         ["exitcode  : -11 (pid: 6421)"],
         role=WRAPPER,
         severity=Severity.ERROR,
-        priority=14,
+        # Above the collective timeouts (30) the killed rank's peers print while they wait for
+        # it: a watchdog ends a process with SIGABRT, not SIGKILL.
+        priority=31,
         description="A child killed with SIGKILL: usually the OOM killer, sometimes the scheduler.",
         reports_exit=True,
         printed_by='torchelastic ("exitcode: -9", "Signal 9 (SIGKILL) received"), Python\'s multiprocessing ("died with <Signals.SIGKILL: 9>"), shells and container runtimes (exit code 137 = 128 + SIGKILL)',
@@ -135,19 +137,17 @@ SIGNATURES: tuple[Signature, ...] = (
         FailureCategory.SEGFAULT,
         Attribution.UNKNOWN,
         r"(?:SIGABRT|Signal 6 \(SIGABRT\)|exitcode\s*:?\s*-6\b|failed \(exitcode: -6\)|"
-        r"Fatal Python error: Aborted|Aborted \(core dumped\)|"
-        r"Bus error|SIGBUS|Signal 7 \(SIGBUS\)|exitcode\s*:?\s*-7\b|failed \(exitcode: -7\))",
+        r"Fatal Python error: Aborted|Aborted \(core dumped\))",
         [
             "logging.cc:365: *** SIGABRT received at time=1735017785 on cpu 31 ***",
-            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 37386) of binary: /home/jovyan/.conda/envs/glm/bin/python",
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 0 (pid: 37386) of binary: /usr/bin/python",
             "Aborted (core dumped)",
         ],
         ["exitcode  : 1 (pid: 37881)", "Training aborted by user request flag not set"],
         priority=25,
         description=(
-            "An abort or bus error: often the end of a process whose real error came first "
-            "(an NCCL watchdog exception aborts the process), so it ranks below collective "
-            "timeouts."
+            "An abort: often the end of a process whose real error came first (an NCCL "
+            "watchdog exception aborts the process), so it ranks below collective timeouts."
         ),
     ),
     define(
@@ -185,13 +185,21 @@ SIGNATURES: tuple[Signature, ...] = (
         FailureCategory.SEGFAULT,
         Attribution.UNKNOWN,
         r"(?:exited on signal 11|exit code 139|exited with code 139|"
-        r"(?:with|by) signal 11\b|killed by signal: Segmentation fault)",
+        r"(?:with|by) signal 11\b|killed by signal: Segmentation fault|"
+        r"exitcode\s*:?\s*-(?:11|7)\b|failed \(exitcode: -(?:11|7)\)|"
+        r"Bus error|SIGBUS|Signal 7 \(SIGBUS\))",
         [
             "mpirun noticed that process rank 3 with PID 0 on node gpu-1 exited on signal 11 (Segmentation fault).",
             "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",
             "Process finished with exit code 139",
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 37386) of binary: /home/jovyan/.conda/envs/glm/bin/python",
+            "Bus error (core dumped)",
         ],
-        ["exit code 1", "exited on signal 15 (Terminated)"],
+        [
+            "exit code 1",
+            "exited on signal 15 (Terminated)",
+            "failed (exitcode: -6) local_rank: 0 (pid: 1) of binary: /usr/bin/python",
+        ],
         printed_by='Open MPI\'s mpirun ("exited on signal 11"), PyTorch\'s DataLoader ("killed by signal: Segmentation fault"), shells reporting exit code 139 (128 + SIGSEGV)',
     ),
     define(
