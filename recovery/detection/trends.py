@@ -96,17 +96,19 @@ def detect_loss_spike(
             break
         first = sample
     ratio = lowest / reference
+    evidence = (
+        f"loss {lowest:.4g} or more since step {first.step} "
+        f"({format_duration((now - first.at).total_seconds())}), "
+        f"{ratio:.1f}x its median of {reference:.4g} before"
+    )
+    shown = [*baseline[-3:], *recent[-3:]]
     return Finding(
         kind=DIVERGENCE,
         category=FailureCategory.NAN_DIVERGENCE,
         attribution=Attribution.APPLICATION,
         severity=Severity.ERROR,
         signature=LOSS_SPIKE,
-        evidence=(
-            f"loss {lowest:.4g} or more since step {first.step} "
-            f"({format_duration((now - first.at).total_seconds())}), "
-            f"{ratio:.1f}x its median of {reference:.4g} before"
-        ),
+        evidence=evidence,
         source=FindingSource.PROGRESS,
         count=len(recent),
         at=first.at,
@@ -116,6 +118,7 @@ def detect_loss_spike(
             "lowest_loss": lowest,
             "ratio": round(ratio, 2),
             "factor": policy.loss_spike_factor,
+            "excerpt": _excerpt(shown, "loss", evidence),
         },
     )
 
@@ -152,17 +155,22 @@ def detect_throughput_collapse(
         return None
     ratio = statistics.median(ratios.values())
     first = min((firsts[m] for m in slowed), key=lambda s: s.at)
+    evidence = (
+        f"throughput at {ratio:.0%} of its median before, on {len(slowed)} of "
+        f"{len(ratios)} members, for the last {format_duration(policy.window_seconds)}"
+    )
+    member = slowed[0]
+    shown = [
+        *[s for s in baseline if _member(s) == member][-3:],
+        *[s for s in window if _member(s) == member][-3:],
+    ]
     return Finding(
         kind=SLOWDOWN,
         category=NO_CATEGORY,
         attribution=Attribution.UNKNOWN,
         severity=Severity.WARNING,
         signature=THROUGHPUT_COLLAPSE,
-        evidence=(
-            f"throughput at {ratio:.0%} of its median before, on {len(slowed)} of "
-            f"{len(ratios)} members, for the last "
-            f"{format_duration(policy.window_seconds)}"
-        ),
+        evidence=evidence,
         source=FindingSource.PROGRESS,
         count=len(slowed),
         at=first.at,
@@ -172,8 +180,20 @@ def detect_throughput_collapse(
             "threshold_percent": policy.throughput_collapse_percent,
             "members_slowed": len(slowed),
             "members": len(ratios),
+            "excerpt": _excerpt(shown, "throughput", evidence),
         },
     )
+
+
+def _excerpt(samples: Sequence[TrendSample], field: str, evidence: str) -> str:
+    """The samples either side of the change, as the Console shows evidence, then the verdict."""
+    lines = []
+    for sample in samples:
+        value = getattr(sample, field)
+        where = f" {_member(sample)}" if _member(sample) else ""
+        shown = f"{value:.4g}" if value is not None else "-"
+        lines.append(f"{sample.at:%Y-%m-%d %H:%M:%S}{where} step {sample.step}: {field} {shown}")
+    return "\n".join([*lines, evidence])
 
 
 def _member(sample: TrendSample) -> str:

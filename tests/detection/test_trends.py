@@ -116,3 +116,12 @@ def test_a_checkpoint_pause_inside_the_window_is_not_a_slowdown() -> None:
 def test_a_member_that_stopped_reporting_is_left_to_the_hang_check() -> None:
     samples = throughput({"gpu-0": [4000.0] * 20})  # nothing in the window
     assert detect_throughput_collapse(samples, now=NOW, policy=POLICY) is None
+
+
+def test_the_evidence_shows_the_samples_either_side_of_the_change() -> None:
+    samples = series([2.0] * 20 + [6.0] * 10)
+    finding = detect_loss_spike(samples, now=NOW, policy=POLICY)
+    assert finding is not None
+    excerpt = finding.detail["excerpt"].splitlines()
+    assert excerpt[-1] == finding.evidence
+    assert excerpt[0].endswith("loss 2") and excerpt[-2].endswith("loss 6")

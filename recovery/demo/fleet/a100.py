@@ -9,6 +9,7 @@ from __future__ import annotations
 from recovery.choices import (
     ClusterMode,
     Connection,
+    DivergenceAction,
     NodeHealth,
     OptInMode,
     SchedulerKind,
@@ -37,9 +38,10 @@ def seed_a100(b: Builder) -> None:
         cluster,
         "demo-a100",
         straggler_action=StragglerAction.RESTART_EXCLUDING,
+        divergence_action=DivergenceAction.STOP,
         max_attempts=2,
     )
-    allocated = {*a100(1, 2, 3, 4, 5, 6, 8, 9), *a100(12, 13), *a100(15, 16)}
+    allocated = {*a100(1, 2, 3, 4, 5, 6, 8, 9, 11), *a100(12, 13), *a100(15, 16)}
     specs = {
         name: NodeSpec(state="ALLOCATED" if name in allocated else "IDLE") for name in A100_NODES
     }
@@ -179,6 +181,15 @@ def seed_a100(b: Builder) -> None:
         user="rkim",
         partition="gpu",
         submit_time=b.ago(hours=3, minutes=8),
+        **observe,
+    )
+    story(
+        "48238",
+        a100_software.gemma_loss_spike,
+        name="gemma-7b-cpt",
+        user="hlee",
+        partition="gpu",
+        submit_time=b.ago(hours=2, minutes=16),
         **observe,
     )
     story(

@@ -475,6 +475,50 @@ def bert_keyerror(s: Story) -> None:
     s.finish(WorkloadState.FAILED, 1, reason="FAILED (exit code 1)")
 
 
+def gemma_loss_spike(s: Story) -> None:
+    """48238: the loss jumps from about 2.1 to 6 and stays there while the job trains on; the
+    cluster's policy stops diverged runs, and the stop waits for an operator."""
+    b = s.b
+    pace = Pace(1.6, 1000, hf_ckpt("/lustre/scratch/hlee/gemma-7b-cpt"), save_seconds=30)
+    run = s.start(a100(11), timedelta(seconds=44))
+    start = run.started_at + timedelta(minutes=2)
+    progress = s.train(run, pace, start=start, until=b.ago(seconds=b.rng.randint(2, 9)))
+    diverged_at = b.ago(minutes=34)
+    since = int((diverged_at - start).total_seconds() // pace.step_seconds)
+    found_at = diverged_at + timedelta(minutes=10)
+
+    def logged(step: int, loss: float) -> str:
+        return (
+            f"{{'loss': {loss:.4f}, 'grad_norm': {1.1 + loss / 4:.4f}, "
+            f"'learning_rate': 2.4e-05, 'epoch': {step / 40000:.2f}}}"
+        )
+
+    line = f"loss 5.98 or more since step {since} (10 min), 2.9x its median of 2.071 before"
+    s.detect(
+        run,
+        Evidence(
+            kind=AnomalyKind.DIVERGENCE,
+            signature="loss-spike",
+            category=FailureCategory.NAN_DIVERGENCE,
+            attribution=Attribution.APPLICATION,
+            severity=Severity.ERROR,
+            line=line,
+            excerpt=[
+                logged(since - 300, 2.0712),
+                logged(since - 150, 2.0688),
+                logged(since, 6.2141),
+                logged(since + 150, 6.0473),
+                logged(since + 300, 5.9826),
+                line,
+            ],
+            at=found_at,
+            source="progress",
+            detail={"since_step": since, "baseline_loss": 2.071, "lowest_loss": 5.98},
+        ),
+    )
+    s.keep_running(progress)
+
+
 def not_opted_in(s: Story) -> None:
     """48236: pending for resources, listed as not opted in because of a malformed comment."""
     s.finish(WorkloadState.PENDING, 0, reason="Resources")
