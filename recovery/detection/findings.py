@@ -59,6 +59,24 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     at: datetime | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    # False when the line reports what its process saw of a peer: where it was printed is kept
+    # in ``detail["reported_by_nodes"]``, never among the nodes it implicates.
+    implicates_nodes: bool = True
+
+    def name_node(self, node: str) -> None:
+        """Add the node the evidence came from (a log store's label, a kernel log's host)."""
+        if not self.implicates_nodes:
+            witnesses = self.detail.setdefault("reported_by_nodes", [])
+            if node not in witnesses:
+                witnesses.append(node)
+        elif node not in self.nodes:
+            self.nodes.append(node)
+            self.nodes.sort()
+
+    def name_rank(self, rank: int) -> None:
+        if self.implicates_nodes and rank not in self.ranks:
+            self.ranks.append(rank)
+            self.ranks.sort()
 
     def to_dict(self) -> dict[str, Any]:
         return {

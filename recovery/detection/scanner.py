@@ -134,6 +134,7 @@ class Occurrences:
             nodes=sorted(self.nodes) if implicates else [],
             ranks=sorted(self.ranks) if implicates else [],
             at=self.at,
+            implicates_nodes=implicates,
             detail={
                 **self.detail,
                 **witnesses,

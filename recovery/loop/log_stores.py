@@ -16,7 +16,7 @@ from django.utils import timezone
 from recovery.choices import EvidenceSource
 from recovery.detection.findings import Finding
 from recovery.loop.anomalies import record_read
-from recovery.loop.logs import IngestSummary, scan
+from recovery.loop.logs import IngestSummary, scan_output
 from recovery.models import LogCursor, Workload
 from recovery.sources.logs.base import LogRecord, LogSource, render, to_ns
 
@@ -57,7 +57,7 @@ def ingest_from_source(
             return summary
         data, line_records = render(records)
         summary.bytes_read = len(data)
-        result = scan(data)
+        result = scan_output(workload, cursor, data)
         _attribute_lines(result.findings, line_records)
         summary.anomalies_new, summary.checkpoints = record_read(
             workload, result, now, source=EvidenceSource.LOG_STORE
@@ -77,9 +77,7 @@ def _attribute_lines(findings: list[Finding], owners: list[LogRecord]) -> None:
             if not isinstance(number, int) or not 1 <= number <= len(owners):
                 continue
             record = owners[number - 1]
-            if record.node and record.node not in finding.nodes:
-                finding.nodes.append(record.node)
-                finding.nodes.sort()
-            if record.rank is not None and record.rank not in finding.ranks:
-                finding.ranks.append(record.rank)
-                finding.ranks.sort()
+            if record.node:
+                finding.name_node(record.node)
+            if record.rank is not None:
+                finding.name_rank(record.rank)

@@ -264,8 +264,7 @@ def ingest_node_kernel_logs(
             if consumed:
                 result = scan(consumed)
                 for finding in result.findings:
-                    if node.name not in finding.nodes:
-                        finding.nodes.append(node.name)
+                    finding.name_node(node.name)
                 if on_nodes is None:
                     on_nodes = attempts_by_node(cluster, now)
                 for workload, attempt, _ in on_nodes.get(node.name, []):

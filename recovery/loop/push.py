@@ -215,9 +215,9 @@ def _attribute_to_sender(result: ScanResult, batch: LogBatch) -> ScanResult:
         return result
     for finding in result.findings:
         if batch.node and not finding.nodes:
-            finding.nodes.append(batch.node)
+            finding.name_node(batch.node)
         if batch.rank is not None and not finding.ranks:
-            finding.ranks.append(batch.rank)
+            finding.name_rank(batch.rank)
     result.progress = [
         dataclasses.replace(
             point,

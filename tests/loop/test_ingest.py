@@ -390,3 +390,16 @@ def test_a_nan_run_is_a_divergence_the_policy_decides_with_an_operator(
     assert divergence.details["since_step"] == 2
     stop = Recommendation.objects.get()
     assert (stop.action, stop.status) == ("stop", RecommendationStatus.AWAITING_APPROVAL)
+
+
+def test_a_pushed_peer_reported_failure_names_no_node(workload: Workload) -> None:
+    from recovery.loop.push import LogBatch, ingest_log_batch
+
+    line = (
+        "include/socket.h:390 NCCL WARN Connect to 10.38.10.112<21724> failed : Connection refused"
+    )
+    ingest_log_batch(workload, LogBatch(lines=[line], node="node002", rank=3))
+    anomaly = Anomaly.objects.get()
+    assert anomaly.category == "interconnect"
+    assert anomaly.implicated_nodes == [] and anomaly.implicated_ranks == []
+    assert anomaly.details["reported_by_nodes"] == ["node002"]

@@ -90,3 +90,25 @@ def test_unusable_store_settings_are_ignored() -> None:
     )
     assert log_store_of(cluster) is None
     assert log_store_of(ClusterFactory()) is None
+
+
+def test_a_peer_reported_failure_names_no_node_whatever_the_labels_say(
+    server: RecordedServer, entries: list[LokiEntry]
+) -> None:
+    """
+    GIVEN a job whose rank on node002 logs to Loki that its peer closed the connection
+    WHEN the cluster is polled
+    THEN the interconnect anomaly implicates no node: node002 is where it was seen, kept apart
+    """
+    cluster = ClusterFactory(
+        connection_settings={"log_source": {"kind": "loki", "url": server.url, "mapping": MAPPING}}
+    )
+    at = to_ns(SUBMITTED + timedelta(seconds=30))
+    line = "misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer gpu-a100-022<47861>"
+    entries.append(LokiEntry({"slurm_job_id": "4242", "host": "node002", "rank": "3"}, at, line))
+    poll_cluster(cluster, Scripted([job()]), now=SUBMITTED + timedelta(minutes=2))
+
+    anomaly = Anomaly.objects.get(workload__cluster=cluster)
+    assert (anomaly.category, anomaly.signature) == ("interconnect", "nccl-socket-peer-lost")
+    assert anomaly.implicated_nodes == [] and anomaly.implicated_ranks == []
+    assert anomaly.details["reported_by_nodes"] == ["node002"]
