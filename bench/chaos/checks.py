@@ -119,9 +119,19 @@ def recovery_times(journal: dict[str, Any]) -> list[float]:
 
 
 def check_records(
-    cluster_name: str, journal: dict[str, Any], *, failures_until: float, now: datetime
+    cluster_name: str,
+    journal: dict[str, Any],
+    *,
+    failures_until: float,
+    now: datetime,
+    hang_detection_s: float = 0.0,
 ) -> ClusterVerdict:
-    """Every check for one cluster: the journal against the database."""
+    """Every check for one cluster: the journal against the database.
+
+    A hang is found only once its silence has lasted the policy's hang timeout: one that began
+    less than ``hang_detection_s`` before ``now`` could not have been recorded yet, and is not
+    counted lost.
+    """
     from recovery.choices import AuditKind, RecommendationStatus
     from recovery.models import Anomaly, AuditEvent, Cluster, Recommendation, Workload
 
@@ -154,6 +164,8 @@ def check_records(
     )
     for failure in journal["failures"]:
         if failure["at"] > failures_until or failure.get("effect") in NOT_INTERRUPTIONS:
+            continue
+        if failure.get("effect") == "hang" and failure["at"] + hang_detection_s > now.timestamp():
             continue
         verdict.failures_checked += 1
         workload_id = workloads.get(str(failure["job_id"]))

@@ -38,6 +38,12 @@ ACTION, MONITOR = "action", "monitor"
 MAX_ARMED = 3
 
 
+# The chaos clusters' hang timeout, and how long after a hang began it can first be recorded:
+# the timeout, then the loop's next hang check (every 30 s, every poll near the allowance).
+HANG_TIMEOUT_MINUTES = 1
+HANG_DETECTION_S = HANG_TIMEOUT_MINUTES * 60 + 30
+
+
 @dataclass(frozen=True)
 class ChaosOptions:
     seed: int = 1
@@ -204,7 +210,7 @@ class ChaosRun:
                     "cluster": cluster,
                     "blast_radius_percent": 50,
                     "blast_radius_window_minutes": 10,
-                    "hang_timeout_minutes": 1,
+                    "hang_timeout_minutes": HANG_TIMEOUT_MINUTES,
                     "decision_timeout_seconds": 60,
                     "recommendation_ttl_minutes": 10,
                     "decision_grace_seconds": 5,
@@ -463,7 +469,15 @@ class ChaosRun:
         verdicts = []
         for name in names:
             journal = self.stores[name].reading().journal()
-            verdicts.append(check_records(name, journal, failures_until=failures_until, now=now))
+            verdicts.append(
+                check_records(
+                    name,
+                    journal,
+                    failures_until=failures_until,
+                    now=now,
+                    hang_detection_s=HANG_DETECTION_S,
+                )
+            )
         return verdicts
 
     def report(
@@ -549,6 +563,7 @@ def recheck(report_path: Path) -> dict[str, Any]:
                     cast("dict[str, Any]", store.reading().journal()),
                     failures_until=until,
                     now=now,
+                    hang_detection_s=HANG_DETECTION_S,
                 )
             )
     finally:

@@ -120,3 +120,28 @@ def test_the_schedule_is_a_function_of_the_seed() -> None:
     # Every kind, struck and armed, appears in a schedule of this size.
     assert {fault.kind for fault in first} == set(WEIGHTS)
     assert set(WEIGHTS) >= ARMED
+
+
+def test_a_hang_too_recent_to_have_timed_out_is_not_lost(db: None) -> None:
+    from datetime import UTC, datetime
+
+    from bench.chaos.checks import check_records
+    from tests.factories import ClusterFactory, WorkloadFactory
+
+    cluster = ClusterFactory(name="chaos-test")
+    WorkloadFactory(cluster=cluster, job_id="7")
+    now = datetime.now(UTC)
+    journal: dict[str, Any] = {
+        "failures": [
+            {"job_id": 7, "attempt": 0, "at": now.timestamp() - 200, "effect": "hang"},
+            {"job_id": 7, "attempt": 1, "at": now.timestamp() - 20, "effect": "hang"},
+        ],
+        "commands": [],
+    }
+    strict = check_records("chaos-test", journal, failures_until=now.timestamp(), now=now)
+    assert len(strict.lost) == 2
+    fair = check_records(
+        "chaos-test", journal, failures_until=now.timestamp(), now=now, hang_detection_s=90
+    )
+    assert [lost["attempt"] for lost in fair.lost] == [0]
+    assert fair.failures_checked == 1
