@@ -470,17 +470,13 @@ class LogScanner:
         self._nonfinite_seen_to = block.segment_end(offset)
         if not self._nonfinite or begin >= offset:
             return
-        ended: set[str] = set()
         for line_start in self._progress_line_starts(block, begin, offset):
             parsed = self._parse_progress_at(block, line_start)
             if parsed is None or parsed[0].loss is None or not math.isfinite(parsed[0].loss):
                 continue
-            stream = _stream(parsed[1].rank, parsed[1].node)
-            if stream not in ended:
-                ended.add(stream)
-                self._nonfinite.pop(stream, None)
-                if not self._nonfinite:
-                    return
+            self._nonfinite.pop(_stream(parsed[1].rank, parsed[1].node), None)
+            if not self._nonfinite:
+                return
 
     # ------------------------------------------------------------------ progress
 

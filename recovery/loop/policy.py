@@ -272,12 +272,12 @@ def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
 
 
 def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
-    implicated = list(anomaly.implicated_nodes)
-    excludes = excludes_nodes(anomaly, policy)
     if anomaly.kind == AnomalyKind.SLOWDOWN:
         return Decision(RecommendationAction.NONE, reason="slowdown recorded")
     if anomaly.kind == AnomalyKind.DIVERGENCE:
         return _decide_divergence(anomaly, policy, history)
+    implicated = list(anomaly.implicated_nodes)
+    excludes = excludes_nodes(anomaly, policy)
     if anomaly.kind == AnomalyKind.STRAGGLER:
         if policy.straggler_action == StragglerAction.RECORD or not implicated:
             return Decision(RecommendationAction.NONE, reason="straggler recorded")
