@@ -15,8 +15,9 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 from recovery.models import AuditEvent
 from recovery.roles import ADMIN, OPERATOR, VIEWER, sync_roles
 
-# The Slurm cluster fixtures, shared by tests/slurm and tests/e2e (one cluster per session).
-pytest_plugins = ["tests.slurm_fixtures"]
+# The Slurm cluster fixtures, shared by tests/slurm and tests/e2e (one cluster per session), and the
+# controller's own wheel in fresh environments (tests/deploy, tests/slurm).
+pytest_plugins = ["tests.slurm_fixtures", "tests.controller_package_fixtures"]
 
 TEST_PASSWORD = "correct horse battery staple 42"
 

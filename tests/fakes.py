@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from recovery.sources.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter
+from recovery.sources.schedulers.compat import UTC
 from recovery.sources.schedulers.optin import parse_job_comment
 
 # Recent: a job that started hours ago and never printed a step would rightly be a hang.

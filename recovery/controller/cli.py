@@ -1,9 +1,11 @@
 """The Advisor Controller's command line and run loop, without Django.
 
-On a login node it runs as ``python -m recovery.controller.cli``; where the control plane's code
-and settings are, ``manage.py advisor_controller`` runs the same loop with the same options.
-Nothing here, nor anything it imports, loads Django: the controller knows the control plane only
-through the Advisor API.
+On a login node it is the ``workload-recovery-controller`` command of the controller's own
+distribution (``recovery/controller/pyproject.toml``, Python 3.9 and newer), or
+``python -m recovery.controller.cli`` in a checkout; where the control plane's code and settings
+are, ``manage.py advisor_controller`` runs the same loop with the same options. Nothing here, nor
+anything it imports, loads Django: the controller knows the control plane only through the
+Advisor API.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ DESCRIPTION = (
     "each, read the job's current state, act only where the action has not happened yet, "
     "and report. In-cluster mode runs Slurm commands here; --ssh runs them on a login node."
 )
+# The console script of the controller's own distribution.
+PROG = "workload-recovery-controller"
 # The control plane's own default (workload_recovery/settings.py), for --simulated.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -146,7 +150,14 @@ def scheduler_adapter(options: ControllerOptions, redis_url: str) -> SchedulerAd
     """Slurm run here, Slurm over SSH on a login node, or the named simulation."""
     env = {"SLURM_CONF": options.slurm_conf} if options.slurm_conf else {}
     if options.simulated:
-        from recovery.simulator.adapter import SimulatedAdapter
+        try:
+            from recovery.simulator.adapter import SimulatedAdapter
+        except ImportError:
+            # The controller's own distribution ships no simulator.
+            raise ControllerExit(
+                "--simulated needs the control plane's code (recovery.simulator), "
+                "which this installation does not have"
+            ) from None
 
         # Set where the simulation keeps its state in files (settings.SIMULATOR_STATE_DIR).
         state_dir = os.environ.get("WR_SIMULATOR_STATE_DIR", "")
@@ -203,9 +214,7 @@ def simulation(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m recovery.controller.cli", description=DESCRIPTION
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
     add_arguments(parser)
     options = ControllerOptions.from_parsed(vars(parser.parse_args(argv)))
     logging.basicConfig(

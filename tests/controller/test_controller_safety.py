@@ -12,7 +12,7 @@ import argparse
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from recovery.sources.schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
 )
+from recovery.sources.schedulers.compat import UTC
 from tests.fakes import job
 
 SUBMITTED = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)

@@ -11,9 +11,9 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
+from recovery.sources.schedulers.compat import StrEnum
 from recovery.sources.schedulers.optin import OptIn
 from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
@@ -295,13 +295,12 @@ class SchedulerAdapter(abc.ABC):
         a drain without recovery's reason.
         """
         name = validate_node_names([name])[0]
-        match command:
-            case Command.DRAIN_NODE:
-                if not is_recovery_drain(reason) or reason != drain_reason(reason):
-                    raise ValueError(f"not a drain reason recovery writes: {reason[:80]!r}")
-                return ("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
-            case Command.RESUME_NODE:
-                return ("scontrol", "update", f"NodeName={name}", "State=RESUME")
+        if command == Command.DRAIN_NODE:
+            if not is_recovery_drain(reason) or reason != drain_reason(reason):
+                raise ValueError(f"not a drain reason recovery writes: {reason[:80]!r}")
+            return ("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
+        if command == Command.RESUME_NODE:
+            return ("scontrol", "update", f"NodeName={name}", "State=RESUME")
         raise AssertionError(f"no node command line for {command!r}")
 
     @abc.abstractmethod
@@ -339,25 +338,22 @@ class SchedulerAdapter(abc.ABC):
         for an id or a node name no command may carry.
         """
         job_id = validate_job_id(job_id)
-        match command:
-            case Command.REQUEUE | Command.REQUEUE_EXPEDITED:
-                return ("scontrol", "requeue", job_id)
-            case Command.REQUEUE_HOLD:
-                return ("scontrol", "requeuehold", job_id)
-            case Command.SET_EXCLUDED_NODES:
-                names = self.excluded_nodes_value(nodes)
-                return ("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={names}")
-            case Command.CLEAR_START_DELAY:
-                return ("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-            case Command.RELEASE:
-                return ("scontrol", "release", job_id)
-            case Command.HOLD:
-                return ("scontrol", "hold", job_id)
-            case Command.CANCEL:
-                return ("scancel", job_id)
-            case Command.DISABLE_REQUEUE:
-                return ("scontrol", "update", f"JobId={job_id}", "Requeue=0")
-        raise AssertionError(f"no command line for {command!r}")
+        if command == Command.SET_EXCLUDED_NODES:
+            names = self.excluded_nodes_value(nodes)
+            return ("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={names}")
+        lines = {
+            Command.REQUEUE: ("scontrol", "requeue", job_id),
+            Command.REQUEUE_EXPEDITED: ("scontrol", "requeue", job_id),
+            Command.REQUEUE_HOLD: ("scontrol", "requeuehold", job_id),
+            Command.CLEAR_START_DELAY: ("scontrol", "update", f"JobId={job_id}", "StartTime=now"),
+            Command.RELEASE: ("scontrol", "release", job_id),
+            Command.HOLD: ("scontrol", "hold", job_id),
+            Command.CANCEL: ("scancel", job_id),
+            Command.DISABLE_REQUEUE: ("scontrol", "update", f"JobId={job_id}", "Requeue=0"),
+        }
+        if command not in lines:
+            raise AssertionError(f"no command line for {command!r}")
+        return lines[command]
 
     def excluded_nodes_value(self, nodes: Sequence[str]) -> str:
         """The value of ``ExcNodeList=`` for ``nodes``: here each name once, comma-separated, in

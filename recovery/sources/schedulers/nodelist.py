@@ -95,10 +95,10 @@ class _Pattern:
         loop_order = [*range(last - 1, -1, -1), last]
         chosen = [""] * len(labels)
         for combination in itertools.product(*(labels[index] for index in loop_order)):
-            for index, label in zip(loop_order, combination, strict=True):
+            for index, label in zip(loop_order, combination):
                 chosen[index] = label
             parts = [self.literals[0]]
-            for label, literal in zip(chosen, self.literals[1:], strict=True):
+            for label, literal in zip(chosen, self.literals[1:]):
                 parts.append(label)
                 parts.append(literal)
             yield "".join(parts)
@@ -263,7 +263,7 @@ def _natural_key(text: str) -> tuple[tuple[int, int, str], ...]:
 
 def _unique_sorted_hosts(names: Iterable[str]) -> list[_Host]:
     # A single string would be iterated character by character.
-    if isinstance(names, str | bytes):
+    if isinstance(names, (str, bytes)):
         raise NodeListError(f"expected node names, got the single value {shown(names)}")
     hosts = {_Host.parse(name) for name in names}
     return sorted(hosts, key=_Host.sort_key)

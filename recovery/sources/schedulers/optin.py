@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from recovery.sources.schedulers.compat import StrEnum
 from recovery.sources.schedulers.validation import name_problem, shown
 
 
@@ -37,6 +37,11 @@ MAX_COMMENT_LENGTH = 4096
 MAX_ENVIRONMENT_LENGTH = 63
 # Workflow names follow the same rules, longer: they often carry a run's version and date.
 MAX_WORKFLOW_LENGTH = 128
+
+# An opt-in is two or three levels deep. Deeper comments are refused before decoding, on every
+# Python: how deep json may go before a RecursionError differs between versions (3.13's decoder
+# takes thousands of levels that 3.11's refuses).
+MAX_NESTING = 32
 
 # What Slurm shows for a job without a comment.
 _NO_COMMENT = frozenset({"", "(null)"})
@@ -76,7 +81,7 @@ def _json_type(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return "a number"
     if isinstance(value, str):
         return "a string"
@@ -94,9 +99,31 @@ def _unwrap(comment: str) -> str:
     return text
 
 
+def _nesting_depth(text: str) -> int:
+    """How deep ``text``'s brackets nest outside JSON strings (one pass, any text)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_job_comment(comment: str | None) -> OptIn:
     """The opt-in settings in a job's comment. Never raises, whatever the comment holds."""
-    if isinstance(comment, bytes | bytearray):
+    if isinstance(comment, (bytes, bytearray)):
         comment = bytes(comment).decode("utf-8", errors="replace")
     if comment is None:
         return _not_opted_in("no comment")
@@ -110,6 +137,8 @@ def parse_job_comment(comment: str | None) -> OptIn:
     text = _unwrap(comment)
     if text in _NO_COMMENT:
         return _not_opted_in("no comment")
+    if _nesting_depth(text) > MAX_NESTING:
+        return _not_opted_in("comment is not JSON: nested too deeply")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:

@@ -25,8 +25,9 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
+
+from recovery.sources.schedulers.compat import StrEnum
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from recovery.sources.schedulers.base import (
     Command,
@@ -24,6 +24,7 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     Transport,
 )
+from recovery.sources.schedulers.compat import UTC
 from recovery.sources.schedulers.dependency import chained_after
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist, expand_nodelist
 from recovery.sources.schedulers.optin import parse_job_comment

@@ -29,10 +29,11 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from recovery.sources.schedulers.base import JobInfo, NodeInfo
+from recovery.sources.schedulers.compat import UTC
 from recovery.sources.schedulers.dependency import chained_after
 from recovery.sources.schedulers.nodelist import EMPTY_NODELISTS, NodeListError, expand_nodelist
 from recovery.sources.schedulers.optin import parse_job_comment

@@ -100,7 +100,7 @@ def _job_id_problem(text: str) -> str | None:
 def validate_job_id(value: str | int) -> str:
     """The job id as Slurm writes it: ``123``, ``123_4`` (array task) or ``123+1`` (het job)."""
     # bool is an int subclass: True must not become job 1.
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise InvalidIdentifier(
             f"invalid Slurm job id {shown(value)}: must be a string or an integer"
         )
@@ -122,7 +122,7 @@ def validate_node_name(value: str) -> str:
 def validate_node_names(values: Iterable[str]) -> list[str]:
     """Every name in ``values``, in the given order; the first bad one is refused."""
     # Iterating a string yields its characters: "node001" would pass as seven one-letter names.
-    if isinstance(values, str | bytes):
+    if isinstance(values, (str, bytes)):
         raise InvalidIdentifier(
             f"expected a list of node names, got the single value {shown(values)}"
         )

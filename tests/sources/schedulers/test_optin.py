@@ -301,6 +301,19 @@ def test_it_survives_deeply_nested_json() -> None:
     assert reason_for("[" * 2048 + "]" * 2048) == "comment is not JSON: nested too deeply"
 
 
+def test_it_refuses_nesting_deeper_than_an_opt_in_on_every_python() -> None:
+    # Valid JSON that some Pythons decode and others refuse with a RecursionError.
+    deep = '{"nvidia-recovery": {"environment": "prod", "x": ' + "[" * 40 + "]" * 40 + "}}"
+
+    assert reason_for(deep) == "comment is not JSON: nested too deeply"
+
+
+def test_it_counts_no_brackets_inside_strings() -> None:
+    quoted = '{"nvidia-recovery": {"environment": "prod", "note": "' + '[{\\"' * 50 + '"}}'
+
+    assert parse_job_comment(quoted).opted_in
+
+
 def test_it_shows_a_console_summary() -> None:
     assert parse_job_comment(LAB_COMMENT).summary == "opted in: prod, observe"
     assert parse_job_comment(None).summary == "not opted in: no comment"

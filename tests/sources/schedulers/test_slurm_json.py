@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from recovery.sources.schedulers.compat import UTC
 from recovery.sources.schedulers.slurm_json import (
     SlurmDocumentError,
     SlurmVersion,
