@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import factory
 from django.db.models import Model
 from django.utils import timezone
-from factory.declarations import LazyFunction, Sequence, SubFactory
+from factory.declarations import LazyAttribute, LazyFunction, Sequence, SubFactory
 
 from recovery.choices import (
     AnomalyKind,
@@ -93,4 +93,14 @@ class RecommendationFactory(ModelFactory[Recommendation]):
     excluded_nodes = LazyFunction(lambda: ["gpu-002"])
     reason = "Xid 79 on gpu-002: GPU fell off the bus"
     status = RecommendationStatus.AWAITING_APPROVAL
+    # The factory's clusters are in monitor mode, where only an operator's approval makes a
+    # recommendation ready: one created ready, or further along, was approved.
+    approved_by = LazyAttribute(
+        lambda recommendation: (
+            ""
+            if recommendation.status
+            in {RecommendationStatus.PROPOSED, RecommendationStatus.AWAITING_APPROVAL}
+            else "otto"
+        )
+    )
     idempotency_key = Sequence(lambda n: f"test:{n}")

@@ -24,6 +24,7 @@ from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_
 from recovery.audit.record import record_event
 from recovery.choices import (
     AuditKind,
+    ClusterMode,
     Disposition,
     EvidenceTrust,
     RecommendationAction,
@@ -158,15 +159,36 @@ def _decide(
 
 
 def _claimable(now: datetime) -> Q:
-    """Ready, or claimed by a controller whose lease ran out; never past its deadline.
+    """Ready, or claimed by a controller whose lease ran out; never past its deadline; and
+    still allowed to reach the scheduler (``_still_authorised``).
 
     Acting after ``expires_at`` would act on a state that may be gone, whether or not the
     watchdog has marked it expired yet.
     """
     return (
-        Q(status=RecommendationStatus.READY)
-        | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
-    ) & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        (
+            Q(status=RecommendationStatus.READY)
+            | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
+        )
+        & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        & _still_authorised()
+    )
+
+
+def _still_authorised() -> Q:
+    """Approved by an operator, or made ready by the policy on a cluster that still acts on its
+    own (action mode, acknowledged; for a drain, automatic drains on).
+
+    A cluster switched back to monitor mode, or whose acknowledgement or automatic drains were
+    turned off, stops what the policy made ready before the switch: nothing the policy alone
+    decided reaches the scheduler once the cluster no longer lets it.
+    """
+    acts_automatically = Q(
+        workload__cluster__mode=ClusterMode.ACTION,
+        workload__cluster__acknowledge_scheduler_actions=True,
+    )
+    drains_automatically = Q(node__isnull=True) | Q(workload__cluster__drain_automatically=True)
+    return ~Q(approved_by="") | (acts_automatically & drains_automatically)
 
 
 def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:

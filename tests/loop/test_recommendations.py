@@ -7,11 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from recovery.choices import AuditKind, RecommendationStatus
+from recovery.choices import AuditKind, ClusterMode, RecommendationAction, RecommendationStatus
 from recovery.loop import recommendations
-from recovery.models import AuditEvent
+from recovery.models import AuditEvent, Cluster, Node, Recommendation
 from recovery.models.recommendation import InvalidTransition
-from tests.factories import RecommendationFactory
+from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +72,66 @@ def test_it_releases_expired_leases_and_records_it() -> None:
     assert current.status == RecommendationStatus.CLAIMED
     event = AuditEvent.objects.get(kind=AuditKind.LEASE_EXPIRED)
     assert event.payload == {"recommendation": expired.pk, "previous_owner": "slurm-advisor-1"}
+
+
+def policy_ready(cluster: Cluster, **fields: object) -> Recommendation:
+    """A recommendation the policy made ready on its own, as in an acting cluster."""
+    return RecommendationFactory(
+        workload=WorkloadFactory(cluster=cluster),
+        status=RecommendationStatus.READY,
+        approved_by="",
+        **fields,
+    )
+
+
+def test_what_the_policy_made_ready_stops_when_the_cluster_goes_back_to_monitor_mode() -> None:
+    """
+    GIVEN a restart the policy made ready on an acting cluster, and an operator-approved one
+    WHEN the cluster is switched back to monitor mode before a controller claims them
+    THEN the policy's is neither listed nor claimable; the approved one still is
+    """
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    by_policy = policy_ready(cluster)
+    approved = RecommendationFactory(
+        workload=WorkloadFactory(cluster=cluster), status=RecommendationStatus.READY
+    )
+    assert list(recommendations.claimable_for(cluster)) == [by_policy, approved]
+
+    cluster.mode = ClusterMode.MONITOR
+    cluster.save()
+
+    assert list(recommendations.claimable_for(cluster)) == [approved]
+    with pytest.raises(InvalidTransition):
+        recommendations.claim(by_policy.pk, controller="slurm-advisor-1", lease_seconds=60)
+    recommendations.claim(approved.pk, controller="slurm-advisor-1", lease_seconds=60)
+
+
+def test_turning_the_acknowledgement_off_stops_it_too_even_after_a_lease_ran_out() -> None:
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    taken = policy_ready(cluster)
+    recommendations.claim(taken.pk, controller="slurm-advisor-1", lease_seconds=60)
+    Recommendation.objects.filter(pk=taken.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert list(recommendations.claimable_for(cluster)) == [taken]
+
+    cluster.acknowledge_scheduler_actions = False
+    cluster.save()
+
+    assert list(recommendations.claimable_for(cluster)) == []
+    with pytest.raises(InvalidTransition):
+        recommendations.claim(taken.pk, controller="slurm-advisor-2", lease_seconds=60)
+
+
+def test_a_drain_the_policy_made_ready_needs_automatic_drains_still_on() -> None:
+    cluster = ClusterFactory(
+        mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True, drain_automatically=True
+    )
+    node = Node.objects.create(cluster=cluster, name="gpu-002")
+    drain = policy_ready(cluster, action=RecommendationAction.DRAIN, node=node)
+    assert list(recommendations.claimable_for(cluster)) == [drain]
+
+    cluster.drain_automatically = False
+    cluster.save()
+
+    assert list(recommendations.claimable_for(cluster)) == []
