@@ -1,7 +1,7 @@
 """The system's own figures, for Prometheus: a ``prometheus_client`` collector, text format 0.0.4.
 
 Every figure is an aggregate query (GROUP BY, conditional counts for histogram buckets): a
-scrape runs eight queries whatever the size of the tables, and loads no row. Counters and
+scrape runs nine queries whatever the size of the tables, and loads no row. Counters and
 histograms count over the whole tables, so they only grow, as Prometheus' ``rate()`` expects (a
 deleted workload takes its anomalies with it: Prometheus reads the drop as a counter reset).
 The one scan that grows with history is the anomalies' (about 110 ms for 30,000 anomalies on
@@ -463,6 +463,19 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
             poll_lag.add_metric([cluster.name], _age_s(now, cluster.last_polled_at))
         poll_error.add_metric([cluster.name], int(cluster.poll_failing))
 
+    controller_seen = GaugeMetricFamily(
+        "wr_controller_seen_seconds",
+        "Seconds since an Advisor Controller of the cluster last called the Advisor API with an "
+        "unrevoked token (absent until one has): a controller passes every few seconds, so a "
+        "growing value is a controller down or cut off, and in action mode nothing is carried "
+        "out.",
+        labels=["cluster"],
+    )
+    seen = controllers_last_seen()
+    for cluster in cluster_list:
+        if cluster.id in seen:
+            controller_seen.add_metric([cluster.name], _age_s(now, seen[cluster.id]))
+
     ingestion_lag = GaugeMetricFamily(
         "wr_ingestion_lag_seconds",
         "Seconds since the cluster's logs were last read, by source: job_output (workloads' "
@@ -506,11 +519,24 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
         dispositions,
         poll_lag,
         poll_error,
+        controller_seen,
         ingestion_lag,
         *failure_counters,
         task_failures,
         task_counter_up,
     ]
+
+
+def controllers_last_seen() -> dict[int, datetime]:
+    """Cluster id → when any of its unrevoked controller tokens was last used (one query)."""
+    from recovery.models import ControllerToken
+
+    rows = (
+        ControllerToken.objects.filter(revoked_at__isnull=True, last_used_at__isnull=False)
+        .values("cluster_id")
+        .annotate(seen=Max("last_used_at"))
+    )
+    return {row["cluster_id"]: row["seen"] for row in rows}
 
 
 def _age_s(now: datetime, then: datetime) -> float:

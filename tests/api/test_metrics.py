@@ -34,6 +34,7 @@ from recovery.models import (
     Anomaly,
     AuditEvent,
     Cluster,
+    ControllerToken,
     LogCursor,
     Recommendation,
     Workload,
@@ -262,6 +263,7 @@ def test_it_serves_every_family_in_the_text_format(two_clusters: object) -> None
         "wr_recommendation_dispositions": "gauge",
         "wr_poll_lag_seconds": "gauge",
         "wr_poll_error": "gauge",
+        "wr_controller_seen_seconds": "gauge",
         "wr_ingestion_lag_seconds": "gauge",
         "wr_policy_failures_total": "counter",
         "wr_action_failures_total": "counter",
@@ -414,6 +416,31 @@ def test_a_cluster_never_polled_has_no_poll_lag() -> None:
     assert value(families, "wr_poll_error", cluster="fresh") == 0
 
 
+def test_it_reports_when_a_controller_of_each_cluster_was_last_seen() -> None:
+    """
+    GIVEN two controllers of one cluster, one seen 20 s ago, one 5 min ago; a revoked token
+         seen just now; and a cluster whose controller never called
+    WHEN /metrics is scraped
+    THEN the cluster's figure is the most recent unrevoked call, the other cluster has none
+    """
+    seen, never = ClusterFactory(name="seen"), ClusterFactory(name="never")
+    for name, ago in (("login1", 20), ("login2", 300)):
+        token, _ = ControllerToken.issue(seen, name)
+        ControllerToken.objects.filter(pk=token.pk).update(
+            last_used_at=timezone.now() - timedelta(seconds=ago)
+        )
+    revoked, _ = ControllerToken.issue(seen, "old")
+    ControllerToken.objects.filter(pk=revoked.pk).update(
+        last_used_at=timezone.now(), revoked_at=timezone.now()
+    )
+    ControllerToken.issue(never, "login1")
+
+    families = scrape()
+
+    assert value(families, "wr_controller_seen_seconds", cluster="seen") == pytest.approx(20, abs=5)
+    assert series(families, "wr_controller_seen_seconds") == [{"cluster": "seen"}]
+
+
 def test_it_reports_ingestion_lag_from_the_newest_log_cursor(
     two_clusters: tuple[Cluster, Cluster],
 ) -> None:
@@ -499,7 +526,7 @@ def test_its_query_count_does_not_grow_with_the_data() -> None:
         audit(cluster, AuditKind.ACTION_FAILED)
     assert Anomaly.objects.count() == 20
     assert count_queries() == with_one
-    assert with_one <= 8
+    assert with_one <= 9
 
 
 # ---------------------------------------------------------------------------------------------
@@ -550,7 +577,7 @@ def test_it_writes_no_openmetrics_only_lines(two_clusters: object) -> None:
     body = Client().get(URL).content.decode()
     assert "_created" not in body
     assert "# EOF" not in body
-    assert body.count("# TYPE ") == 16
+    assert body.count("# TYPE ") == 17
 
 
 # ---------------------------------------------------------------------------------------------
