@@ -20,7 +20,7 @@ E2E_SLURM2411_CTLD_PORT ?= 17400
 E2E_SLURM2411_NODE_PORT ?= 17401
 E2E_SLURM2411_SSH_PORT ?= 2400
 
-.PHONY: install install-e2e install-browser install-prometheus demo test e2e chaos lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
+.PHONY: install install-e2e install-browser install-prometheus demo test deploy-check image e2e chaos lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -48,9 +48,29 @@ install-prometheus: install
 demo: install
 	$(BIN)/python manage.py demo
 
-test: install install-e2e install-browser install-prometheus
+test: install install-e2e install-browser install-prometheus deploy-check
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest -m "not deploy"
+
+# The deployment files and the controller's own distribution: the systemd units
+# (systemd-analyze verify, and each role run under their restrictions), the Kubernetes manifests
+# of both overlays (rendered with kubectl kustomize, validated offline against the schemas), the
+# image definition (hadolint, shellcheck), and the controller's wheel built, installed into a
+# fresh Django-free venv of each Python from 3.9 on, and carrying out a restart on the real Slurm
+# clusters. `make test` runs it first.
+deploy-check: install install-e2e
+	deploy/dev/deploy-packages.sh
+	deploy/dev/image-packages.sh lint
 	deploy/dev/ensure-services.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest -m deploy
+
+# The control plane's image, built with buildah from a debootstrapped Debian 12 base (no registry
+# needed; WR_IMAGE_BASE=docker.io/library/debian:bookworm-slim uses one), then its build test.
+image: install
+	deploy/dev/image-packages.sh build
+	deploy/image/build.sh
+	deploy/dev/ensure-services.sh
+	WR_BUILD_IMAGE=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	$(BIN)/pytest tests/deploy/test_image.py -p no:cacheprovider
 
 # Schemathesis over the whole API schema with many examples per operation (`make test` runs the
 # same test with a few).

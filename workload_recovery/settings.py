@@ -236,7 +236,9 @@ STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     "workload_recovery.staticfinders.PackageAssetFinder",
 ]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# collectstatic's output, which the pages' manifest names: built into an image, it must not move
+# with WR_VAR_DIR (a volume there would hide it and every page would answer 500).
+STATIC_ROOT = Path(env_str("WR_STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

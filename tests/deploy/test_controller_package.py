@@ -8,6 +8,7 @@ source tree). The restart it carries out on real Slurm is tests/slurm/test_contr
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 import shutil
@@ -114,7 +115,7 @@ def option_strings(help_text: str) -> set[str]:
 def test_manage_py_advisor_controller_takes_the_same_options_as_the_command() -> None:
     command = load_command_class("recovery", "advisor_controller")
     django_parser = command.create_parser("manage.py", "advisor_controller")
-    parser = cli.argparse.ArgumentParser(prog=cli.PROG)
+    parser = argparse.ArgumentParser(prog=cli.PROG)
     cli.add_arguments(parser)
     own = {option for action in parser._actions for option in action.option_strings}
     django = {option for action in django_parser._actions for option in action.option_strings}
@@ -142,7 +143,7 @@ def test_it_runs_without_django_on_each_python(
 
     shown = venv.run([str(venv.script), "--help"])
     assert shown.returncode == 0, shown.stderr
-    parser = cli.argparse.ArgumentParser(prog=cli.PROG)
+    parser = argparse.ArgumentParser(prog=cli.PROG)
     cli.add_arguments(parser)
     assert option_strings(shown.stdout) == option_strings(parser.format_help())
     assert shown.stdout.startswith("usage: workload-recovery-controller")

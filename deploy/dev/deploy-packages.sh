@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Debian packages for `make deploy-check`'s systemd checks: systemd-analyze and systemd-sysusers
+# (package systemd, with the units they read in /usr/lib/systemd/system), and unshare (util-linux)
+# to run each role under the units' restrictions. Installs only what is missing; says what it
+# cannot provide.
+set -euo pipefail
+
+missing=()
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v unshare >/dev/null || missing+=(util-linux)
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+  echo "Missing for the deployment checks: ${missing[*]}." >&2
+  echo "Install them with your package manager (Debian: apt-get install ${missing[*]})." >&2
+  exit 1
+fi
+
+echo "Installing for the deployment checks: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" \
+  >/dev/null 2>&1 \
+  || { apt-get update -qq && apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null; }

