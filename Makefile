@@ -20,7 +20,7 @@ E2E_SLURM2411_CTLD_PORT ?= 17400
 E2E_SLURM2411_NODE_PORT ?= 17401
 E2E_SLURM2411_SSH_PORT ?= 2400
 
-.PHONY: install install-e2e install-browser install-prometheus demo test deploy-check image e2e chaos lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
+.PHONY: install install-e2e install-browser install-prometheus install-deploy demo test deploy-check image e2e chaos lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -48,20 +48,23 @@ install-prometheus: install
 demo: install
 	$(BIN)/python manage.py demo
 
-test: install install-e2e install-browser install-prometheus deploy-check
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest -m "not deploy"
+test: install install-e2e install-browser install-prometheus install-deploy
+	deploy/dev/ensure-services.sh
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --durations=20
 
-# The deployment files and the controller's own distribution: the systemd units
-# (systemd-analyze verify, and each role run under their restrictions), the Kubernetes manifests
-# of both overlays (rendered with kubectl kustomize, validated offline against the schemas), the
-# image definition (hadolint, shellcheck), and the controller's wheel built, installed into a
-# fresh Django-free venv of each Python from 3.9 on, and carrying out a restart on the real Slurm
-# clusters. `make test` runs it first.
-deploy-check: install install-e2e
-	deploy/dev/deploy-packages.sh
-	deploy/dev/image-packages.sh lint
+# The deployment files and the controller's own distribution (the tests marked `deploy`): the
+# systemd units (systemd-analyze verify, and each role run under their restrictions), the
+# Kubernetes manifests of both overlays (rendered with kubectl kustomize, validated offline
+# against the schemas), the image definition (hadolint, shellcheck), and the controller's wheel
+# built, installed into a fresh Django-free venv of each Python from 3.9 on, and carrying out a
+# restart on the real Slurm clusters. `make test` runs the same tests in its one pytest run (one
+# collection, one start of the Slurm clusters).
+deploy-check: install install-e2e install-deploy
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest -m deploy
+
+install-deploy: install
+	deploy/dev/deploy-packages.sh
 
 # The control plane's image, built with buildah from a debootstrapped Debian 12 base (no registry
 # needed; WR_IMAGE_BASE=docker.io/library/debian:bookworm-slim uses one), then its build test.

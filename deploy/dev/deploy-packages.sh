@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Debian packages for `make deploy-check`'s systemd checks: systemd-analyze and systemd-sysusers
-# (package systemd, with the units they read in /usr/lib/systemd/system), and unshare (util-linux)
-# to run each role under the units' restrictions. Installs only what is missing; says what it
-# cannot provide.
+# Debian packages for `make deploy-check`: systemd-analyze and systemd-sysusers (package systemd,
+# with the units they read in /usr/lib/systemd/system), unshare (util-linux) to run each role
+# under the units' restrictions, and shellcheck for the image's entry point (hadolint and kubectl
+# come from PyPI with the test dependencies). Installs only what is missing; says what it cannot
+# provide.
 set -euo pipefail
 
 missing=()
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v unshare >/dev/null || missing+=(util-linux)
+command -v shellcheck >/dev/null || missing+=(shellcheck)
 
 if ((${#missing[@]} == 0)); then
   exit 0

