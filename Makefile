@@ -50,7 +50,8 @@ demo: install
 
 test: install install-e2e install-browser install-prometheus install-deploy
 	deploy/dev/ensure-services.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --durations=20
+	WR_CONTROLLER_PYTHONS=9,13 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	$(BIN)/pytest --durations=20
 
 # The deployment files and the controller's own distribution (the tests marked `deploy`): the
 # systemd units (systemd-analyze verify, and each role run under their restrictions), the
@@ -58,7 +59,7 @@ test: install install-e2e install-browser install-prometheus install-deploy
 # against the schemas), the image definition (hadolint, shellcheck), and the controller's wheel
 # built, installed into a fresh Django-free venv of each Python from 3.9 on, and carrying out a
 # restart on the real Slurm clusters. `make test` runs the same tests in its one pytest run (one
-# collection, one start of the Slurm clusters).
+# collection, one start of the Slurm clusters), the wheel on Python 3.9 and 3.13 only.
 deploy-check: install install-e2e install-deploy
 	deploy/dev/ensure-services.sh
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest -m deploy
