@@ -94,6 +94,13 @@ def find_python(minor: int) -> Path | None:
     return None
 
 
+def run_or_fail(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a build or install step; the test fails with the step's error output."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def build_wheel(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.whl"):
@@ -102,14 +109,7 @@ def build_wheel(out_dir: Path) -> Path:
         sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
         "--disable-pip-version-check", "--wheel-dir", str(out_dir), str(PACKAGE_DIR),
     ]  # fmt: skip
-    built = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
+    run_or_fail(command, timeout=300)
     (wheel,) = out_dir.glob("workload_recovery_controller-*.whl")
     return wheel
 
@@ -141,14 +141,7 @@ def controller_venv(controller_wheel: Path) -> Callable[[int], ControllerVenv]:
                 str(root / "bin" / "python"), "-m", "pip", "install", "--quiet",
                 "--disable-pip-version-check", str(controller_wheel), TEST_RUNNER,
             ]  # fmt: skip
-            installed = subprocess.run(
-                install,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            assert installed.returncode == 0, installed.stderr[-3000:]
+            run_or_fail(install, timeout=600)
             (root / ".complete").touch()
         version = subprocess.run(
             [

@@ -143,8 +143,6 @@ def parse_job_comment(comment: str | None) -> OptIn:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         return _not_opted_in(f"comment is not JSON: {error.msg}")
-    except RecursionError:
-        return _not_opted_in("comment is not JSON: nested too deeply")
     except ValueError as error:
         # Any other refusal from the decoder still leaves the job listed, with its words.
         return _not_opted_in(f"comment is not JSON: {str(error)[:60]}")
