@@ -2,16 +2,32 @@
 
 A controller's token belongs to one cluster; it sees and claims only that cluster's
 recommendations. Anything of another cluster answers 404, as if it did not exist.
+
+A lease is held by one controller process, not by its token: every process makes an instance
+id at start and sends it in the ``X-Controller-Instance`` header. Claims, renewals, dispatches
+and reports are checked against it, so that two controllers sharing one token (or one restarted
+while its lease runs) never act on each other's leases; the audit trail's actor stays the
+token's name, and the instance id is in each event's payload. A call without it (a controller
+of an earlier release) is refused with 400, saying to upgrade: acting on a lease nobody can
+tell apart from another's is what the instance id is there to prevent.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import exceptions, serializers, status
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -67,10 +83,49 @@ class RecommendationForController(serializers.ModelSerializer[Recommendation]):
             "status",
             "approved_by",
             "lease_owner",
+            "lease_instance",
             "lease_expires_at",
             "expires_at",
             "created_at",
         ]
+
+
+INSTANCE_HEADER = "X-Controller-Instance"
+OLD_CONTROLLER = (
+    f"This Advisor API call needs the controller's instance id in the {INSTANCE_HEADER} header, "
+    "which Advisor Controllers of earlier releases do not send: upgrade the controller (its "
+    "wheel, or manage.py advisor_controller of this release). Each controller process makes "
+    "its own at start, so that two controllers sharing one token never act on each other's "
+    "leases."
+)
+INSTANCE_PARAMETER = OpenApiParameter(
+    INSTANCE_HEADER,
+    OpenApiTypes.UUID,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="The calling controller process's instance id, a UUID it made at start; the "
+    "lease it claims is held by it, not by the token.",
+)
+
+
+class ControllerInstanceRequired(exceptions.APIException):
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = OLD_CONTROLLER
+    default_code = "controller_instance_required"
+
+
+def _instance(request: Request) -> str:
+    """The calling controller process's instance id, from its header (canonical UUID form)."""
+    raw = request.headers.get(INSTANCE_HEADER, "")
+    if not raw:
+        raise ControllerInstanceRequired()
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise ControllerInstanceRequired(
+            f"{INSTANCE_HEADER} must be a UUID, the one the controller process made at start, "
+            f"not {raw[:64]!r}."
+        ) from None
 
 
 class ClaimRequest(serializers.Serializer[None]):
@@ -154,7 +209,9 @@ ERROR = inline_serializer("Error", {"error": serializers.CharField()})
 # Claim and renew: the same request, the same answers but for why a 409.
 LEASE_RESPONSES = {
     200: RecommendationForController,
-    400: OpenApiResponse(ERROR, description="The lease is out of range."),
+    400: OpenApiResponse(
+        ERROR, description="The lease is out of range, or no controller instance id was sent."
+    ),
     401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
     404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
 }
@@ -175,6 +232,7 @@ RECOMMENDATION_EXAMPLE = {
     "status": "ready",
     "approved_by": "",
     "lease_owner": "",
+    "lease_instance": "",
     "lease_expires_at": None,
     "expires_at": "2026-11-29T03:44:15Z",
     "created_at": "2026-11-29T03:14:17Z",
@@ -197,6 +255,7 @@ def _lease(
     request: Request, recommendation_id: int, take: Callable[..., Recommendation]
 ) -> Response:
     """Claim or renew: the same body, the same answers."""
+    instance = _instance(request)
     _own(request, recommendation_id)
     body = ClaimRequest(data=request.data)
     if not body.is_valid():
@@ -205,6 +264,7 @@ def _lease(
         held = take(
             recommendation_id,
             controller=_principal(request).actor,
+            instance=instance,
             lease_seconds=body.validated_data["lease_seconds"],
         )
     except InvalidTransition as exc:
@@ -251,10 +311,13 @@ def ready(request: Request) -> Response:
 @extend_schema(
     tags=["advisor"],
     request=ClaimRequest,
+    parameters=[INSTANCE_PARAMETER],
     responses={
         **LEASE_RESPONSES,
         409: OpenApiResponse(
-            ERROR, description="Another controller holds it, it is done, or past its deadline."
+            ERROR,
+            description="Another controller (another process with the same token included) "
+            "holds it, it is done, or past its deadline.",
         ),
     },
     examples=[
@@ -265,6 +328,7 @@ def ready(request: Request) -> Response:
                 **RECOMMENDATION_EXAMPLE,
                 "status": "claimed",
                 "lease_owner": "controller:slurm-advisor-1",
+                "lease_instance": "7d0c4f7e-2b1a-4c55-9a51-3f0e8c2d9b14",
                 "lease_expires_at": "2026-11-29T03:16:17Z",
             },
             response_only=True,
@@ -272,7 +336,10 @@ def ready(request: Request) -> Response:
         ),
         OpenApiExample(
             "Held by another controller",
-            value={"error": "recommendation 812 is claimed, held by controller:slurm-advisor-2"},
+            value={
+                "error": "recommendation 812 is claimed, held by controller:slurm-advisor-2 "
+                "(instance 0b6a3e52-94d1-4c1e-8f0f-5d7b2a9c6e31)"
+            },
             response_only=True,
             status_codes=["409"],
         ),
@@ -282,20 +349,26 @@ def ready(request: Request) -> Response:
 @authentication_classes([ControllerTokenAuthentication])
 @permission_classes([IsController])
 def claim(request: Request, recommendation_id: int) -> Response:
-    """Take one recommendation for a lease; only one controller can hold it."""
+    """Take one recommendation for a lease; only one controller process can hold it."""
     return _lease(request, recommendation_id, recommendations.claim)
 
 
 @extend_schema(
     tags=["advisor"],
     request=ReportRequest,
+    parameters=[INSTANCE_PARAMETER],
     responses={
         200: RecommendationForController,
-        400: OpenApiResponse(ERROR, description="The body is not valid; fields say why."),
+        400: OpenApiResponse(
+            ERROR,
+            description="The body is not valid (fields say why), or no controller instance id "
+            "was sent.",
+        ),
         401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
         404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
         409: OpenApiResponse(
-            ERROR, description="This controller does not hold the lease (the refusal is audited)."
+            ERROR,
+            description="This controller process does not hold the lease (the refusal is audited).",
         ),
     },
     examples=[
@@ -344,8 +417,10 @@ def report(request: Request, recommendation_id: int) -> Response:
 
     ``retry`` gives the recommendation back (ready) to be taken up again from the scheduler's
     state: a read failed, a fact the action depends on was unknown, or the action is half done.
-    A report from a controller that no longer holds the lease is refused (409) and audited.
+    A report from a controller process that does not hold the lease (another one with the same
+    token included) is refused (409) and audited.
     """
+    instance = _instance(request)
     _own(request, recommendation_id)
     body = ReportRequest(data=request.data)
     if not body.is_valid():
@@ -355,6 +430,7 @@ def report(request: Request, recommendation_id: int) -> Response:
         reported = recommendations.report(
             recommendation_id,
             controller=_principal(request).actor,
+            instance=instance,
             result=recommendations.ActionReport(
                 outcome=data["outcome"],
                 state_before=data["state_before"],
@@ -371,15 +447,20 @@ def report(request: Request, recommendation_id: int) -> Response:
 @extend_schema(
     tags=["advisor"],
     request=DispatchRequest,
+    parameters=[INSTANCE_PARAMETER],
     responses={
         200: inline_serializer("Dispatched", {"event": serializers.IntegerField()}),
-        400: OpenApiResponse(ERROR, description="The body is not valid; fields say why."),
+        400: OpenApiResponse(
+            ERROR,
+            description="The body is not valid (fields say why), or no controller instance id "
+            "was sent.",
+        ),
         401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
         404: OpenApiResponse(description="Not a recommendation of this token's cluster."),
         409: OpenApiResponse(
             ERROR,
-            description="This controller does not hold the lease, or its lease ran out: "
-            "run nothing.",
+            description="This controller process does not hold the lease (another one with the "
+            "same token may), or its lease ran out: run nothing.",
         ),
     },
     examples=[
@@ -416,6 +497,7 @@ def dispatch(request: Request, recommendation_id: int) -> Response:
     answered 409 (the lease is another's, or has run out even if nobody took over yet), the
     controller runs nothing and stops.
     """
+    instance = _instance(request)
     _own(request, recommendation_id)
     body = DispatchRequest(data=request.data)
     if not body.is_valid():
@@ -424,6 +506,7 @@ def dispatch(request: Request, recommendation_id: int) -> Response:
         event = recommendations.record_dispatch(
             recommendation_id,
             controller=_principal(request).actor,
+            instance=instance,
             argv=list(body.validated_data["argv"]),
             sequence=body.validated_data["sequence"],
         )
@@ -435,9 +518,12 @@ def dispatch(request: Request, recommendation_id: int) -> Response:
 @extend_schema(
     tags=["advisor"],
     request=ClaimRequest,
+    parameters=[INSTANCE_PARAMETER],
     responses={
         **LEASE_RESPONSES,
-        409: OpenApiResponse(ERROR, description="This controller does not hold it any more."),
+        409: OpenApiResponse(
+            ERROR, description="This controller process does not hold it (any more)."
+        ),
     },
     examples=[
         OpenApiExample("Two more minutes", value={"lease_seconds": 120}, request_only=True),
@@ -447,12 +533,13 @@ def dispatch(request: Request, recommendation_id: int) -> Response:
 @authentication_classes([ControllerTokenAuthentication])
 @permission_classes([IsController])
 def renew(request: Request, recommendation_id: int) -> Response:
-    """Extend this controller's lease during a long action (slow scheduler commands)."""
+    """Extend this controller process's lease during a long action (slow scheduler commands)."""
     return _lease(request, recommendation_id, recommendations.renew_lease)
 
 
 @extend_schema(
     tags=["advisor"],
+    parameters=[INSTANCE_PARAMETER],
     responses={
         200: inline_serializer(
             "ControllerIdentity",
@@ -460,7 +547,15 @@ def renew(request: Request, recommendation_id: int) -> Response:
                 "cluster": serializers.CharField(),
                 "scheduler_cluster_name": serializers.CharField(),
                 "actor": serializers.CharField(),
+                "instance": serializers.CharField(
+                    help_text="The instance id this controller process sent, as recorded."
+                ),
             },
+        ),
+        400: OpenApiResponse(
+            ERROR,
+            description="No controller instance id: a controller of an earlier release, to be "
+            "upgraded.",
         ),
         401: OpenApiResponse(ERROR, description="No controller token, or a revoked one."),
     },
@@ -471,6 +566,7 @@ def renew(request: Request, recommendation_id: int) -> Response:
                 "cluster": "lab-a100",
                 "scheduler_cluster_name": "a100",
                 "actor": "controller:slurm-advisor-1",
+                "instance": "7d0c4f7e-2b1a-4c55-9a51-3f0e8c2d9b14",
             },
             response_only=True,
         )
@@ -483,13 +579,16 @@ def identity(request: Request) -> Response:
     """The cluster this token belongs to, and the ``ClusterName`` its Slurm must report.
 
     A controller checks both at start, so that a token, a ``--cluster`` flag and a login node
-    that do not belong together never act.
+    that do not belong together never act; a controller that sends no instance id (an earlier
+    release) is told here, at start, to upgrade.
     """
+    instance = _instance(request)
     principal = _principal(request)
     return Response(
         {
             "cluster": principal.cluster.name,
             "scheduler_cluster_name": scheduler_cluster_name(principal.cluster),
             "actor": principal.actor,
+            "instance": instance,
         }
     )

@@ -1,8 +1,9 @@
 """Job tokens over the API: an operator issues one for a job or a user, and can revoke it.
 
 A job token (``wrj_…``) lets a job push its own heartbeats and log batches and nothing else (see
-``recovery.models.ingest_token``). The key is in the answer to the request that issues it and
-nowhere else. Only the operator and admin roles may issue and revoke.
+``recovery.models.ingest_token``). One for a job id names the job's submit time too, so it does
+not cover the later job Slurm gives the same id. The key is in the answer to the request that
+issues it and nowhere else. Only the operator and admin roles may issue and revoke.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class JobTokenRequest(serializers.Serializer[dict[str, Any]]):
     )
     job_id = serializers.CharField(max_length=64, required=False, help_text="For this job only.")
     submit_time = serializers.DateTimeField(
-        required=False, help_text="With job_id: that job's submit time, so a reused id fails."
+        required=False,
+        help_text="Required with job_id: that job's submit time, so a later job reusing the id "
+        "is not covered.",
     )
     user = serializers.CharField(
         max_length=64, required=False, help_text="For this scheduler user's jobs."
@@ -89,12 +92,20 @@ def _described(token: IngestToken) -> dict[str, Any]:
     request=JobTokenRequest,
     responses={
         201: ISSUED,
-        400: OpenApiResponse(description="Not exactly one of workload, job_id or user."),
+        400: OpenApiResponse(
+            description="Not exactly one of workload, job_id or user, or a job_id without its "
+            "submit_time."
+        ),
         403: OpenApiResponse(description="Not logged in as an operator or admin."),
         404: OpenApiResponse(description="No such cluster or workload."),
     },
     examples=[
         OpenApiExample("For a workload", value={"workload": 812}, request_only=True),
+        OpenApiExample(
+            "For a job id",
+            value={"job_id": "48213", "submit_time": "2026-11-29T01:12:09Z"},
+            request_only=True,
+        ),
         OpenApiExample(
             "For a user, one day", value={"user": "alice", "ttl_hours": 24}, request_only=True
         ),

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import weakref
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from django import forms
 from django.contrib import admin
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from recovery.audit.cluster_controls import save_with_audit
 from recovery.models import (
@@ -17,6 +23,7 @@ from recovery.models import (
     ClusterGoodputSnapshot,
     ControllerToken,
     DetectionPattern,
+    EnvironmentBinding,
     IngestToken,
     Node,
     Policy,
@@ -24,11 +31,13 @@ from recovery.models import (
     Verdict,
     Workload,
 )
+from recovery.models.api_token import web_minting_refusal
 from recovery.roles import actor_name
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin, TabularInline
     from django.contrib.admin.options import _FieldGroups
+    from django.forms import ModelForm
 else:
 
     class _Subscriptable:
@@ -43,6 +52,7 @@ else:
 
     ModelAdmin = _Subscriptable(admin.ModelAdmin)
     TabularInline = _Subscriptable(admin.TabularInline)
+    ModelForm = _Subscriptable(forms.ModelForm)
 
 ModelT = TypeVar("ModelT", bound=Model)
 
@@ -239,6 +249,16 @@ class PolicyAdmin(ModelAdmin[Policy]):
     ]
 
 
+@admin.register(EnvironmentBinding)
+class EnvironmentBindingAdmin(ModelAdmin[EnvironmentBinding]):
+    """Which jobs may choose an environment's policy for effects beyond their own job."""
+
+    list_display = ["environment", "cluster", "partition", "account", "any_job", "note"]
+    list_filter = ["cluster", "any_job"]
+    search_fields = ["environment", "partition", "account", "note"]
+    fields = ["cluster", "environment", "partition", "account", "any_job", "note"]
+
+
 @admin.register(DetectionPattern)
 class DetectionPatternAdmin(ModelAdmin[DetectionPattern]):
     list_display = ["name", "category", "attribution", "severity", "enabled", "updated_at"]
@@ -327,20 +347,44 @@ class ClusterGoodputSnapshotAdmin(ReadOnlyAdmin[ClusterGoodputSnapshot]):
     actions = None
 
 
+class ApiTokenAddForm(ModelForm[ApiToken]):
+    """Minting a token: the owner must be one the signed-in person may mint for."""
+
+    minter: User
+
+    class Meta:
+        model = ApiToken
+        fields = ["user", "name"]
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        owner = self.cleaned_data.get("user")
+        if owner is not None:
+            refusal = web_minting_refusal(self.minter, owner)
+            if refusal is not None:
+                self.add_error("user", refusal)
+        return self.cleaned_data
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(ModelAdmin[ApiToken]):
-    """Personal API tokens: added here (the key is shown once) or with
-    `manage.py create_api_token USER`; revoked here."""
+    """Personal API tokens: a person adds their own here (the key is shown once, to them, on the
+    page that answers the form, and stored nowhere), or `manage.py create_api_token USER` on the
+    server; revoked here, for good."""
 
     list_display = ["name", "user", "key_prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["name", "user__username"]
     raw_id_fields = ["user"]
     actions = ["revoke"]
+    key_template = "admin/recovery/apitoken/key_shown.html"
+    # The key of a token added in this request, until the answer shows it.
+    _new_keys: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fixed = ["key_prefix", "created_at", "last_used_at"]
-        return fixed if obj is None else ["user", "name", *fixed]
+        # A revoked token stays revoked: its key may have leaked.
+        return fixed if obj is None else ["user", "name", *fixed, "revoked_at"]
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> _FieldGroups:
         return (
@@ -349,18 +393,46 @@ class ApiTokenAdmin(ModelAdmin[ApiToken]):
             else ["user", "name", "key_prefix", "created_at", "last_used_at", "revoked_at"]
         )
 
+    def get_form(
+        self, request: HttpRequest, obj: ApiToken | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if obj is None:
+            minter = request.user
+            kwargs["form"] = type("ApiTokenAddForm", (ApiTokenAddForm,), {"minter": minter})
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        return {"user": request.user.pk}
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change:
-            from django.contrib import messages
-
+            if web_minting_refusal(cast(User, request.user), obj.user) is not None:
+                raise PermissionDenied
             key = ApiToken.new_key()
             obj.set_key(key)
             super().save_model(request, obj, form, change)
-            messages.warning(
-                request, f"The token's key, shown only this once: {key}", extra_tags="api-token"
-            )
+            self._new_keys[request] = key
             return
         super().save_model(request, obj, form, change)
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        key = self._new_keys.pop(request, None)
+        if key is None:
+            return super().response_add(request, obj, post_url_continue)
+        # Shown on this answer only: not as a message, which would keep it in a cookie or the
+        # session until the next page, and never cached.
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "token": obj,
+            "key": key,
+            "title": f"The key of {obj}",
+        }
+        response = TemplateResponse(request, self.key_template, context)
+        add_never_cache_headers(response)
+        return response
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ControllerToken]) -> None:

@@ -333,6 +333,7 @@ class AuditKind(models.TextChoices):
     )
     AUTOMATIC_DRAIN_CHANGED = "automatic_drain_changed", "Automatic drains changed"
     DRAIN_WITHHELD = "drain_withheld", "Drain withheld (blast radius)"
+    DRAIN_REFUSED = "drain_refused", "Drain refused (node not recovery's)"
 
 
 for _choices, _source in (

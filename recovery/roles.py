@@ -32,9 +32,17 @@ _VIEWABLE = [
     "recommendation",
     "auditevent",
     "policy",
+    "environmentbinding",
     "detectionpattern",
 ]
-_ADMIN_EDITABLE = ["cluster", "node", "workload", "policy", "detectionpattern"]
+_ADMIN_EDITABLE = [
+    "cluster",
+    "node",
+    "workload",
+    "policy",
+    "environmentbinding",
+    "detectionpattern",
+]
 _VIEW = [f"view_{model}" for model in _VIEWABLE]
 _DECIDE = ["decide_recommendation"]
 _EDIT = [f"{verb}_{model}" for model in _ADMIN_EDITABLE for verb in ("add", "change", "delete")]

@@ -1,12 +1,12 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels, both served by uvicorn.
 
-Request bodies under /api/ pass through ApiBodyLimit first (workload_recovery/body_limit.py);
-it can refuse a body before it is read only because uvicorn hands bodies over as they arrive.
+Every HTTP request passes through BodyLimit first (workload_recovery/body_limit.py), which holds
+each path to its body limit; it can refuse a body before it is read only because uvicorn hands
+bodies over as they arrive.
 """
 
 import os
 
-from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workload_recovery.settings")
@@ -17,11 +17,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from console.routing import websocket_urlpatterns  # noqa: E402
-from workload_recovery.body_limit import ApiBodyLimit  # noqa: E402
+from workload_recovery.body_limit import BodyLimit, BodyLimits  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ApiBodyLimit(django_asgi_app, settings.API_MAX_BODY_BYTES),
+        "http": BodyLimit(django_asgi_app, BodyLimits.from_settings()),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import NotRequired, TypedDict, overload
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -78,15 +79,81 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def private_file_text(path: Path, described_as: str) -> str:
+    """The content of a file only its owner may read or write, whitespace stripped.
+
+    A key that others on the host can read is no longer a secret, and one they can write lets
+    them choose it: either stops start-up. The mode is checked on the file that was opened, so
+    it cannot be swapped between the check and the read.
+    """
+    # Non-blocking: a FIFO in its place fails the check below instead of hanging start-up.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, encoding="utf-8") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ImproperlyConfigured(f"{described_as} is not a regular file")
+        mode = stat.S_IMODE(status.st_mode)
+        if mode & 0o077:
+            raise ImproperlyConfigured(
+                f"{described_as} may be read or written by others (mode {mode:04o}): make it "
+                f"its owner's alone, e.g. chmod 600 {str(path)!r}, owned by the user the "
+                "service runs as"
+            )
+        return handle.read().strip()
+
+
+def configured_secret_key() -> str | None:
+    """``SECRET_KEY``, or the content of the file ``SECRET_KEY_FILE`` names, or None.
+
+    Unlike other ``_FILE`` settings, the key file must be its owner's alone (mode 0600 or 0400).
+    """
+    file_name = os.environ.get("SECRET_KEY_FILE")
+    if file_name:
+        try:
+            key = private_file_text(Path(file_name), f"SECRET_KEY_FILE={file_name!r}")
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"SECRET_KEY_FILE={file_name!r} cannot be read: {exc}"
+            ) from exc
+        if not key:
+            raise ImproperlyConfigured(f"SECRET_KEY_FILE={file_name!r} is empty")
+        return key
+    return os.environ.get("SECRET_KEY") or None
+
+
+def required_secret_key() -> str:
+    """The configured key; without one, start-up stops.
+
+    For production: a key generated on each host would differ between hosts, and a session or
+    CSRF token signed by one web replica would be refused by the next.
+    """
+    key = configured_secret_key()
+    if key is None:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: production settings do not generate one, because every "
+            "host would make its own and sessions and CSRF tokens signed on one would fail on "
+            "the others. Set SECRET_KEY, or SECRET_KEY_FILE to a file only the service user "
+            "can read (mode 0600), with the same value for every process on every host "
+            "(e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(64))')"
+        )
+    return key
+
+
 def persistent_secret_key(path: Path) -> str:
     """Return the secret key stored at ``path``, generating and storing one when absent.
 
-    The key is created with owner-only permissions so another local user cannot read it.
+    For a single host (the demo, development, tests): the key is created with owner-only
+    permissions so another local user cannot read it, and an existing file readable by others
+    stops start-up.
     """
     try:
-        key = path.read_text(encoding="utf-8").strip()
+        key = private_file_text(path, f"The secret key file {str(path)!r}")
     except FileNotFoundError:
         key = ""
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"The secret key file {str(path)!r} cannot be read: {exc}"
+        ) from exc
     if key:
         return key
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,22 +3,34 @@
 Everything from ``settings`` applies; the HTTPS protections default to on and each can still be
 set through its environment variable. ``manage.py check --deploy`` passes with these defaults.
 
-``/metrics`` must not be open to anyone who can reach the server: without a scrape token or
-networks, and without ``WR_METRICS_PUBLIC=true``, loading these settings fails, so no process
-(web, worker, beat, ``manage.py``) starts. A system check would not do: daphne runs none.
+Loading these settings fails, so no process (web, worker, beat, ``manage.py``) starts, unless:
+
+- ``SECRET_KEY`` or ``SECRET_KEY_FILE`` gives the signing key, the same for every process on
+  every host (a key file must be its owner's alone). The base settings would otherwise generate
+  one per host, and sessions and CSRF tokens signed by one web replica would fail on the next;
+  so the key is read before the base settings load, and nothing is written.
+- ``/metrics`` is not open to anyone who can reach the server: a scrape token or networks, or
+  ``WR_METRICS_PUBLIC=true`` to say it is meant to be open.
+
+A system check would not do: uvicorn runs none.
 """
 
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from workload_recovery.env import env_bool, env_int
-from workload_recovery.settings import *  # noqa: F403
-from workload_recovery.settings import (
+from workload_recovery.env import env_bool, env_int, required_secret_key
+
+signing_key = required_secret_key()
+
+from workload_recovery.settings import *  # noqa: E402, F403
+from workload_recovery.settings import (  # noqa: E402
     METRICS_ALLOWED_NETWORKS,
     METRICS_PUBLIC,
     METRICS_TOKEN,
 )
+
+SECRET_KEY = signing_key
 
 if not (METRICS_TOKEN or METRICS_ALLOWED_NETWORKS or METRICS_PUBLIC):
     raise ImproperlyConfigured(

@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from workload_recovery.env import (
+    configured_secret_key,
     env_bool,
     env_int,
     env_list,
@@ -25,7 +26,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("WR_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY") or persistent_secret_key(VAR_DIR / "secret_key")
+# Production settings (workload_recovery.production) require SECRET_KEY or SECRET_KEY_FILE and
+# read it before this line runs; on a single host without one (the demo, development, tests) a
+# key is generated once into the var directory.
+SECRET_KEY = configured_secret_key() or persistent_secret_key(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -47,6 +51,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that nothing reads a body over its limit (workload_recovery/body_limit.py).
+    "workload_recovery.body_limit.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -149,17 +155,45 @@ JOB_TOKEN_MAX_TTL_HOURS = 24 * 30
 JOB_TOKEN_TTL_HOURS = env_int(
     "WR_JOB_TOKEN_TTL_HOURS", 72, minimum=1, maximum=JOB_TOKEN_MAX_TTL_HOURS
 )
+# What job tokens may push for one job (recovery.loop.push.PushBudget). Pushed batches with a
+# sequence keep a row per stream and job, whichever token opened it; the documented stream is
+# one per node and rank, so 1024 covers every rank of a 1,024-GPU job, or every node of a
+# 128-node job over 8 restarts.
+JOB_TOKEN_STREAMS_PER_JOB = env_int("WR_JOB_TOKEN_STREAMS_PER_JOB", 1024, minimum=1)
+# Per job token and job. Each heartbeat is a stored progress sample, kept two hours: 6000 a
+# minute is a heartbeat every ten seconds from each rank of a 1,000-GPU job, or every step from
+# one rank at 100 steps/s.
+JOB_TOKEN_HEARTBEATS_PER_MINUTE = env_int("WR_JOB_TOKEN_HEARTBEATS_PER_MINUTE", 6000, minimum=1)
+# Per job token and job. Each pushed line is scanned by every signature: 30000 a minute is a
+# line every two seconds from each rank of a 1,000-GPU job. Its output file is read all the
+# same.
+JOB_TOKEN_LOG_LINES_PER_MINUTE = env_int("WR_JOB_TOKEN_LOG_LINES_PER_MINUTE", 30000, minimum=1)
 # /metrics: open when both are empty; else a bearer token, or a scrape from one of the networks.
 # Production settings refuse to start with it open unless METRICS_PUBLIC says that is meant.
 METRICS_TOKEN = env_str("WR_METRICS_TOKEN", "")
 METRICS_ALLOWED_NETWORKS = env_list("WR_METRICS_NETWORKS", [])
 METRICS_PUBLIC = env_bool("WR_METRICS_PUBLIC", False)
 INSIGHTS_SECONDS = env_int("WR_INSIGHTS_SECONDS", 300, minimum=10)
-# Largest request body under /api/ (workload_recovery/body_limit.py), refused before it is read.
-# Twice the largest body an endpoint accepts (1 MiB: a log batch, recovery/loop/push.py
-# MAX_LOG_BYTES, or a heartbeat batch), so those endpoints still answer with their own limit;
-# never below 1 MiB, which would refuse batches clients are allowed to send.
+# Largest request bodies (workload_recovery/body_limit.py), refused with 413 before they are
+# read. Under /api/: twice the largest body an endpoint accepts (1 MiB: a log batch,
+# recovery/loop/push.py MAX_LOG_BYTES, or a heartbeat batch), so those endpoints still answer
+# with their own limit; never below 1 MiB, which would refuse batches clients are allowed to send.
 API_MAX_BODY_BYTES = env_int("WR_API_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=1024 * 1024)
+# The admin's forms: the largest is a workload with its attempts' node lists.
+ADMIN_MAX_BODY_BYTES = env_int("WR_ADMIN_MAX_BODY_BYTES", 1024 * 1024, minimum=64 * 1024)
+# The sign-in forms (Console and admin), open to anyone: a name, a password, a CSRF token and
+# the page to return to.
+LOGIN_MAX_BODY_BYTES = env_int("WR_LOGIN_MAX_BODY_BYTES", 16 * 1024, minimum=4 * 1024)
+# Every other path: the Console's forms (a decision's note, a cluster's signal stores), /metrics
+# and addresses that do not exist.
+MAX_BODY_BYTES = env_int("WR_MAX_BODY_BYTES", 64 * 1024, minimum=16 * 1024)
+# The longest prefix a path starts with gives its limit; the rest have MAX_BODY_BYTES.
+BODY_LIMITS_BY_PREFIX = {
+    "/api/": API_MAX_BODY_BYTES,
+    "/admin/": ADMIN_MAX_BODY_BYTES,
+    "/admin/login/": LOGIN_MAX_BODY_BYTES,
+    "/accounts/login/": LOGIN_MAX_BODY_BYTES,
+}
 CELERY_BEAT_SCHEDULE = {
     "poll-clusters": {
         "task": "tasks.polling.poll_all_clusters",

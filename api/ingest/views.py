@@ -9,10 +9,15 @@ jobs and nodes alone are looked up. The controller's token is refused here (403)
 - 202: accepted but ignored, with the reason (a job not opted in, a hook about an unknown job
   or node: the poll it triggers finds them if they are ours);
 - 400: the body is not valid, ``fields`` lists why; 401: no or a bad token;
-- 403: a token of another kind, or a job token pushing for a job it does not name;
+- 403: a token of another kind, or a job token pushing for a job it does not name (or naming a
+  job id without its submit time, which covers no job);
 - 404: heartbeats or logs for a job this cluster does not know (yet: a job is known once a poll
   has seen it, within a poll interval of its start);
-- 413: more than a request may carry (lines, heartbeats or bytes).
+- 413: more than a request may carry (lines, heartbeats or bytes);
+- 429: past a cap of the job token for the job (``recovery.loop.push.PushBudget``): streams of
+  batches, heartbeats or log lines per minute; nothing of the request is stored, and
+  ``Retry-After`` says when to send it again;
+- 503: the per-minute counts cannot be read now; nothing is stored.
 """
 
 from __future__ import annotations
@@ -83,8 +88,18 @@ COMMON_RESPONSES: dict[int, Any] = {
     ),
     413: OpenApiResponse(ERROR, description="More than one request may carry."),
     415: OpenApiResponse(ERROR, description="A body that is not JSON (logs: or plain text)."),
-    429: OpenApiResponse(ERROR, description="This token's request budget is spent for now."),
+    429: OpenApiResponse(
+        ERROR,
+        description="This token's request budget is spent for now, or the request would pass "
+        "a cap of the job token for its job (streams, heartbeats or log lines per minute): "
+        "nothing of it is stored; send it again after Retry-After seconds.",
+    ),
 }
+BUDGET_UNKNOWN = OpenApiResponse(
+    ERROR,
+    description="What the token pushed lately cannot be counted now (Redis does not answer): "
+    "nothing is stored; send it again after Retry-After seconds.",
+)
 INVALID_EXAMPLE = OpenApiExample(
     "Invalid",
     value={"error": "The request body is not valid.", "fields": {"step": ["Must be >= 0."]}},
@@ -142,6 +157,40 @@ def _declared_length(request: Request) -> int:
         return int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         return 0
+
+
+def _refused(exc: pushed.PushRefused) -> Response:
+    """Past a cap of the token: 429 with Retry-After, or 413 when never as sent."""
+    if exc.retry_after is None:
+        return _error(str(exc), "too_large", status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    response = _error(
+        str(exc), "throttled", status.HTTP_429_TOO_MANY_REQUESTS, retry_after=exc.retry_after
+    )
+    response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+def _budget_unknown() -> Response:
+    response = _error(
+        "What this token pushed lately cannot be counted right now; nothing was stored. Try "
+        "again in a few seconds.",
+        "unavailable",
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+    )
+    response["Retry-After"] = str(pushed.BUDGET_UNKNOWN_RETRY_SECONDS)
+    return response
+
+
+def _budget(request: Request) -> pushed.PushBudget:
+    return pushed.PushBudget.of_token(_principal(request).token.pk)
+
+
+def _unbound(request: Request) -> Response | None:
+    """403 for a job token that names a job id without its submit time: it covers no job."""
+    problem = _principal(request).token.unbound_problem
+    if not problem:
+        return None
+    return _error(problem, "permission_denied", status.HTTP_403_FORBIDDEN)
 
 
 def _unknown_job(cluster: Cluster, job_id: str) -> Response:
@@ -215,6 +264,7 @@ HEARTBEAT_EXAMPLE = {
         200: HEARTBEAT_RESULT,
         202: OpenApiResponse(IGNORED, description="The job is not opted in to recovery."),
         404: OpenApiResponse(ERROR, description="The cluster does not know the job (yet)."),
+        503: BUDGET_UNKNOWN,
         **COMMON_RESPONSES,
     },
     examples=[
@@ -248,6 +298,9 @@ def heartbeats(request: Request) -> Response:
     """
     if _declared_length(request) > MAX_HEARTBEAT_BYTES:
         return _too_large(f"at most {MAX_HEARTBEAT_BYTES} bytes per request")
+    unbound = _unbound(request)
+    if unbound is not None:
+        return unbound
     cluster = _cluster(request)
     data = request.data
     many = isinstance(data, list)
@@ -283,17 +336,20 @@ def heartbeats(request: Request) -> Response:
         if not workload.opted_in:
             return _ignored(f"job {job_id} is not opted in to recovery")
         workloads[job_id] = workload
-    samples = checkpoints = 0
-    for job_id, beats in by_job.items():
-        summary = pushed.record_heartbeats(workloads[job_id], beats)
-        samples += summary.samples
-        checkpoints += summary.checkpoints
+    try:
+        summary = pushed.record_pushed_heartbeats(
+            _budget(request), [(workloads[job_id], beats) for job_id, beats in by_job.items()]
+        )
+    except pushed.PushRefused as exc:
+        return _refused(exc)
+    except pushed.BudgetUnknown:
+        return _budget_unknown()
     return Response(
         {
             "status": "recorded",
             "heartbeats": len(items),
-            "samples": samples,
-            "checkpoints": checkpoints,
+            "samples": summary.samples,
+            "checkpoints": summary.checkpoints,
         }
     )
 
@@ -333,6 +389,7 @@ RAW_PARAMETERS = [
         200: LOG_RESULT,
         202: OpenApiResponse(IGNORED, description="The job is not opted in to recovery."),
         404: OpenApiResponse(ERROR, description="The cluster does not know the job (yet)."),
+        503: BUDGET_UNKNOWN,
         **COMMON_RESPONSES,
     },
     examples=[
@@ -400,6 +457,9 @@ def logs(request: Request) -> Response:
     """
     if _declared_length(request) > pushed.MAX_LOG_BYTES:
         return _too_large(f"at most {pushed.MAX_LOG_BYTES} bytes per request")
+    unbound = _unbound(request)
+    if unbound is not None:
+        return unbound
     cluster = _cluster(request)
     data: Any = request.data
     if isinstance(data, dict) and isinstance(data.get("raw"), bytes):
@@ -430,16 +490,22 @@ def logs(request: Request) -> Response:
         return _not_this_tokens_job(request, valid["job_id"])
     if not workload.opted_in:
         return _ignored(f"job {valid['job_id']} is not opted in to recovery")
-    summary = pushed.ingest_log_batch(
-        workload,
-        pushed.LogBatch(
-            lines=valid["lines"] if "lines" in valid else valid["text"].splitlines(),
-            node=valid["node"],
-            rank=valid["rank"],
-            stream=valid["stream"],
-            sequence=valid["sequence"],
-        ),
-    )
+    try:
+        summary = pushed.ingest_log_batch(
+            workload,
+            pushed.LogBatch(
+                lines=valid["lines"] if "lines" in valid else valid["text"].splitlines(),
+                node=valid["node"],
+                rank=valid["rank"],
+                stream=valid["stream"],
+                sequence=valid["sequence"],
+            ),
+            budget=_budget(request),
+        )
+    except pushed.PushRefused as exc:
+        return _refused(exc)
+    except pushed.BudgetUnknown:
+        return _budget_unknown()
     return Response(
         {
             "status": "duplicate" if summary.duplicate else "ingested",

@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from recovery.loop.policy import policies_read_once, policy_for, site_policy
 from recovery.loop.workflows import workflow_budget
 from recovery.models import (
     Anomaly,
@@ -88,6 +89,13 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
         return node.suspect_since is not None
 
 
+class _WorkloadListSerializer(serializers.ListSerializer[Workload]):
+    def to_representation(self, data: Any) -> list[Any]:
+        # One reading of the policies and bindings for the page, not two per row.
+        with policies_read_once():
+            return super().to_representation(data)
+
+
 class WorkloadSerializer(serializers.ModelSerializer[Workload]):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     acts_automatically = serializers.BooleanField(
@@ -107,9 +115,23 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
         read_only=True,
         help_text="Job ids this job waited for (afterany, afternotok) while it was pending.",
     )
+    policy = serializers.SerializerMethodField(
+        help_text="The policy of this job's own recovery (restarts, retry budget, hangs, "
+        "stragglers), chosen with the environment it names."
+    )
+    site_policy = serializers.SerializerMethodField(
+        help_text="The policy for its effects on nodes and other jobs (exclusions on the "
+        "cluster, suspects, drains, blast radius): the cluster's, or the named environment's "
+        "where an operator bound it to the job's partition or account."
+    )
+    environment_refused = serializers.SerializerMethodField(
+        help_text="Why the environment the job named does not govern its effects on nodes and "
+        'other jobs; "" when it does, or the job named none of its own.'
+    )
 
     class Meta:
         model = Workload
+        list_serializer_class = _WorkloadListSerializer
         fields = [
             "id",
             "cluster",
@@ -119,11 +141,15 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "name",
             "user",
             "partition",
+            "account",
             "workflow",
             "workflow_name",
             "workflow_ignored",
             "depends_on",
             "environment",
+            "policy",
+            "site_policy",
+            "environment_refused",
             "opted_in",
             "opt_in_mode",
             "acts_automatically",
@@ -138,6 +164,20 @@ class WorkloadSerializer(serializers.ModelSerializer[Workload]):
             "created_at",
             "updated_at",
         ]
+
+    def to_representation(self, instance: Workload) -> dict[str, Any]:
+        # The policy fields choose among policies read once (inside a page: once for it).
+        with policies_read_once():
+            return super().to_representation(instance)
+
+    def get_policy(self, workload: Workload) -> str:
+        return policy_for(workload).name
+
+    def get_site_policy(self, workload: Workload) -> str:
+        return site_policy(workload).policy.name
+
+    def get_environment_refused(self, workload: Workload) -> str:
+        return site_policy(workload).refused
 
 
 class AttemptSerializer(serializers.ModelSerializer[Attempt]):

@@ -16,6 +16,7 @@ from console.access import console_view
 from console.charts import figure_payload
 from console.forms import DecisionForm
 from console.timeline import workload_timeline as workload_timeline_figure
+from recovery.loop.policy import policies_read_once, policy_for, site_policy
 from recovery.models import Attempt, Cluster, Node, Workload
 from recovery.read.goodput import (
     Distribution,
@@ -48,6 +49,8 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
         ]
     )
     timeline = workload_timeline_figure(workload, now=now, failures=goodput.failures)
+    with policies_read_once():
+        own_policy, site = policy_for(workload), site_policy(workload)
     return render(
         request,
         "console/workload.html",
@@ -56,6 +59,8 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
             "attempts": attempts,
             "suspect_nodes": flags.suspect,
             "excluded_nodes_until": flags.excluded_until,
+            "policy": own_policy,
+            "site_policy": site,
             "goodput": _goodput_panel(goodput),
             "anomalies": anomalies[:PAGE_ANOMALIES],
             "more_anomalies": len(anomalies) > PAGE_ANOMALIES,

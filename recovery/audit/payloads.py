@@ -145,11 +145,14 @@ class _RecommendedRequired(TypedDict):
 
 class RecommendedPayload(_RecommendedRequired, total=False):
     """A drain (``recovery.loop.drains``) also names its node, the site fact's source and
-    whether the cluster drains without approval."""
+    whether the cluster drains without approval. A restart or stop also names the policy for
+    effects beyond the job, and why the job's environment was not taken for it."""
 
     node: str
     evidence_source: str
     drain_automatically: bool
+    site_policy: str
+    environment_refused: str
 
 
 class DrainWithheldPayload(TypedDict):
@@ -158,6 +161,17 @@ class DrainWithheldPayload(TypedDict):
     anomaly: int
     node: str
     reason: str
+
+
+class DrainRefusedPayload(TypedDict):
+    """A drain that was due and not recommended: the node is not recovery's to drain (taken
+    out of service by an administrator or Slurm, a reason of someone else's, or its state
+    unknown). ``node_state`` is the node as the poll read it (``NodeInfo.facts``)."""
+
+    anomaly: int
+    node: str
+    reason: str
+    node_state: dict[str, Any]
 
 
 class SupersededPayload(TypedDict):
@@ -201,38 +215,52 @@ class AbandonmentAcknowledgedPayload(TypedDict):
     note: str
 
 
-class ClaimedPayload(TypedDict):
-    """A controller took a recommendation for the length of its lease."""
-
+class _ClaimedRequired(TypedDict):
     recommendation: int
     lease_seconds: int
     previous_owner: str
 
 
-class LeaseExpiredPayload(TypedDict):
-    """A claim handed back because its controller's lease ran out."""
+class ClaimedPayload(_ClaimedRequired, total=False):
+    """A controller took a recommendation for the length of its lease. The controller process's
+    instance id, and the previous holder's, are left out of claims recorded before leases were
+    held by instance."""
 
+    controller_instance: str
+    previous_instance: str
+
+
+class _LeaseExpiredRequired(TypedDict):
     recommendation: int
     previous_owner: str
 
 
-class DispatchedPayload(TypedDict):
-    """A scheduler command its controller (or the watchdog) is about to run, recorded before it
-    runs.
+class LeaseExpiredPayload(_LeaseExpiredRequired, total=False):
+    """A claim handed back because its controller's lease ran out."""
 
-    ``sequence`` numbers the commands of one controller's handling of a claim from 1, or of one
-    watchdog release; the watchdog's have no recommendation (``action``: ``watchdog_release``).
-    """
+    previous_instance: str
 
+
+class _DispatchedRequired(TypedDict):
     recommendation: int | None
     action: str
     argv: list[str]
     sequence: int
 
 
-class ReportPayload(TypedDict):
-    """What a controller reports it did (executed, skipped, failed, to be retried)."""
+class DispatchedPayload(_DispatchedRequired, total=False):
+    """A scheduler command its controller (or the watchdog) is about to run, recorded before it
+    runs.
 
+    ``sequence`` numbers the commands of one controller's handling of a claim from 1, or of one
+    watchdog release; the watchdog's have no recommendation (``action``: ``watchdog_release``)
+    and no ``controller_instance``, the id of the controller process that dispatched it.
+    """
+
+    controller_instance: str
+
+
+class _ReportRequired(TypedDict):
     recommendation: int
     action: str
     excluded_nodes: list[str]
@@ -241,6 +269,13 @@ class ReportPayload(TypedDict):
     commands: list[dict[str, Any]]
     converged: bool | None
     detail: str
+
+
+class ReportPayload(_ReportRequired, total=False):
+    """What a controller reports it did (executed, skipped, failed, to be retried), and which
+    controller process said so."""
+
+    controller_instance: str
 
 
 class ReportRefusedPayload(ReportPayload):
@@ -406,6 +441,7 @@ PAYLOADS: dict[str, type] = {
     "acknowledgement_changed": AcknowledgementChangedPayload,
     "automatic_drain_changed": AutomaticDrainChangedPayload,
     "drain_withheld": DrainWithheldPayload,
+    "drain_refused": DrainRefusedPayload,
 }
 
 

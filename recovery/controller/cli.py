@@ -189,8 +189,9 @@ def check_identity(
                 raise ControllerExit(str(exc)) from None
             time.sleep(options.interval)
             continue
+        instance = f" (instance {identity.instance})" if identity.instance else ""
         out.write(
-            f"controller {identity.actor} serves cluster {identity.cluster} "
+            f"controller {identity.actor}{instance} serves cluster {identity.cluster} "
             f"(Slurm ClusterName {identity.scheduler_cluster_name})\n"
         )
         return

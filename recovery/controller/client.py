@@ -1,7 +1,10 @@
 """The controller's side of the Advisor API, over HTTP (standard library only).
 
 The controller runs next to the scheduler, possibly far from the control plane's database:
-it knows the control plane only through this API.
+it knows the control plane only through this API. Each client is one controller process to the
+control plane: it makes an instance id when it is made and sends it with every call
+(``X-Controller-Instance``), and a lease it claims is held by that instance. Another process
+with the same token, or this one restarted, is another holder.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,13 +78,24 @@ class ControllerIdentity:
     cluster: str
     scheduler_cluster_name: str
     actor: str
+    # The instance id the control plane recorded for this process; "" from a control plane
+    # that does not hold leases by instance.
+    instance: str = ""
+
+
+INSTANCE_HEADER = "X-Controller-Instance"
 
 
 class AdvisorClient:
-    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, base_url: str, token: str, *, timeout: float = 10.0, instance: str = ""
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        # Made here, once per process: never written down, so a restarted controller is a new
+        # holder and waits for its predecessor's leases to lapse like any other controller.
+        self.instance = instance or str(uuid.uuid4())
 
     def ready(self) -> list[ReadyRecommendation]:
         data = self._call("GET", "/api/v1/advisor/recommendations/")
@@ -118,18 +133,24 @@ class AdvisorClient:
             cluster=str(data["cluster"]),
             scheduler_cluster_name=str(data["scheduler_cluster_name"]),
             actor=str(data["actor"]),
+            instance=str(data.get("instance") or ""),
         )
+
+    def headers(self) -> dict[str, str]:
+        """What every call sends besides its body: the token, and this process's instance id."""
+        return {
+            "Authorization": f"Bearer {self.token}",
+            INSTANCE_HEADER: self.instance,
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(
             self.base_url + path,
             method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={
-                "Authorization": f"Bearer {self.token}",
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-            },
+            headers=self.headers(),
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:

@@ -44,7 +44,9 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     describe_unknown,
     drain_reason,
-    is_recovery_drain,
+    drain_refusal,
+    drained_by_recovery,
+    resume_refusal,
 )
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
 from recovery.sources.schedulers.optin import OptInMode
@@ -110,6 +112,10 @@ class EffectUnknown(SchedulerError):
     """A command timed out or lost its connection: it may or may not have taken effect."""
 
 
+class NotOwned(Exception):
+    """The node, as read, is not recovery's to drain or resume: nothing is run on it."""
+
+
 # A job's submit time as Slurm reports it and as the control plane stored it may differ by
 # rounding; a requeue sets it to the moment of the requeue.
 SUBMIT_TIME_TOLERANCE = timedelta(seconds=1)
@@ -158,15 +164,11 @@ def job_snapshot(job: JobInfo | None) -> dict[str, Any]:
 
 
 def node_snapshot(node: NodeInfo | None) -> dict[str, Any]:
+    """The node as read, for the report: state, flags, reason (and who set it when, where
+    Slurm says), and what could not be read."""
     if node is None:
         return {"known": False}
-    return {
-        "known": True,
-        "node": node.name,
-        "state": node.state,
-        "flags": list(node.flags),
-        "reason": node.reason[:500],
-    }
+    return {"known": True, **node.facts()}
 
 
 def fit_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -268,6 +270,32 @@ def newer_attempt(recommendation: ReadyRecommendation, job: JobInfo) -> str | No
         f"job {job.job_id} is at attempt {job.restart_count + 1} ({job.state}), restarted "
         f"after attempt {attempt} that the stop was decided for"
     )
+
+
+def _already_done(action: str, node: NodeInfo) -> str:
+    """Why ``action`` has nothing left to do on ``node`` as read, or "": drained with recovery's
+    reason (a drain), not drained (a resume: no drain of recovery's is left to lift, whatever
+    else keeps the node out). Never said of a node whose state is unknown."""
+    if node.unknown():
+        return ""
+    if action == DRAIN and drained_by_recovery(node):
+        return f"{node.name} is already drained by recovery: {node.reason}"
+    if action == RESUME and not node.drained:
+        return f"{node.name} is not drained ({node.describe()})"
+    return ""
+
+
+def _require_ownable(action: str, node: NodeInfo) -> None:
+    """Raise ``Retry`` while the node's state or reason is unknown (it is read again on the
+    next pass), ``NotOwned`` when recovery may not ``action`` the node as read."""
+    unknown = node.unknown()
+    if unknown:
+        raise Retry(
+            f"not acting on node {node.name} while these are unknown: {describe_unknown(unknown)}"
+        )
+    refusal = drain_refusal(node) if action == DRAIN else resume_refusal(node)
+    if refusal:
+        raise NotOwned(refusal)
 
 
 class AdvisorController:
@@ -607,9 +635,15 @@ class AdvisorController:
     def _carry_out_on_node(self, recommendation: ReadyRecommendation) -> Outcome:
         """Drain or resume the recommendation's node, from the node's state read now.
 
-        A node already in the wanted state is skipped, whoever put it there: a drain is done
-        once however many recommendations or approvals ask for it. A resume undoes only
-        recovery's own drain (its reason prefix): a node an administrator drained stays drained.
+        A node already as wanted by recovery is skipped: drained with recovery's reason (a drain
+        is done once however many recommendations or approvals ask for it), or not drained (a
+        resume). Otherwise recovery acts only on a node it may own (``drain_refusal``,
+        ``resume_refusal``): a drain only of a node in service, a resume only of recovery's own
+        drain with nothing else keeping the node out.
+        Anything else is refused before any command and reported with the node as read. A node
+        whose state or reason is unknown is not acted on; it is read again on the next pass.
+        The node is read once more after the command's dispatch, right before the command, and
+        the command is called off when that read no longer allows it.
         """
         outcome = Outcome("skipped", {"known": None})
         try:
@@ -621,40 +655,45 @@ class AdvisorController:
                 outcome.outcome = "failed"
                 outcome.detail = f"refused before any command: the scheduler does not know {name}"
                 return outcome
+            done = _already_done(recommendation.action, node)
+            if done:
+                outcome.converged = True
+                outcome.detail = done
+                return outcome
+            _require_ownable(recommendation.action, node)
+
+            def recheck() -> None:
+                self._still_to_change(recommendation.action, name, outcome)
+
             if recommendation.action == DRAIN:
-                if node.drained:
-                    outcome.converged = True
-                    outcome.detail = f"{name} is already drained: {node.reason or 'no reason'}"
-                    return outcome
                 self._node_command(
                     outcome,
                     Command.DRAIN_NODE,
                     name,
                     lambda: self.adapter.drain_node(name, reason),
                     reason,
+                    recheck=recheck,
                 )
                 after = self._read_node(name)
-                outcome.converged = after is not None and after.drained
+                outcome.converged = after is not None and drained_by_recovery(after)
             else:
-                if not node.drained:
-                    outcome.converged = True
-                    outcome.detail = f"{name} is not drained ({node.state})"
-                    return outcome
-                if not is_recovery_drain(node.reason):
-                    outcome.outcome = "failed"
-                    outcome.converged = False
-                    outcome.detail = (
-                        f"refused before any command: {name} was drained by someone else "
-                        f"({node.reason or 'no reason'}); only recovery's own drains are resumed"
-                    )
-                    return outcome
                 self._node_command(
-                    outcome, Command.RESUME_NODE, name, lambda: self.adapter.resume_node(name)
+                    outcome,
+                    Command.RESUME_NODE,
+                    name,
+                    lambda: self.adapter.resume_node(name),
+                    recheck=recheck,
                 )
                 after = self._read_node(name)
-                outcome.converged = after is not None and not after.drained
+                # Recovery's drain lifted is the resume done (Slurm may list the node as not
+                # responding until its next ping).
+                outcome.converged = after is not None and not after.unknown() and not after.drained
             if not outcome.converged:
                 outcome.detail = f"not converged: {node_snapshot(after)}"
+        except NotOwned as exc:
+            outcome.outcome = "failed"
+            outcome.converged = False
+            outcome.detail = f"refused before any command: {exc}"
         except ValueError as exc:  # InvalidIdentifier, or a reason recovery does not write
             outcome.outcome = "failed"
             outcome.detail = f"refused before any command: {exc}"
@@ -671,6 +710,22 @@ class AdvisorController:
             outcome.detail = str(exc)
         return outcome
 
+    def _still_to_change(self, action: str, name: str, outcome: Outcome) -> None:
+        """Read the node once more after the command's dispatch, right before the command.
+
+        An administrator may have taken the node out (or Slurm itself) since it was read, or a
+        controller paused since then may come back to a node another one already changed.
+        Raises ``NotOwned`` when recovery may no longer change it (the report then shows the
+        node as read now) and ``Retry`` when it is already as wanted (the next pass says so).
+        """
+        node = self._read_node(name)
+        outcome.state_before = node_snapshot(node)
+        if node is None:
+            raise NotOwned(f"the scheduler no longer knows {name}")
+        if _already_done(action, node):
+            raise Retry(f"{name} changed since it was read ({node.describe()}): not run")
+        _require_ownable(action, node)
+
     def _read_node(self, name: str) -> NodeInfo | None:
         """The node as the scheduler reports it now, read as a job is (``_read``)."""
         return self._read_retrying(f"node {name}", lambda: self.adapter.get_node(name))
@@ -682,9 +737,12 @@ class AdvisorController:
         name: str,
         run: Callable[[], CommandResult],
         reason: str = "",
+        *,
+        recheck: Callable[[], None] | None = None,
     ) -> None:
         """Run one node command, written ahead like a job's (``_command``)."""
-        self._run_written_ahead(outcome, self.adapter.planned_node_argv(command, name, reason), run)
+        argv = self.adapter.planned_node_argv(command, name, reason)
+        self._run_written_ahead(outcome, argv, run, recheck)
 
     # ------------------------------------------------------------------ reading the scheduler
 

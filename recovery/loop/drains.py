@@ -12,8 +12,16 @@ State=DRAIN Reason="workload-recovery: <verdict>"``). It differs in three ways:
 * Recovery never has more of a cluster drained than the policy's blast radius: a drain over
   it is withheld (``drain_withheld``) and an approval over it is refused.
 
+Recovery drains only a node it may own: one whose state was read and is in service
+(``Node.drain_refusal``). A node an administrator or Slurm took out of service (DOWN, DRAIN,
+FAIL, MAINTENANCE, a reboot or power state, with their reason) is theirs: a drain would
+replace their reason with recovery's, and a resume of it would then put the node back in
+service. Such a drain is not recommended (``drain_refused``), and the controller checks
+again on the node's state read just before its command.
+
 Resuming is a person's decision: the Nodes page's button records a resume, approved by the
-person who pressed it, that the controller carries out only on recovery's own drains.
+person who pressed it, that the controller carries out only on recovery's own drains, where
+nothing else has since taken the node out of service.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from recovery.choices import (
     RecommendationStatus,
     Severity,
 )
-from recovery.loop.policy import policy_for
+from recovery.loop.policy import site_policy_for
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation
 from recovery.sources.schedulers.base import drain_reason
 
@@ -70,7 +78,7 @@ def propose_drains(anomaly: Anomaly, now: datetime | None = None) -> list[Recomm
     if len(nodes) > MAX_DRAINS_PER_ANOMALY:
         return []
     now = now or timezone.now()
-    policy = policy_for(anomaly.workload)
+    policy = site_policy_for(anomaly.workload)
     made = []
     for name in nodes:
         recommendation = _propose_drain(anomaly, name, policy, now)
@@ -86,6 +94,10 @@ def _propose_drain(
     cluster = workload.cluster
     node = Node.objects.filter(cluster=cluster, name=name).first()
     if node is None or _handled_already(node, policy, now):
+        return None
+    refusal = node.drain_refusal
+    if refusal:
+        _record_refused(anomaly, node, refusal, policy, now)
         return None
     over = over_drain_radius(cluster, node.name, policy, now)
     if over:
@@ -140,8 +152,8 @@ def _propose_drain(
 
 
 def _handled_already(node: Node, policy: Policy, now: datetime) -> bool:
-    """Drained, about to be, or an operator said no to draining it lately."""
-    if node.drained:
+    """Drained by recovery, about to be, or an operator said no to draining it lately."""
+    if node.drained_by_recovery:
         return True
     drains = Recommendation.objects.filter(node=node, action=RecommendationAction.DRAIN)
     return drains.filter(
@@ -206,11 +218,37 @@ def _record_withheld(anomaly: Anomaly, node: Node, why: str, policy: Policy, now
     )
 
 
+def _record_refused(anomaly: Anomaly, node: Node, why: str, policy: Policy, now: datetime) -> None:
+    """Once per node, state and blast-radius window: the trail says a drain was due and why
+    recovery did not ask for it, with the node as read (its state, flags, reason and who set
+    it)."""
+    cluster = anomaly.workload.cluster
+    since = now - timedelta(minutes=policy.blast_radius_window_minutes)
+    facts = node.as_read().facts()
+    refused = AuditEvent.objects.filter(
+        cluster=cluster, kind=AuditKind.DRAIN_REFUSED, occurred_at__gte=since
+    )
+    if refused.filter(payload__node=node.name, payload__reason=why).exists():
+        return
+    record_event(
+        cluster=cluster,
+        workload=anomaly.workload,
+        attempt=anomaly.attempt.number if anomaly.attempt else None,
+        kind=AuditKind.DRAIN_REFUSED,
+        actor=Actor.POLICY,
+        payload={"anomaly": anomaly.pk, "node": node.name, "reason": why, "node_state": facts},
+    )
+
+
 def approval_problem(recommendation: Recommendation) -> str:
-    """Why an operator may not approve this drain now, or ""."""
+    """Why an operator may not approve this drain now, or "": the node is not recovery's to
+    drain as last read (an administrator took it out meanwhile), or the blast radius."""
     if recommendation.action != RecommendationAction.DRAIN or recommendation.node is None:
         return ""
-    policy = policy_for(recommendation.workload)
+    node = recommendation.node
+    if not node.drained_by_recovery and node.drain_refusal:
+        return node.drain_refusal
+    policy = site_policy_for(recommendation.workload)
     return over_drain_radius(
         recommendation.workload.cluster, recommendation.node.name, policy, timezone.now()
     )
@@ -226,22 +264,19 @@ class ResumeRequest:
 def request_resume(node_id: int, *, operator: str, note: str = "") -> ResumeRequest:
     """An operator asks the controller to resume a node recovery drained; approved as asked.
 
-    Only a node whose synced state shows recovery's own drain; asking again while a resume is
-    under way changes nothing.
+    Only a node whose synced state shows recovery's own drain and nothing else keeping it out
+    of service (``Node.resume_refusal``: not one an administrator then set DOWN, put in
+    maintenance or gave their own reason, nor one whose state is unknown); asking again while a
+    resume is under way changes nothing. The controller checks the node again, as it reads it
+    then, before it runs the resume.
     """
     note = note.strip()[:2000]
     now = timezone.now()
     with transaction.atomic():
         node = Node.objects.select_for_update().select_related("cluster").get(pk=node_id)
-        if not node.drained:
-            return ResumeRequest(None, False, f"{node.name} is not drained in the scheduler.")
-        if not node.drained_by_recovery:
-            return ResumeRequest(
-                None,
-                False,
-                f"{node.name} was drained by someone else ({node.state_reason or 'no reason'}): "
-                "resume it in the scheduler.",
-            )
+        refusal = node.resume_refusal
+        if refusal:
+            return ResumeRequest(None, False, f"Not resumed: {refusal}.")
         under_way = Recommendation.objects.filter(
             node=node, action=RecommendationAction.RESUME, status__in=OPEN_RECOMMENDATION_STATUSES
         ).first()
@@ -259,7 +294,7 @@ def request_resume(node_id: int, *, operator: str, note: str = "") -> ResumeRequ
                 False,
                 f"Recovery has no record of draining {node.name}: resume it in the scheduler.",
             )
-        policy = policy_for(drain.workload)
+        policy = site_policy_for(drain.workload)
         version = Recommendation.objects.filter(
             node=node, action=RecommendationAction.RESUME
         ).count()

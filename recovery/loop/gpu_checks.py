@@ -2,9 +2,17 @@
 
 A cluster whose settings name a metric store (``connection_settings["metric_source"]``, as
 ``configure_signals`` saves it) has its running attempts' nodes checked at every poll over a
-short look-back window. Findings (Xid, uncorrectable ECC, row remap failure, NVLink errors, an
-idle GPU while its peers work) become anomalies of the workload running there, recorded like
-log evidence: once per attempt and fingerprint, then attributed and decided by the policy.
+short look-back window. Findings the GPU's hardware is blamed for (an Xid the driver
+attributes to the hardware, uncorrectable ECC errors, a row remap failure, NVLink errors) are
+facts about the node: they become anomalies of every workload running there, recorded like
+log evidence, once per attempt and fingerprint, then attributed and decided by the policy.
+
+Which node a series is about is its node label (``Hostname`` by default), which dcgm-exporter
+sets from the host it runs on: trusted as far as the store's DCGM series come from the site's
+exporters alone. Nothing tells which job a GPU of a shared node belongs to (the exporter's job
+mapping is not read here), and a GPU's utilisation, or an Xid whose meaning is the
+application's fault, is what the program on that GPU did: such findings would blame whichever
+job shares the node. They are counted in ``GpuCheck.ignored`` and act on no job.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from recovery.choices import AttemptExitState, EvidenceSource
+from recovery.choices import AttemptExitState, Attribution, EvidenceSource
+from recovery.detection.findings import Finding
 from recovery.loop.anomalies import record_anomalies
 from recovery.models import Attempt, Cluster
 from recovery.sources.metrics import (
@@ -37,6 +46,8 @@ class GpuCheck:
     nodes_checked: int = 0
     anomalies_new: int = 0
     error: str = ""
+    # Findings that are no fact about the node's hardware: they act on no job (see above).
+    ignored: int = 0
 
 
 def metric_store_of(cluster: Cluster) -> tuple[MetricSource, DcgmLabels] | None:
@@ -60,26 +71,36 @@ def check_gpu_metrics(
             exit_state=AttemptExitState.RUNNING,
         )
     )
-    holder = {node: attempt for attempt in running for node in attempt.nodes}
-    if not holder:
+    on_node: dict[str, list[Attempt]] = {}
+    for attempt in running:
+        for node in attempt.nodes:
+            on_node.setdefault(node, []).append(attempt)
+    if not on_node:
         return check
-    check.nodes_checked = len(holder)
+    check.nodes_checked = len(on_node)
     try:
-        health = gpu_health(source, sorted(holder), now - LOOK_BACK, now, labels=labels)
+        health = gpu_health(source, sorted(on_node), now - LOOK_BACK, now, labels=labels)
     except MetricsSourceError as error:
         check.error = str(error)
         return check
     for node, findings in health.by_node().items():
-        attempt = holder.get(node)
-        if attempt is None:
+        hardware = [finding for finding in findings if is_node_fact(finding)]
+        check.ignored += len(findings) - len(hardware)
+        if not hardware:
             continue
-        new = record_anomalies(
-            attempt.workload,
-            attempt,
-            findings,
-            now,
-            scope=METRICS_SCOPE,
-            source=EvidenceSource.GPU_METRICS,
-        )
-        check.anomalies_new += len(new)
+        for attempt in on_node.get(node, []):
+            new = record_anomalies(
+                attempt.workload,
+                attempt,
+                hardware,
+                now,
+                scope=METRICS_SCOPE,
+                source=EvidenceSource.GPU_METRICS,
+            )
+            check.anomalies_new += len(new)
     return check
+
+
+def is_node_fact(finding: Finding) -> bool:
+    """A DCGM finding about the GPU's hardware, which every job on its node shares."""
+    return finding.attribution == Attribution.HARDWARE

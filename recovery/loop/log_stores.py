@@ -4,6 +4,14 @@ The read position is a ``LogCursor`` of the workload whose ``path`` names the st
 (``loki:{slurm_job_id="4242"}``) and whose ``offset`` is the last timestamp read, in
 nanoseconds. The fetch, its findings and the new offset are stored in one transaction, so a
 worker killed mid-way reads the same lines again next time and records nothing twice.
+
+What the store holds is what the job printed: the lines, and the node and rank labels its
+shipper put on them, are the user's to write (``EvidenceSource.LOG_STORE``, user trust). A
+node they name is at most kept out of this job's next attempt; it never counts towards a
+suspect, unhealthy or drained node. The job label is what says whose lines they are: it is
+trusted only as far as the store (or the tenant of it the mapping reads, pinned by the
+mapping's static selectors) takes writes from the site's shippers alone. A store tenants can
+push to with labels of their choosing would let one job's lines be read as another's.
 """
 
 from __future__ import annotations

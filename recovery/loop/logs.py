@@ -14,7 +14,16 @@ an output file is read only inside the job's working directory or the cluster's
 ``output_prefixes``, never through a symbolic link, and only when it is a regular file owned by
 the job's uid (``recovery.sources.schedulers.output_files``). A refused file is recorded as
 ``input_ignored`` with the reason, once per workload, path and reason, and nothing else changes.
-Kernel logs are paths an administrator set, and are read as they are.
+Kernel logs are paths an administrator set. They are read as the kernel writes them
+(``recovery.detection.kernel_log``), never with the job-output signatures: the kernel prints
+text a tenant chooses (a process name, a library's file name, a cgroup path), and a pattern
+that matches anywhere in a line would read it as the driver's. The node of a kernel-log fact
+is the host whose log it is, never a name in the text. Only hardware facts (an Xid decided by
+its code, an uncorrectable PCIe or memory error, a NIC's firmware failing) become anomalies of
+the workloads on that node and mark it unhealthy. A fact about a process (the OOM killer, a
+segfault, an application's Xid) concerns that process's job alone, when the line names it by
+Slurm's cgroup path; otherwise it is recorded as ``input_ignored`` with the reason, as are the
+device facts not attributed to hardware and lines read as part of a record carrying user text.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ import logging
 from collections.abc import Callable, Collection
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import StrEnum
 from functools import partial
 from typing import Protocol
 
@@ -42,6 +52,17 @@ from recovery.choices import (
     Severity,
     WorkloadState,
 )
+from recovery.detection.findings import Finding
+from recovery.detection.kernel_log import (
+    OOM_EVENTS,
+    DeviceFact,
+    KernelEntry,
+    KernelRead,
+    ProcessEvent,
+    ProcessFact,
+    parse_kernel_log,
+)
+from recovery.detection.kernel_log import findings as kernel_findings
 from recovery.detection.scanner import (
     DEFAULT_NONFINITE_STEPS,
     LogScanner,
@@ -78,6 +99,8 @@ class IngestSummary:
     truncations: int = 0
     # Output files a confinement rule kept from being read.
     refused: int = 0
+    # Kernel-log facts that act on nothing: recorded as input_ignored, with the reason.
+    ignored: int = 0
 
 
 def ingest_workload_logs(
@@ -241,9 +264,11 @@ def ingest_node_kernel_logs(
 ) -> IngestSummary:
     """Read each node's kernel log, when the cluster names one, and tie what it shows to the node.
 
-    ``connection_settings["node_kernel_log"]`` is a path with ``{node}`` in it. A failure seen
-    there (an Xid, an ECC error) becomes an anomaly of every workload running on that node, and
-    hardware evidence marks the node unhealthy.
+    ``connection_settings["node_kernel_log"]`` is a path with ``{node}`` in it. A hardware fact
+    seen there (an Xid the driver attributes to the GPU, an uncorrectable ECC or PCIe error)
+    becomes an anomaly of every workload running on that node and marks the node unhealthy. A
+    process fact becomes an anomaly of the job the line names, if it runs there, and of no
+    other; what acts on nothing is recorded as ignored.
     """
     now = now or timezone.now()
     summary = IngestSummary()
@@ -262,12 +287,12 @@ def ingest_node_kernel_logs(
             )
             consumed = read_new_lines(partial(transport.read_file, path), size, cursor, summary)
             if consumed:
-                result = scan(consumed)
-                for finding in result.findings:
-                    finding.name_node(node.name)
+                read = parse_kernel_log(consumed)
                 if on_nodes is None:
                     on_nodes = attempts_by_node(cluster, now)
-                for workload, attempt, _ in on_nodes.get(node.name, []):
+                here = on_nodes.get(node.name, [])
+                result = kernel_result(_hardware_findings(read, node.name), read, len(consumed))
+                for workload, attempt, _ in here:
                     summary.anomalies_new += record_findings(
                         workload,
                         attempt,
@@ -276,9 +301,178 @@ def ingest_node_kernel_logs(
                         scope=f"kernel:{node.name}",
                         source=EvidenceSource.KERNEL_LOG,
                     )
+                summary.anomalies_new += _record_process_facts(node, path, read, here, now, summary)
+                _record_not_acted_on(node, path, read, now, summary)
                 _mark_node(node, result, now)
             cursor.save()
     return summary
+
+
+class KernelFactIgnored(StrEnum):
+    """Why a kernel-log fact acted on nothing (the ``reason`` of its ``input_ignored`` event)."""
+
+    # A process fact (OOM killer, segfault, an application's Xid) whose line names no job.
+    PROCESS_NAMES_NO_JOB = "process_fact_names_no_job"
+    # The line names a job that is not running on this node (or not one recovery follows).
+    JOB_NOT_ON_NODE = "process_fact_job_not_on_node"
+    # A device fact the driver does not attribute to the hardware (an Xid of unknown cause).
+    NOT_HARDWARE = "device_fact_not_hardware"
+    # A line read as part of the record before it, which carries user text (a file name with
+    # a newline in it would otherwise print a line of the tenant's choosing).
+    CONTINUATION = "continuation_of_user_text"
+    # A syslog line another program wrote.
+    NOT_FROM_KERNEL = "not_from_the_kernel"
+
+
+# One input_ignored event per node log and reason in this long: a tenant's program that
+# segfaults every second must not bury the trail. The summary counts every fact.
+IGNORED_EVENT_INTERVAL = timedelta(hours=1)
+SHOWN_MESSAGE_CHARS = 300
+
+
+def kernel_result(found: list[Finding], read: KernelRead, size: int) -> ScanResult:
+    """A read of a kernel log in the shape ``record_findings`` takes: findings, no progress."""
+    return ScanResult(
+        findings=found,
+        progress=[],
+        checkpoints=[],
+        lines=read.lines,
+        bytes=size,
+        progress_lines=0,
+        checkpoint_lines=0,
+        progress_after_last_failure=0,
+        engine="kernel-log",
+    )
+
+
+def _hardware_findings(read: KernelRead, node: str) -> list[Finding]:
+    """The node's hardware facts as findings implicating ``node``, the host whose log it is."""
+    hardware = [
+        entry
+        for entry in read.device_facts
+        if isinstance(entry.fact, DeviceFact) and entry.fact.hardware
+    ]
+    return kernel_findings(hardware, node)
+
+
+def _record_process_facts(
+    node: Node,
+    path: str,
+    read: KernelRead,
+    here: list[OnNode],
+    now: datetime,
+    summary: IngestSummary,
+) -> int:
+    """Each process fact naming a job that runs on ``node`` becomes an anomaly of that job
+    alone; the others are recorded as ignored. Returns the anomalies created.
+
+    The job's anomaly implicates no node and needs the process to be seen to end, as a crash
+    the job printed does: one process killed is not yet the job's failure.
+    """
+    by_job: dict[str, list[KernelEntry]] = {}
+    unnamed: list[KernelEntry] = []
+    elsewhere: list[KernelEntry] = []
+    on_node = {workload.job_id: (workload, attempt) for workload, attempt, _ in here}
+    for entry in read.process_facts:
+        fact = entry.fact
+        if not isinstance(fact, ProcessFact):
+            continue
+        if fact.job_id is None:
+            unnamed.append(entry)
+        elif fact.job_id in on_node and _owner_matches(on_node[fact.job_id][0], fact):
+            by_job.setdefault(fact.job_id, []).append(entry)
+        else:
+            elsewhere.append(entry)
+    # The OOM killer's other lines of an event whose summary named the job are that event.
+    named_pids = {
+        e.fact.pid
+        for entries in by_job.values()
+        for e in entries
+        if isinstance(e.fact, ProcessFact)
+    }
+    unnamed = [e for e in unnamed if not _same_oom_event(e, named_pids, bool(by_job))]
+    created = 0
+    for job_id, entries in by_job.items():
+        workload, attempt = on_node[job_id]
+        result = kernel_result(kernel_findings(entries, node.name), read, 0)
+        created += record_findings(
+            workload,
+            attempt,
+            result,
+            now,
+            scope=f"kernel-process:{node.name}",
+            source=EvidenceSource.KERNEL_LOG,
+        )
+    _ignore(node, path, KernelFactIgnored.PROCESS_NAMES_NO_JOB, unnamed, now, summary)
+    _ignore(node, path, KernelFactIgnored.JOB_NOT_ON_NODE, elsewhere, now, summary)
+    return created
+
+
+def _owner_matches(workload: Workload, fact: ProcessFact) -> bool:
+    """The process's uid, as the kernel printed it, is the job's user's, where both are known."""
+    return workload.user_uid is None or fact.uid is None or workload.user_uid == fact.uid
+
+
+def _same_oom_event(entry: KernelEntry, named_pids: set[int | None], any_named: bool) -> bool:
+    fact = entry.fact
+    if not isinstance(fact, ProcessFact) or fact.event not in OOM_EVENTS:
+        return False
+    # The header names the task that asked for memory, not the victim: it has no pid to match.
+    return fact.pid in named_pids or (fact.event == ProcessEvent.OOM_INVOKED and any_named)
+
+
+def _record_not_acted_on(
+    node: Node, path: str, read: KernelRead, now: datetime, summary: IngestSummary
+) -> None:
+    not_hardware = [
+        entry
+        for entry in read.device_facts
+        if isinstance(entry.fact, DeviceFact) and not entry.fact.hardware
+    ]
+    _ignore(node, path, KernelFactIgnored.NOT_HARDWARE, not_hardware, now, summary)
+    _ignore(node, path, KernelFactIgnored.CONTINUATION, read.in_continuations, now, summary)
+    _ignore(node, path, KernelFactIgnored.NOT_FROM_KERNEL, read.not_from_kernel, now, summary)
+
+
+def _ignore(
+    node: Node,
+    path: str,
+    reason: KernelFactIgnored,
+    entries: list[KernelEntry],
+    now: datetime,
+    summary: IngestSummary,
+) -> None:
+    """Count ``entries`` as ignored, and say so in the trail once per log, reason and hour."""
+    if not entries:
+        return
+    summary.ignored += len(entries)
+    kinds = sorted({entry.fact.signature for entry in entries})
+    shown = entries[0].fact.message[:SHOWN_MESSAGE_CHARS]
+    logger.info("%s: %d kernel-log line(s) ignored: %s", node.name, len(entries), reason)
+    recent = AuditEvent.objects.filter(
+        cluster_id=node.cluster_id,
+        workload=None,
+        kind=AuditKind.INPUT_IGNORED,
+        payload__path=path,
+        payload__reason=str(reason),
+        occurred_at__gte=now - IGNORED_EVENT_INTERVAL,
+    )
+    if recent.exists():
+        return
+    record_event(
+        cluster=node.cluster,
+        kind=AuditKind.INPUT_IGNORED,
+        actor=Actor.POLLER,
+        payload={
+            "path": path,
+            "reason": str(reason),
+            "detail": (
+                f"{node.name}: {len(entries)} line(s) ({', '.join(kinds)}) acted on nothing; "
+                f"the first: {shown}"
+            ),
+        },
+        occurred_at=now,
+    )
 
 
 OnNode = tuple[Workload, Attempt, bool]
@@ -345,10 +539,14 @@ def attempts_by_node(
 
 
 def _mark_node(node: Node, result: ScanResult, now: datetime) -> None:
+    """Mark ``node`` unhealthy for a hardware failure its own kernel log shows."""
     hardware = [
         f
         for f in result.findings
-        if f.severity != Severity.WARNING and f.attribution == Attribution.HARDWARE
+        if f.severity != Severity.WARNING
+        and f.attribution == Attribution.HARDWARE
+        and f.implicates_nodes
+        and f.nodes == [node.name]
     ]
     if not hardware:
         return

@@ -6,6 +6,12 @@ a healthy run down until someone notices. ``recommend`` records its decision as 
 recommendation (one per failed attempt: a later anomaly of the same attempt updates or
 supersedes it), ready to act on in an acknowledged action-mode cluster, awaiting approval
 otherwise.
+
+A workload's policy is chosen twice. ``policy_for`` takes the environment the job named in its
+comment and governs the job's own recovery; ``site_policy_for`` takes the cluster's
+environment, or the job's only where an operator bound it to the job's partition or account,
+and governs what reaches beyond the job: the blast radius, the cluster's nodes kept out of
+every restart, nodes excluded on the cluster, suspects and drains (``Policy.FOR_THE_SITE``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,16 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.loop.confirmation import AWAITING_CAUSE_ROLES, attempt_ending
-from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, Recommendation, Workload
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    Cluster,
+    EnvironmentBinding,
+    Node,
+    Policy,
+    Recommendation,
+    Workload,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,24 +103,97 @@ class Decision:
 
 
 def policy_for(workload: Workload) -> Policy:
+    """The policy of the job's own recovery: the enabled policy matching the most of cluster,
+    the environment the job named, and partition.
+
+    The environment is the job's to choose, so only the settings in ``Policy.FOR_THE_JOB`` are
+    read from this policy; what reaches beyond the job follows ``site_policy_for``.
+    """
+    return _best_policy(workload.cluster_id, workload.environment, workload.partition)
+
+
+@dataclass(frozen=True)
+class SitePolicy:
+    """The policy for a workload's effects beyond its own job, and how it was chosen."""
+
+    policy: Policy
+    # The environment it was chosen with: the cluster's, or the job's where that is bound.
+    environment: str
+    # The operator's binding that let the job's environment choose it; None otherwise.
+    binding: EnvironmentBinding | None = None
+    # Why the environment the job named was not taken; "" when it was, when it named none, or
+    # when it would have chosen the same policy.
+    refused: str = ""
+
+
+def site_policy(workload: Workload) -> SitePolicy:
+    """The policy for what ``workload``'s failures do to nodes and to other jobs.
+
+    The cluster's policy: chosen by cluster and partition, with the cluster's environment.
+    The environment the job named in its comment counts only where an operator bound it to
+    the job's partition or account (``EnvironmentBinding``). Only the settings in
+    ``Policy.FOR_THE_SITE`` are read from it.
+    """
+    cluster_environment = workload.cluster.environment
+    chosen = workload.environment
+    policy = _best_policy(workload.cluster_id, cluster_environment, workload.partition)
+    if not chosen or chosen == cluster_environment:
+        return SitePolicy(policy, cluster_environment)
+    wanted = _best_policy(workload.cluster_id, chosen, workload.partition)
+    binding = _binding_for(workload)
+    if binding is not None:
+        return SitePolicy(wanted, chosen, binding)
+    if wanted.pk == policy.pk:
+        return SitePolicy(policy, cluster_environment)  # it would choose the same: none refused
+    jobs = [f"partition {workload.partition!r}"] if workload.partition else []
+    jobs += [f"account {workload.account!r}"] if workload.account else []
+    refused = (
+        f"environment {chosen!r} is not bound to {' or '.join(jobs) or 'this job'} on this "
+        "cluster: the cluster's policy applies to nodes and other jobs"
+    )
+    return SitePolicy(policy, cluster_environment, None, refused)
+
+
+def site_policy_for(workload: Workload) -> Policy:
+    """``site_policy``'s policy: read it for effects on nodes and other jobs."""
+    return site_policy(workload).policy
+
+
+def _best_policy(cluster_id: int, environment: str, partition: str) -> Policy:
     """The enabled policy matching the most of cluster, environment and partition."""
     cached: list[Policy] | None = getattr(_policies, "enabled", None)
     if cached is None:
         candidates: Iterable[Policy] = Policy.objects.filter(enabled=True).filter(
-            Q(cluster__isnull=True) | Q(cluster=workload.cluster_id),
-            Q(environment="") | Q(environment=workload.environment),
-            Q(partition="") | Q(partition=workload.partition),
+            Q(cluster__isnull=True) | Q(cluster=cluster_id),
+            Q(environment="") | Q(environment=environment),
+            Q(partition="") | Q(partition=partition),
         )
     else:
         candidates = [
             p
             for p in cached
-            if p.cluster_id in (None, workload.cluster_id)
-            and p.environment in ("", workload.environment)
-            and p.partition in ("", workload.partition)
+            if p.cluster_id in (None, cluster_id)
+            and p.environment in ("", environment)
+            and p.partition in ("", partition)
         ]
     best = max(candidates, key=lambda p: (p.specificity, bool(p.cluster_id), p.pk), default=None)
     return best or Policy(name="built-in defaults")
+
+
+def _binding_for(workload: Workload) -> EnvironmentBinding | None:
+    """The operator's binding that lets ``workload`` choose its environment, if any."""
+    cached: list[EnvironmentBinding] | None = getattr(_policies, "bindings", None)
+    if cached is None:
+        candidates: Iterable[EnvironmentBinding] = EnvironmentBinding.objects.filter(
+            cluster_id=workload.cluster_id, environment=workload.environment
+        ).order_by("pk")
+    else:
+        candidates = [
+            b
+            for b in cached
+            if b.cluster_id == workload.cluster_id and b.environment == workload.environment
+        ]
+    return next((b for b in candidates if b.covers(workload.partition, workload.account)), None)
 
 
 _policies = threading.local()
@@ -113,23 +201,28 @@ _policies = threading.local()
 
 @contextlib.contextmanager
 def policies_read_once() -> Iterator[None]:
-    """Inside the block ``policy_for`` chooses among the enabled policies as read on entry.
+    """Inside the block ``policy_for`` and ``site_policy`` choose among the enabled policies
+    and the environment bindings as read on entry.
 
-    For a batch of workloads processed in a few seconds (``recovery.loop.workloads``): one
-    query for all of them instead of one per anomaly and check. A policy edited meanwhile
-    applies from the next batch. An inner block uses the outer one's reading.
+    For a batch of workloads processed in a few seconds (``recovery.loop.workloads``): two
+    queries for all of them instead of some per anomaly and check. A policy or binding edited
+    meanwhile applies from the next batch. An inner block uses the outer one's reading.
     """
     if getattr(_policies, "enabled", None) is not None:
         yield
         return
     _policies.enabled = list(Policy.objects.filter(enabled=True))
+    _policies.bindings = list(EnvironmentBinding.objects.order_by("pk"))
     try:
         yield
     finally:
         _policies.enabled = None
+        _policies.bindings = None
 
 
-def history_of(workload: Workload, policy: Policy | None = None) -> History:
+def history_of(
+    workload: Workload, policy: Policy | None = None, site: Policy | None = None
+) -> History:
     """Attempts so far, the run of them without a new checkpoint, and the nodes to keep out.
 
     A workload in a workflow counts the attempts of the workflow's earlier jobs too, in the
@@ -141,6 +234,8 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
     Two queries whatever the number of anomalies or jobs: the attempts (bounded by the retry
     budget), and the node lists of only the anomalies the policy excludes on, filtered by the
     database; no anomaly is built as an object.
+    ``policy`` is the job's own (``policy_for``); the cluster's nodes kept out of every job
+    follow ``site`` (``site_policy_for`` unless given).
     """
     attempts = list(
         Attempt.objects.filter(_sharing_budget(workload))
@@ -162,7 +257,11 @@ def history_of(workload: Workload, policy: Policy | None = None) -> History:
         )
         for nodes in implicated:
             excluded.update(nodes or [])
-    cluster_nodes = kept_out_of_every_job(workload.cluster_id, policy) if policy else {}
+    cluster_nodes: Mapping[str, str] = {}
+    if policy is not None:
+        if site is None:
+            site = site_policy_for(workload)
+        cluster_nodes = kept_out_of_every_job(workload.cluster_id, site)
     jobs = len({job for _, _, job in attempts}) or 1
     return History(len(attempts), without, frozenset(excluded), cluster_nodes, jobs)
 
@@ -184,6 +283,9 @@ def _sharing_budget(workload: Workload) -> Q:
 
 def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:
     """The cluster's nodes in a state the policy keeps out of every restart, and that state.
+
+    ``policy`` is the cluster's (``site_policy_for``): which states and how long are the
+    operator's to say, never a job's.
 
     Excluded and unhealthy are set only from site facts (a node's kernel log, DCGM, the
     scheduler's node state): what one user's job printed never keeps a node from other users.
@@ -366,7 +468,8 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     ):
         return earlier
     policy = policy_for(workload)
-    decision = decide(anomaly, policy, history_of(workload, policy))
+    site = site_policy(workload)
+    decision = decide(anomaly, policy, history_of(workload, policy, site.policy))
     if decision.action == RecommendationAction.NONE:
         return None
     # The job's comment can only make the loop more careful than its cluster, never less. A
@@ -374,7 +477,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     needs_person = (
         not workload.acts_automatically
         or anomaly.kind == AnomalyKind.DIVERGENCE
-        or _over_blast_radius(workload, decision, policy)
+        or _over_blast_radius(workload, decision, site.policy)
     )
     status = RecommendationStatus.AWAITING_APPROVAL if needs_person else RecommendationStatus.READY
     now = timezone.now()
@@ -431,6 +534,8 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
                 "excluded_nodes": decision.excluded_nodes,
                 "reason": decision.reason,
                 "policy": policy.name,
+                "site_policy": site.policy.name,
+                **({"environment_refused": site.refused} if site.refused else {}),
                 "exclusion_sources": decision.exclusion_sources,
                 "mode": cluster.mode,
                 "job_mode": workload.opt_in_mode,
@@ -477,7 +582,8 @@ def _decide_divergence(anomaly: Anomaly, policy: Policy, history: History) -> De
 
 
 def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -> bool:
-    """More of the cluster excluded or restarted in the window than the policy allows."""
+    """More of the cluster excluded or restarted in the window than the cluster's policy
+    (``site_policy_for``) allows."""
     total = Node.objects.filter(cluster=workload.cluster).count()
     if not total:
         return False

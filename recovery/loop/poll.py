@@ -491,32 +491,66 @@ def _forget_vanished(cluster: Cluster, listed: set[str]) -> int:
     return changed
 
 
+# What ``_sync_nodes`` keeps of each node (``Node``'s fields).
+NODE_SYNCED_FIELDS = (
+    "scheduler_state",
+    "state_flags",
+    "state_reason",
+    "reason_set_by",
+    "reason_set_at",
+    "unreadable",
+)
+
+
+def _node_fields(node: NodeInfo) -> dict[str, object]:
+    """What ``Node`` keeps of ``node``: enough to tell whose node it is (``Node.as_read``).
+
+    The state whole, with every flag; the reason and who set it when; and what could not be
+    read. A state that could not be read is stored as none ("") and named in ``unreadable``:
+    the monitors see no state to judge, and recovery neither drains nor resumes the node.
+    """
+    unreadable = {**node.unreadable, **node.unknown()}
+    return {
+        "scheduler_state": (
+            "+".join([node.state, *node.flags])[:255] if node.state is not None else ""
+        ),
+        "state_flags": list(node.flags),
+        "state_reason": (node.reason or "")[:255],
+        "reason_set_by": node.reason_set_by[:64],
+        "reason_set_at": node.reason_set_at,
+        "unreadable": {name: why[:300] for name, why in sorted(unreadable.items())},
+    }
+
+
+def _comparable(fields: dict[str, object]) -> tuple[object, ...]:
+    return tuple(
+        repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+        for value in (fields[name] for name in NODE_SYNCED_FIELDS)
+    )
+
+
 def _sync_nodes(cluster: Cluster, nodes: list[NodeInfo]) -> None:
-    """Store the nodes' scheduler states; only new nodes and changed states are written."""
+    """Store the nodes as the scheduler reports them; only new nodes and changed ones are
+    written."""
     stored = {
-        name: (state, reason)
-        for name, state, reason in Node.objects.filter(cluster=cluster).values_list(
-            "name", "scheduler_state", "state_reason"
-        )
+        row[0]: _comparable(dict(zip(NODE_SYNCED_FIELDS, row[1:], strict=True)))
+        for row in Node.objects.filter(cluster=cluster).values_list("name", *NODE_SYNCED_FIELDS)
     }
     new: list[Node] = []
-    changed: dict[tuple[str, str], list[str]] = {}
+    changed: dict[tuple[object, ...], tuple[dict[str, object], list[str]]] = {}
     for node in nodes:
-        state = "+".join([node.state, *node.flags]) if node.flags else node.state
-        wanted = (state[:64], node.reason[:255])
+        wanted = _node_fields(node)
+        key = _comparable(wanted)
         if node.name not in stored:
-            new.append(
-                Node(cluster=cluster, name=node.name, scheduler_state=wanted[0],
-                     state_reason=wanted[1])
-            )  # fmt: skip
-        elif stored[node.name] != wanted:
-            changed.setdefault(wanted, []).append(node.name)
+            new.append(Node(cluster=cluster, name=node.name, **wanted))
+        elif stored[node.name] != key:
+            changed.setdefault(key, (wanted, []))[1].append(node.name)
     with transaction.atomic():
         # Another worker may have added the same node a moment ago: it is the same row.
         Node.objects.bulk_create(new, ignore_conflicts=True)
-        for (state, reason), names in changed.items():
+        for wanted, names in changed.values():
             Node.objects.filter(cluster=cluster, name__in=names).update(
-                scheduler_state=state, state_reason=reason, updated_at=timezone.now()
+                **wanted, updated_at=timezone.now()
             )
 
 
@@ -547,6 +581,8 @@ def _sync_job(cluster: Cluster, job: JobInfo, now: datetime, digest: str) -> tup
     workload.name = job.name[:255]
     workload.user = job.user[:64]
     workload.partition = job.partition[:64]
+    # Cut short it would name another account: one too long to keep binds nothing.
+    workload.account = job.account if job.account and len(job.account) <= 64 else ""
     workload.opted_in = job.opt_in.opted_in
     workload.opt_in_error = job.opt_in.reason[:255]
     workload.opt_in_settings = job.opt_in.settings

@@ -3,7 +3,9 @@
 A job may push progress and checkpoint heartbeats and batches of its log lines; they go through
 the same code as lines read from its output file (``recovery.loop.logs``, then
 ``recovery.loop.anomalies``): the same detectors, the same anomalies, progress samples and
-``checkpoint_saved`` / ``progress_resumed`` events.
+``checkpoint_saved`` / ``progress_resumed`` events. What one job token may push for one job is
+capped (``PushBudget``): streams of batches, heartbeats and log lines per minute. A push past a
+cap is refused whole, and nothing of it is stored.
 
 A scheduler hook (Slurm's EpilogSlurmctld, a strigger program) may say that a job ended or a node
 went down. That is not evidence by itself: it is recorded, and it asks for an immediate poll of
@@ -15,12 +17,15 @@ is queued (``tasks.polling.queue_poll``): the domain knows no task.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -33,6 +38,9 @@ from recovery.loop.anomalies import attempt_writing, record_progress, record_rea
 from recovery.loop.logs import scan
 from recovery.loop.poll import is_polled
 from recovery.models import AuditEvent, Cluster, LogCursor, Node, Workload
+
+if TYPE_CHECKING:
+    import redis
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +74,171 @@ def find_workload(cluster: Cluster, job_id: str) -> Workload | None:
     )
 
 
+# --- what one job token may push -----------------------------------------------------------
+
+
+class PushRefused(Exception):
+    """A push past a cap of its token: nothing of it was stored.
+
+    ``retry_after`` is the seconds until the cap allows it again, or None when it never will
+    as sent (more in one request than the cap allows in a minute).
+    """
+
+    def __init__(self, message: str, retry_after: int | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BudgetUnknown(Exception):
+    """What the token has pushed this minute cannot be read (Redis does not answer): nothing is
+    stored, as a push that is not counted could store without bound."""
+
+
+class Spent(StrEnum):
+    """What a job token's pushes for one job are counted in, per minute."""
+
+    HEARTBEATS = "heartbeats"
+    LOG_LINES = "log lines"
+
+
+# Past the stream cap nothing resets; a client that waits this long before asking again asks
+# once a minute.
+STREAM_CAP_RETRY_SECONDS = 60
+BUDGET_WINDOW_MS = 60_000
+BUDGET_UNKNOWN_RETRY_SECONDS = 5
+# Adds ``count`` to the minute's counter unless that passes ``limit``; the minute starts with
+# the first push counted. Returns {1, total} when added, {0, milliseconds left} when not.
+_TAKE = """
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local count = tonumber(ARGV[1])
+if used + count > tonumber(ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+used = redis.call('INCRBY', KEYS[1], count)
+if used == count then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return {1, used}
+"""
+# Gives ``count`` back when what it was taken for was not stored after all; a counter whose
+# minute has ended is not brought back.
+_GIVE_BACK = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('DECRBY', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+@functools.cache
+def _budget_redis(url: str) -> redis.Redis:
+    import redis
+
+    # A Redis that does not answer must not hold a web process for long: the push is refused.
+    return redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+
+
+@dataclass(frozen=True)
+class PushBudget:
+    """The caps one job token's pushes for one job are held to (settings ``JOB_TOKEN_*``).
+
+    The per-minute counts live in Redis, where the API's request rates are counted, and are
+    changed by one script each, so that concurrent requests on any number of web processes
+    never pass a cap together. Streams are rows of the job, counted under its row lock.
+    """
+
+    token_id: int
+    streams_per_job: int
+    heartbeats_per_minute: int
+    log_lines_per_minute: int
+
+    @classmethod
+    def of_token(cls, token_id: int) -> PushBudget:
+        return cls(
+            token_id=token_id,
+            streams_per_job=settings.JOB_TOKEN_STREAMS_PER_JOB,
+            heartbeats_per_minute=settings.JOB_TOKEN_HEARTBEATS_PER_MINUTE,
+            log_lines_per_minute=settings.JOB_TOKEN_LOG_LINES_PER_MINUTE,
+        )
+
+    def limit(self, spent: Spent) -> int:
+        if spent == Spent.HEARTBEATS:
+            return self.heartbeats_per_minute
+        return self.log_lines_per_minute
+
+    def take(self, workload: Workload, spent: Spent, count: int) -> None:
+        """Count ``count`` heartbeats or lines for the job, or raise ``PushRefused`` (nothing
+        counted) when that would pass the minute's cap; ``BudgetUnknown`` when Redis does not
+        answer."""
+        if count <= 0:
+            return
+        limit = self.limit(spent)
+        if count > limit:
+            raise PushRefused(
+                f"Too large: {count} {spent} in one request, and a job token may push at most "
+                f"{limit} {spent} per minute for one job; send fewer per request.",
+                None,
+            )
+        try:
+            taken, value = self._run(_TAKE, workload, spent, count, limit, BUDGET_WINDOW_MS)
+        except Exception as exc:
+            raise BudgetUnknown(str(exc)) from exc
+        if taken:
+            return
+        wait = max(1, math.ceil(value / 1000)) if value > 0 else BUDGET_WINDOW_MS // 1000
+        raise PushRefused(
+            f"This job token may push at most {limit} {spent} per minute for job "
+            f"{workload.job_id}, and these {count} would pass that; none of them was stored. "
+            f"Send them again in {wait} s.",
+            wait,
+        )
+
+    def give_back(self, workload: Workload, spent: Spent, count: int) -> None:
+        """Undo ``take`` for what was not stored after all; never raises."""
+        if count <= 0:
+            return
+        try:
+            self._run(_GIVE_BACK, workload, spent, count)
+        except Exception:
+            logger.warning("could not give back %s %s of job token %s", count, spent, self.token_id)
+
+    @contextmanager
+    def taken(self, spending: Iterable[tuple[Workload, Spent, int]]) -> Iterator[None]:
+        """Take every part of ``spending`` or none, and give all back if the block fails."""
+        done: list[tuple[Workload, Spent, int]] = []
+        try:
+            for workload, spent, count in spending:
+                self.take(workload, spent, count)
+                done.append((workload, spent, count))
+            yield
+        except BaseException:
+            for workload, spent, count in done:
+                self.give_back(workload, spent, count)
+            raise
+
+    def check_new_stream(self, workload: Workload, stream: str) -> None:
+        """Refuse a stream past the job's cap. Called under the job's row lock, before the
+        stream's row is created, so that concurrent batches cannot pass the cap together."""
+        count = LogCursor.objects.filter(
+            workload=workload, path__startswith=PUSHED_STREAM_PREFIX
+        ).count()
+        if count >= self.streams_per_job:
+            raise PushRefused(
+                f"Job {workload.job_id} has {count} streams of pushed batches, the most a job "
+                f"may have; this batch would open another ({stream!r}) and was not stored. Send "
+                "it on one of the job's streams, or without a sequence.",
+                STREAM_CAP_RETRY_SECONDS,
+            )
+
+    def _run(self, script: str, workload: Workload, spent: Spent, *args: int) -> Any:
+        # Where the API's request rates are counted, under the same prefix.
+        throttle = cast("dict[str, Any]", settings.CACHES.get("throttle") or {})
+        client = _budget_redis(str(throttle.get("LOCATION") or settings.REDIS_URL))
+        prefix = throttle.get("KEY_PREFIX") or "wr"
+        key = f"{prefix}:job-token-push:{self.token_id}:{workload.pk}:{spent.name.lower()}"
+        return client.register_script(script)(keys=[key], args=list(args))
+
+
 # --- heartbeats ---------------------------------------------------------------------------
 
 
@@ -83,6 +256,23 @@ class Heartbeat:
 class HeartbeatSummary:
     samples: int = 0
     checkpoints: int = 0
+
+
+def record_pushed_heartbeats(
+    budget: PushBudget, by_job: list[tuple[Workload, list[Heartbeat]]]
+) -> HeartbeatSummary:
+    """Store one request's heartbeats, of one job or several, within the token's budget.
+
+    Counted for every job first: past a job's cap (``PushRefused``) nothing of the request is
+    stored, not even the heartbeats of the jobs within theirs.
+    """
+    total = HeartbeatSummary()
+    with budget.taken((workload, Spent.HEARTBEATS, len(beats)) for workload, beats in by_job):
+        for workload, beats in by_job:
+            summary = record_heartbeats(workload, beats)
+            total.samples += summary.samples
+            total.checkpoints += summary.checkpoints
+    return total
 
 
 def record_heartbeats(
@@ -183,9 +373,19 @@ def default_stream(node: str, rank: int | None) -> str:
 
 
 def ingest_log_batch(
-    workload: Workload, batch: LogBatch, *, now: datetime | None = None
+    workload: Workload,
+    batch: LogBatch,
+    *,
+    now: datetime | None = None,
+    budget: PushBudget | None = None,
 ) -> LogBatchSummary:
-    """Feed pushed log lines to the detectors, as lines read from the job's output file are."""
+    """Feed pushed log lines to the detectors, as lines read from the job's output file are.
+
+    With ``budget``, a batch that would open a stream past the job's cap, or pass the token's
+    lines per minute, raises ``PushRefused`` and leaves everything as it was (the stream's
+    sequence too, so the batch sent again later is not taken for a repeat). A repeat spends
+    nothing.
+    """
     now = now or timezone.now()
     lines, truncated = clean_lines(batch.lines)
     summary = LogBatchSummary(lines=len(lines), truncated_lines=truncated)
@@ -193,19 +393,30 @@ def ingest_log_batch(
         locked = Workload.objects.select_for_update().select_related("cluster").get(pk=workload.pk)
         if batch.sequence is not None:
             stream = batch.stream or default_stream(batch.node, batch.rank)
-            cursor, _ = LogCursor.objects.select_for_update().get_or_create(
-                workload=locked, path=(PUSHED_STREAM_PREFIX + stream)[:1024]
+            path = (PUSHED_STREAM_PREFIX + stream)[:1024]
+            cursor = (
+                LogCursor.objects.select_for_update().filter(workload=locked, path=path).first()
             )
+            if cursor is None:
+                if budget is not None:
+                    budget.check_new_stream(locked, stream)
+                cursor = LogCursor.objects.create(workload=locked, path=path)
             if batch.sequence <= cursor.offset:
                 return LogBatchSummary(duplicate=True)
             cursor.offset = batch.sequence
             cursor.save(update_fields=["offset", "updated_at"])
         if not lines:
             return summary
-        result = _attribute_to_sender(scan(("\n".join(lines) + "\n").encode()), batch)
-        summary.anomalies_new, summary.checkpoints = record_read(
-            locked, result, now, source=EvidenceSource.PUSHED
+        counted = (
+            budget.taken([(locked, Spent.LOG_LINES, len(lines))])
+            if budget is not None
+            else nullcontext()
         )
+        with counted:
+            result = _attribute_to_sender(scan(("\n".join(lines) + "\n").encode()), batch)
+            summary.anomalies_new, summary.checkpoints = record_read(
+                locked, result, now, source=EvidenceSource.PUSHED
+            )
     return summary
 
 

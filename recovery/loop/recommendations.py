@@ -4,6 +4,12 @@ Each function changes the status with a conditional UPDATE and writes its audit 
 same transaction, so the trail and the status can never disagree, and a repeated call (a
 double click, a re-delivered task) acts once. ``record_dispatch`` changes no status: it writes
 a scheduler command's event ahead of the command, under a lock on the row it checks.
+
+A lease is held by one controller process: its token's actor (``controller``, the audit
+trail's actor) and the instance id the process made at start (``instance``, in the events'
+payloads). Two controllers sharing one token, or one restarted, are two holders: neither
+renews, dispatches for or reports on the other's lease, and one waits for the other's lease
+to lapse before it claims.
 """
 
 from __future__ import annotations
@@ -205,22 +211,33 @@ def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
     )
 
 
+def _require_instance(instance: str) -> None:
+    if not instance:
+        raise ValueError("a lease is held by a controller instance: give its instance id")
+
+
 @retrying_lock_conflicts
-def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
-    """Give a recommendation to one controller for ``lease_seconds``.
+def claim(
+    recommendation_id: int, *, controller: str, instance: str, lease_seconds: int
+) -> Recommendation:
+    """Give a recommendation to one controller process for ``lease_seconds``.
 
     Ready ones, and claimed ones whose lease expired, can be claimed until their deadline; the
-    conditional UPDATE lets exactly one of several racing controllers win. Raises
-    ``InvalidTransition`` otherwise.
+    conditional UPDATE lets exactly one of several racing controllers win. A lease that runs is
+    nobody else's to take, whatever token they share. Raises ``InvalidTransition`` otherwise.
     """
+    _require_instance(instance)
     now = timezone.now()
     with transaction.atomic():
         claimable = Recommendation.objects.filter(pk=recommendation_id).filter(_claimable(now))
-        previous_owner = claimable.values_list("lease_owner", flat=True).first()
+        previous_owner, previous_instance = claimable.values_list(
+            "lease_owner", "lease_instance"
+        ).first() or ("", "")
         updated = claimable.update(
             status=RecommendationStatus.CLAIMED,
             disposition=Disposition.PENDING,
             lease_owner=controller,
+            lease_instance=instance,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             updated_at=now,
         )
@@ -235,8 +252,8 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
                     f"{deadline.isoformat()}"
                 )
             raise InvalidTransition(
-                f"recommendation {recommendation_id} is {recommendation.status}, "
-                f"held by {recommendation.lease_owner or 'nobody'}"
+                f"recommendation {recommendation_id} is {recommendation.status}, held by "
+                f"{_holder(recommendation.lease_owner, recommendation.lease_instance)}"
             )
         workload = recommendation.workload
         record_event(
@@ -249,25 +266,34 @@ def claim(recommendation_id: int, *, controller: str, lease_seconds: int) -> Rec
                 "recommendation": recommendation.pk,
                 "lease_seconds": lease_seconds,
                 "previous_owner": previous_owner or "",
+                "controller_instance": instance,
+                "previous_instance": previous_instance or "",
             },
         )
     return recommendation
 
 
 @retrying_lock_conflicts
-def renew_lease(recommendation_id: int, *, controller: str, lease_seconds: int) -> Recommendation:
-    """Extend the lease of the controller that holds it, for a long action.
+def renew_lease(
+    recommendation_id: int, *, controller: str, instance: str, lease_seconds: int
+) -> Recommendation:
+    """Extend the lease of the controller process that holds it, for a long action.
 
-    Only the holder can renew, and only while no other controller has claimed it since (a lease
-    that ran out but was not taken over is still its holder's). Raises ``InvalidTransition``
-    otherwise: the controller must stop acting, another one owns the recommendation now.
+    Only the holder can renew (not another process with the same token), and only while no
+    other controller has claimed it since (a lease that ran out but was not taken over is still
+    its holder's). Raises ``InvalidTransition`` otherwise: the controller must stop acting,
+    another one owns the recommendation now.
     """
+    _require_instance(instance)
     now = timezone.now()
     renewed = Recommendation.objects.filter(
-        pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
+        pk=recommendation_id,
+        status=RecommendationStatus.CLAIMED,
+        lease_owner=controller,
+        lease_instance=instance,
     ).update(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
     if renewed != 1:
-        raise InvalidTransition(_not_held_by(controller, recommendation_id))
+        raise InvalidTransition(_not_held_by(controller, instance, recommendation_id))
     return Recommendation.objects.get(pk=recommendation_id)
 
 
@@ -277,18 +303,20 @@ MAX_DISPATCH_SEQUENCE = 100_000
 
 @retrying_lock_conflicts
 def record_dispatch(
-    recommendation_id: int, *, controller: str, argv: list[str], sequence: int
+    recommendation_id: int, *, controller: str, instance: str, argv: list[str], sequence: int
 ) -> AuditEvent:
     """Record the scheduler command the lease holder is about to run: a ``dispatched`` event.
 
     Written ahead of the command, so that a command the scheduler carried out is in the trail
-    even when its controller is killed before it reports. Allowed only to the controller that
-    holds the lease, and only while the lease runs: a holder paused past its lease must not act
-    even if nobody took over yet, the next claimant will. The row stays locked until the event
-    is written, so that no claim takes the recommendation over in between. Raises
-    ``InvalidTransition`` otherwise, and ``ValueError`` for an argv or sequence no controller
-    sends. Each call records one event (the controller dispatches each command once).
+    even when its controller is killed before it reports. Allowed only to the controller process
+    that holds the lease (not another with the same token), and only while the lease runs: a
+    holder paused past its lease must not act even if nobody took over yet, the next claimant
+    will. The row stays locked until the event is written, so that no claim takes the
+    recommendation over in between. Raises ``InvalidTransition`` otherwise, and ``ValueError``
+    for an argv or sequence no controller sends. Each call records one event (the controller
+    dispatches each command once).
     """
+    _require_instance(instance)
     if not argv or not all(isinstance(arg, str) for arg in argv):
         raise ValueError("argv must be a non-empty list of strings")
     if isinstance(sequence, bool) or not 1 <= sequence <= MAX_DISPATCH_SEQUENCE:
@@ -302,12 +330,15 @@ def record_dispatch(
         held = (
             Recommendation.objects.select_for_update()
             .filter(
-                pk=recommendation_id, status=RecommendationStatus.CLAIMED, lease_owner=controller
+                pk=recommendation_id,
+                status=RecommendationStatus.CLAIMED,
+                lease_owner=controller,
+                lease_instance=instance,
             )
             .first()
         )
         if held is None:
-            raise InvalidTransition(_not_held_by(controller, recommendation_id))
+            raise InvalidTransition(_not_held_by(controller, instance, recommendation_id))
         expires = held.lease_expires_at
         if expires is None or expires <= now:
             when = f" at {expires.isoformat()}" if expires is not None else ""
@@ -327,18 +358,30 @@ def record_dispatch(
                 "action": held.action,
                 "argv": list(argv),
                 "sequence": sequence,
+                "controller_instance": instance,
             },
         )
 
 
-def _not_held_by(controller: str, recommendation_id: int) -> str:
-    """Why ``controller`` may not change the recommendation, as the row stands now."""
-    status, owner = Recommendation.objects.values_list("status", "lease_owner").get(
-        pk=recommendation_id
+def _holder(owner: str, instance: str) -> str:
+    if not owner:
+        return "nobody"
+    return f"{owner} (instance {instance})" if instance else owner
+
+
+def _not_held_by(controller: str, instance: str, recommendation_id: int) -> str:
+    """Why this controller process may not change the recommendation, as the row stands now."""
+    status, owner, held_by = Recommendation.objects.values_list(
+        "status", "lease_owner", "lease_instance"
+    ).get(pk=recommendation_id)
+    same_token = (
+        ": another process with the same token holds it"
+        if owner == controller and held_by != instance
+        else ""
     )
     return (
-        f"recommendation {recommendation_id} is {status}, held by {owner or 'nobody'}, "
-        f"not by {controller}"
+        f"recommendation {recommendation_id} is {status}, held by {_holder(owner, held_by)}, "
+        f"not by {_holder(controller, instance)}{same_token}"
     )
 
 
@@ -365,15 +408,19 @@ class ActionReport:
 
 
 @retrying_lock_conflicts
-def report(recommendation_id: int, *, controller: str, result: ActionReport) -> Recommendation:
-    """Record the outcome a controller reports for the recommendation it holds.
+def report(
+    recommendation_id: int, *, controller: str, instance: str, result: ActionReport
+) -> Recommendation:
+    """Record the outcome a controller process reports for the recommendation it holds.
 
     Reporting the same final outcome again is a no-op (a controller retrying after a lost
-    reply). The status changes only where the row is still claimed by this controller (a
-    conditional UPDATE); a report from a controller that does not hold the lease is refused
-    with ``InvalidTransition``, and the refusal is itself audited with what the controller said
-    it did, so no executed command is lost from the trail.
+    reply). The status changes only where the row is still claimed by this controller process
+    (a conditional UPDATE); a report from one that does not hold the lease, another process
+    with the same token included, is refused with ``InvalidTransition``, and the refusal is
+    itself audited with what the controller said it did, so no executed command is lost from
+    the trail.
     """
+    _require_instance(instance)
     if result.outcome not in REPORT_OUTCOMES and result.outcome != RETRY:
         raise ValueError(f"outcome must be one of {sorted([*REPORT_OUTCOMES, RETRY])}")
     # Both are kept forever in the trail: the API refuses more, and nothing else may store it.
@@ -397,7 +444,11 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
         recommendation = Recommendation.objects.select_related("workload__cluster").get(
             pk=recommendation_id
         )
-        if recommendation.status == result.outcome and recommendation.lease_owner == controller:
+        if (
+            recommendation.status == result.outcome
+            and recommendation.lease_owner == controller
+            and recommendation.lease_instance == instance
+        ):
             return recommendation
         workload = recommendation.workload
         event = {
@@ -405,6 +456,7 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             "action": recommendation.action,
             "excluded_nodes": recommendation.excluded_nodes,
             **outcome_payload,
+            "controller_instance": instance,
         }
         retry = result.outcome == RETRY
         disposition, disposition_reason = disposition_of(result)
@@ -412,13 +464,18 @@ def report(recommendation_id: int, *, controller: str, result: ActionReport) -> 
             recommendation.transition(
                 RecommendationStatus.READY if retry else result.outcome,
                 held_by=controller,
+                held_by_instance=instance,
                 lease_expires_at=None,
                 disposition=disposition,
                 disposition_reason=disposition_reason[:500],
-                **({"lease_owner": ""} if retry else {"result": outcome_payload}),
+                **(
+                    {"lease_owner": "", "lease_instance": ""}
+                    if retry
+                    else {"result": outcome_payload}
+                ),
             )
         except InvalidTransition:
-            refusal = _not_held_by(controller, recommendation_id)
+            refusal = _not_held_by(controller, instance, recommendation_id)
             kind, payload = AuditKind.REPORT_REFUSED, {**event, "refused": refusal}
         else:
             if result.outcome == RecommendationStatus.EXECUTED and recommendation.excluded_nodes:
@@ -538,17 +595,21 @@ def _mark_excluded(workload: Workload, nodes: list[str], now: datetime) -> None:
     printed or pushed alone is left out of that job's restart, and not shown as excluded on
     the cluster's node list, which would blame it for every user.
     """
-    from recovery.loop.policy import policy_for
+    from recovery.loop.policy import excluding_nodes, site_policy_for
 
+    # The cluster's policy, not the job's: the job names its environment itself.
+    site = site_policy_for(workload)
     implicated_by_site: set[str] = set()
-    for implicated in Anomaly.objects.filter(
-        workload=workload, evidence_trust=EvidenceTrust.SITE
-    ).values_list("implicated_nodes", flat=True):
+    for implicated in (
+        Anomaly.objects.filter(workload=workload, evidence_trust=EvidenceTrust.SITE)
+        .filter(excluding_nodes(site))
+        .values_list("implicated_nodes", flat=True)
+    ):
         implicated_by_site.update(implicated or [])
     nodes = [name for name in nodes if name in implicated_by_site]
     if not nodes:
         return
-    until = now + timedelta(hours=policy_for(workload).exclusion_hours)
+    until = now + timedelta(hours=site.exclusion_hours)
     Node.objects.filter(cluster=workload.cluster, name__in=nodes).filter(
         Q(excluded_until__isnull=True) | Q(excluded_until__lt=until)
     ).update(excluded_until=until)
@@ -573,11 +634,15 @@ def release_expired_leases() -> int:
                 pk=recommendation_id
             )
             previous_owner = recommendation.lease_owner
+            previous_instance = recommendation.lease_instance
             if recommendation.lease_expires_at is None or recommendation.lease_expires_at >= now:
                 continue
             try:
                 recommendation.transition(
-                    RecommendationStatus.READY, lease_owner="", lease_expires_at=None
+                    RecommendationStatus.READY,
+                    lease_owner="",
+                    lease_instance="",
+                    lease_expires_at=None,
                 )
             except InvalidTransition:
                 continue  # its controller finished or another sweeper got there first
@@ -588,7 +653,11 @@ def release_expired_leases() -> int:
                 attempt=workload.current_attempt or None,
                 kind=AuditKind.LEASE_EXPIRED,
                 actor=Actor.LEASE_SWEEPER,
-                payload={"recommendation": recommendation.pk, "previous_owner": previous_owner},
+                payload={
+                    "recommendation": recommendation.pk,
+                    "previous_owner": previous_owner,
+                    "previous_instance": previous_instance,
+                },
             )
             released += 1
     return released

@@ -1,9 +1,12 @@
 """Suspect nodes: one node behind the failures of several workloads.
 
-A node implicated, by evidence its policy excludes on (hardware, interconnect), in failures of
-several different workloads within the policy's window is probably broken, whatever each job's
-own restart did. Recovery does not drain it: it flags the node for the health layer (the
-Console shows the flag, the trail records it once) and keeps excluding it from restarts.
+A node implicated, by evidence the cluster's policy excludes on (hardware, interconnect), in
+failures of several different workloads within that policy's window is probably broken,
+whatever each job's own restart did. Recovery does not drain it: it flags the node for the
+health layer (the Console shows the flag, the trail records it once) and keeps excluding it
+from restarts. The policy is the cluster's (``site_policy_for``): an environment a job names
+in its comment never sets how few workloads, how long a window or what evidence make a node
+suspect for everyone.
 
 Only site facts count (``EvidenceTrust.SITE``: the scheduler's states, a node's kernel log,
 GPU metrics). What jobs print or push is their users' to write: a user with several jobs could
@@ -20,7 +23,7 @@ from django.db import transaction
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, EvidenceTrust
-from recovery.loop.policy import excludes_nodes, excluding_nodes, policy_for
+from recovery.loop.policy import excludes_nodes, excluding_nodes, site_policy_for
 from recovery.models import Anomaly, Node
 
 
@@ -30,7 +33,8 @@ def flag_suspect_nodes(anomaly: Anomaly, now: datetime) -> list[Node]:
         return []
     workload = anomaly.workload
     cluster = workload.cluster
-    policy = policy_for(workload)
+    # The cluster's policy: the job's own environment never says what makes a node suspect.
+    policy = site_policy_for(workload)
     if anomaly.evidence_trust != EvidenceTrust.SITE or not excludes_nodes(anomaly, policy):
         return []
     since = now - timedelta(hours=policy.suspect_window_hours)

@@ -7,7 +7,9 @@ from recovery.roles import ROLE_PERMISSIONS, ROLES, sync_roles
 
 # The roles as they were at this migration: models added since have no permission yet here,
 # and the migration that adds one grants it.
-ADDED_SINCE = {"view_workflow"}
+ADDED_SINCE = {"view_workflow"} | {
+    f"{verb}_environmentbinding" for verb in ("view", "add", "change", "delete")
+}
 ROLES_THEN = {
     role: [codename for codename in codenames if codename not in ADDED_SINCE]
     for role, codenames in ROLE_PERMISSIONS.items()

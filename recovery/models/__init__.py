@@ -4,6 +4,7 @@ from recovery.models.audit import AppendOnlyError, AuditEvent
 from recovery.models.cluster import Cluster, Node, NodeLogCursor
 from recovery.models.controller import ControllerToken
 from recovery.models.detection_pattern import DetectionPattern
+from recovery.models.environment_binding import EnvironmentBinding
 from recovery.models.ingest_token import IngestToken, IngestTokenKind
 from recovery.models.insights import ClusterGoodputSnapshot
 from recovery.models.policy import Policy
@@ -21,6 +22,7 @@ __all__ = [
     "ClusterGoodputSnapshot",
     "ControllerToken",
     "DetectionPattern",
+    "EnvironmentBinding",
     "IngestToken",
     "IngestTokenKind",
     "LogCursor",

@@ -2,6 +2,10 @@
 
 Kept apart from controller tokens: a person's token acts with that person's Console role and
 starts with ``wrp_``; a controller's token is scoped to one cluster and starts with ``wrc_``.
+
+Through the web (the admin) a person mints only their own tokens: ``web_minting_refusal`` says
+why any other is refused. On the server, ``manage.py create_api_token USER`` mints for anyone,
+since whoever can run it holds the database and the settings already.
 """
 
 from __future__ import annotations
@@ -98,3 +102,33 @@ class ApiToken(models.Model):
         if changed:
             self.revoked_at = now
         return bool(changed)
+
+
+def web_minting_refusal(minter: User, owner: User) -> str | None:
+    """Why ``minter`` may not mint a token for ``owner`` through the web, or None when they may.
+
+    A token acts as its owner, with all the owner's permissions, and the trail names the owner
+    for what it does; its key is shown once, to whoever mints it. So a person mints only their
+    own: for anyone else the key would be shown to someone other than its owner, and for an
+    account with more permissions than the minter (a superuser above all) it would hand those
+    permissions over. The more specific reasons come first.
+    """
+    if not minter.is_active:
+        return "Your account is disabled."
+    if owner.pk == minter.pk:
+        return None
+    if owner.is_superuser and not minter.is_superuser:
+        return f"{owner} is a superuser: only a superuser may mint a token for a superuser."
+    if not minter.is_superuser:
+        lacking = sorted(owner.get_all_permissions() - minter.get_all_permissions())
+        if lacking:
+            shown = ", ".join(lacking[:3]) + (", …" if len(lacking) > 3 else "")
+            return (
+                f"{owner} has permissions you lack ({shown}): a token of theirs would give them "
+                "to you."
+            )
+    return (
+        f"A token acts as {owner}, and its key is shown once, to whoever mints it: {owner} mints "
+        f"their own here, or an administrator runs `manage.py create_api_token {owner}` on the "
+        "server."
+    )

@@ -14,6 +14,13 @@ from recovery.choices import (
     NodeHealth,
     SchedulerKind,
 )
+from recovery.sources.schedulers.base import (
+    NodeInfo,
+    describe_unknown,
+    drain_refusal,
+    drained_by_recovery,
+    resume_refusal,
+)
 
 cluster_name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
@@ -100,8 +107,26 @@ class Node(models.Model):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(max_length=128)
-    scheduler_state = models.CharField(max_length=64, blank=True)
+    # The state as the last poll read it, base state first (``IDLE+DRAIN``); "" when unknown.
+    scheduler_state = models.CharField(max_length=255, blank=True)
+    state_flags = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Every flag of the state as the last poll read it (DRAIN, NOT_RESPONDING...).",
+    )
     state_reason = models.CharField(max_length=255, blank=True)
+    reason_set_by = models.CharField(
+        max_length=64, blank=True, help_text="Who set the reason, where the scheduler says."
+    )
+    reason_set_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the reason was set, where the scheduler says."
+    )
+    unreadable = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the last poll could not read of the node, and why. With its state or "
+        "reason unknown, recovery neither drains nor resumes the node.",
+    )
     health = models.CharField(max_length=16, choices=NodeHealth.choices, default=NodeHealth.UNKNOWN)
     times_implicated = models.PositiveIntegerField(default=0)
     last_implicated_at = models.DateTimeField(null=True, blank=True)
@@ -134,8 +159,46 @@ class Node(models.Model):
 
     @property
     def drained_by_recovery(self) -> bool:
-        """Drained with recovery's own reason: the only drains recovery resumes."""
-        return self.drained and self.state_reason.startswith(DRAIN_REASON_PREFIX)
+        """Read as drained with recovery's own reason: the only drains recovery resumes."""
+        return drained_by_recovery(self.as_read())
+
+    @property
+    def state_unknown(self) -> str:
+        """Why the last poll could not tell the node's state or reason, or "" when it could."""
+        return describe_unknown(self.as_read().unknown())
+
+    @property
+    def drain_refusal(self) -> str:
+        """Why recovery may not drain the node as last read, or "" (``base.drain_refusal``)."""
+        return drain_refusal(self.as_read())
+
+    @property
+    def resume_refusal(self) -> str:
+        """Why recovery may not resume the node as last read, or "" (``base.resume_refusal``)."""
+        return resume_refusal(self.as_read())
+
+    def as_read(self) -> NodeInfo:
+        """The node as the last poll read it, for the rules recovery drains and resumes by.
+
+        The flags are those of ``state_flags`` and any after the base state in
+        ``scheduler_state`` (rows written before ``state_flags`` existed have only those). A
+        node never read, or whose state the poll could not read, has no known state.
+        """
+        words = [word for word in self.scheduler_state.upper().split("+") if word]
+        unreadable = {str(key): str(why) for key, why in (self.unreadable or {}).items()}
+        state = words[0] if words and "state" not in unreadable else None
+        if state is None:
+            unreadable.setdefault("state", "not read yet")
+        flags = [*words[1:], *(str(flag).upper() for flag in self.state_flags or [])]
+        return NodeInfo(
+            name=self.name,
+            state=state,
+            flags=list(dict.fromkeys(flags)),
+            reason=None if "reason" in unreadable else self.state_reason,
+            reason_set_by=self.reason_set_by,
+            reason_set_at=self.reason_set_at,
+            unreadable=unreadable,
+        )
 
     @staticmethod
     def drained_by_recovery_condition() -> Q:

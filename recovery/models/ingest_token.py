@@ -4,9 +4,9 @@ Two kinds, apart from the controller's token (``wrc_``), because what holds them
 alike:
 
 - a **job token** (``wrj_``) lives in a user's job: it may push heartbeats and log batches, and
-  only for the one job it names (id, and submit time when given, so a reused id does not match)
-  or for the jobs of the one scheduler user it names; it expires, by default after
-  ``WR_JOB_TOKEN_TTL_HOURS``;
+  only for the one job it names (its id and its submit time, so the later job Slurm gives the
+  same id after a restart of its controller or a wraparound does not match) or for the jobs of
+  the one scheduler user it names; it expires, by default after ``WR_JOB_TOKEN_TTL_HOURS``;
 - a **hook token** (``wrh_``) lives in the scheduler's epilog and strigger scripts, root-owned on
   the controller host: it may push job ends and node failures, nothing else.
 
@@ -64,7 +64,16 @@ def validate_scope(
         return f"{user!r} is not a user name."
     if submit_time is not None and not job_id:
         return "A submit time goes with a job id."
+    if job_id and submit_time is None:
+        return UNBOUND_JOB_ID
     return ""
+
+
+UNBOUND_JOB_ID = (
+    "A job token for a job id names that job's submit time too (or give its workload): Slurm "
+    "hands the id out again after a restart of its controller or a wraparound, and the token "
+    "would cover that later job."
+)
 
 
 class IngestToken(models.Model):
@@ -82,7 +91,8 @@ class IngestToken(models.Model):
     job_submit_time = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="With job_id: that job's submit time, so a reused id fails.",
+        help_text="With job_id: that job's submit time, so a reused id fails. Tokens issued "
+        "without one (before it was required) cover no job.",
     )
     user = models.CharField(
         max_length=64, blank=True, help_text="A job token for this scheduler user's jobs only."
@@ -122,6 +132,8 @@ class IngestToken(models.Model):
         """What the token may push for, in words."""
         if self.kind == IngestTokenKind.HOOK:
             return "scheduler events of the cluster"
+        if self.job_id and self.job_submit_time is None:
+            return f"job {self.job_id} without its submit time (covers no job)"
         if self.job_id:
             return f"job {self.job_id}"
         return f"jobs of user {self.user}"
@@ -130,13 +142,32 @@ class IngestToken(models.Model):
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
 
+    @property
+    def unbound_problem(self) -> str:
+        """Why this job token covers no job at all, or "" when it covers its own.
+
+        A token that names a job id without its submit time was issued before the submit time
+        was required. It would cover whichever job holds the id now, another user's once Slurm
+        hands the id out again, so it is refused rather than guessed at.
+        """
+        if self.kind != IngestTokenKind.JOB or not self.job_id or self.job_submit_time:
+            return ""
+        return (
+            f"This job token names job {self.job_id} without its submit time, so it would also "
+            "cover a later job Slurm gives the same id; such tokens are no longer accepted. Ask "
+            "an operator for a new one, issued for the workload (POST "
+            '/api/v1/clusters/<id>/job-tokens/ with "workload") or with the job\'s submit time.'
+        )
+
     def may_push_for(self, job_id: str, submit_time: datetime, user: str) -> bool:
         """Whether this job token covers the job with these scheduler facts."""
         if self.kind != IngestTokenKind.JOB:
             return False
         if self.job_id:
-            return self.job_id == job_id and (
-                self.job_submit_time is None or self.job_submit_time == submit_time
+            return (
+                self.job_id == job_id
+                and self.job_submit_time is not None
+                and self.job_submit_time == submit_time
             )
         return bool(self.user) and self.user == user
 
@@ -153,7 +184,14 @@ class IngestToken(models.Model):
         user: str = "",
         expires_at: datetime | None = None,
     ) -> tuple[IngestToken, str]:
-        """Create a token and return it with its key, which is not stored anywhere."""
+        """Create a token and return it with its key, which is not stored anywhere.
+
+        Raises ``ValueError`` for a scope the kind may not have (``validate_scope``): a job token
+        for a job id without its submit time, among others.
+        """
+        problem = validate_scope(kind, job_id, job_submit_time, user)
+        if problem:
+            raise ValueError(problem)
         raw = PREFIX_OF_KIND[kind] + secrets.token_urlsafe(32)
         token = cls.objects.create(
             cluster=cluster,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -32,12 +34,68 @@ def default_exclusion_categories() -> list[str]:
     return [FailureCategory.GPU_HARDWARE.value, FailureCategory.INTERCONNECT.value]
 
 
+# Said in the help of the settings read only from the cluster's policy (``FOR_THE_SITE`` alone).
+SITE_SETTING = "Effects on nodes and other jobs: read from the cluster's policy."
+
+
 class Policy(models.Model):
     """What an anomaly leads to, for the workloads in its scope.
 
     The scope is a cluster, an environment and a partition, each optional; for a workload the
     enabled policy matching the most of them wins.
+
+    A workload's policy is chosen twice (``recovery.loop.policy``), and each choice is read for
+    its own settings. The environment a job names in its comment chooses the policy of its
+    own recovery (``policy_for``): only the ``FOR_THE_JOB`` settings are read from it, what
+    touches that job alone. Whatever reaches beyond the job (nodes excluded on the cluster and
+    for how long, the cluster's nodes kept out of every restart, suspects, drains, the blast
+    radius) follows the ``FOR_THE_SITE`` settings of the cluster's policy, chosen by cluster
+    and partition with the cluster's environment (``site_policy_for``); the job's environment
+    counts there only where an operator bound it to the job's partition or account
+    (``EnvironmentBinding``). A setting in both sets is read from each policy for its own
+    part: the job's policy for the job's own next attempts, the cluster's for the cluster.
     """
+
+    FOR_THE_JOB: ClassVar[frozenset[str]] = frozenset(
+        {
+            "crash_action",
+            "exclude_on_attributions",  # the nodes its own next attempt avoids
+            "exclude_on_categories",
+            "exclusion_hours",
+            "max_attempts",
+            "max_attempts_without_checkpoint",
+            "stop_on_application_fault",
+            "hang_timeout_minutes",
+            "hang_step_time_factor",
+            "straggler_threshold_percent",
+            "straggler_window_minutes",
+            "straggler_action",
+            "decision_grace_seconds",
+            "crash_confirmation_seconds",
+            "crash_confirmation_step_factor",
+            "decision_timeout_seconds",
+            "recommendation_ttl_minutes",  # its own restarts and stops
+            "nonfinite_steps",
+            "loss_spike_factor",
+            "throughput_collapse_percent",
+            "divergence_action",
+            "progress_pattern",
+            "checkpoint_pattern",
+        }
+    )
+    FOR_THE_SITE: ClassVar[frozenset[str]] = frozenset(
+        {
+            "exclude_on_attributions",  # which evidence excludes a node on the cluster, or
+            "exclude_on_categories",  # counts towards making it suspect
+            "exclusion_hours",  # Node.excluded_until, unhealthy nodes kept out, rejected drains
+            "keep_out_cluster_nodes",
+            "suspect_node_workloads",
+            "suspect_window_hours",
+            "blast_radius_percent",
+            "blast_radius_window_minutes",
+            "recommendation_ttl_minutes",  # drains and resumes
+        }
+    )
 
     name = models.CharField(max_length=128, unique=True)
     enabled = models.BooleanField(default=True)
@@ -49,7 +107,13 @@ class Policy(models.Model):
         related_name="policies",
         help_text="Empty: every cluster.",
     )
-    environment = models.CharField(max_length=63, blank=True, help_text="Empty: any.")
+    environment = models.CharField(
+        max_length=63,
+        blank=True,
+        help_text="Empty: any. A job naming this environment gets this policy for its own "
+        "recovery; for effects on nodes and other jobs only where it is the cluster's "
+        "environment or an environment binding lets the job's partition or account choose it.",
+    )
     partition = models.CharField(max_length=64, blank=True, help_text="Empty: any.")
 
     crash_action = models.CharField(
@@ -61,22 +125,30 @@ class Policy(models.Model):
     exclude_on_attributions = models.JSONField(
         default=default_exclusion_attributions,
         blank=True,
-        help_text="Attributions whose implicated nodes are excluded from the next attempt.",
+        help_text="Attributions whose implicated nodes are excluded from the job's next "
+        "attempt. In the cluster's policy also: the site facts that exclude a node on the "
+        "cluster or count towards making it suspect.",
     )
     exclude_on_categories = models.JSONField(
         default=default_exclusion_categories,
         blank=True,
-        help_text="Failure categories whose implicated nodes are excluded.",
+        help_text="Failure categories whose implicated nodes are excluded, as for the "
+        "attributions above.",
     )
     exclusion_hours = models.PositiveIntegerField(
-        default=24, validators=[MinValueValidator(1), MaxValueValidator(24 * 90)]
+        default=24,
+        validators=[MinValueValidator(1), MaxValueValidator(24 * 90)],
+        help_text="How long implicated nodes stay out of the job's own next attempts. In the "
+        "cluster's policy also: how long a node a site fact implicated stays excluded on the "
+        "cluster, an unhealthy node stays out of every restart, and a rejected drain is not "
+        "asked again.",
     )
     keep_out_cluster_nodes = models.JSONField(
         default=default_cluster_node_states,
         blank=True,
         help_text="Nodes in these states on the cluster are kept out of every job's restart, "
         "besides the job's own implicated nodes (excluded, unhealthy, suspect). Empty: only "
-        "the job's own.",
+        "the job's own. " + SITE_SETTING,
     )
     max_attempts = models.PositiveIntegerField(
         default=10, validators=[MinValueValidator(1), MaxValueValidator(1000)]
@@ -112,18 +184,24 @@ class Policy(models.Model):
     suspect_node_workloads = models.PositiveIntegerField(
         default=3,
         validators=[MinValueValidator(2), MaxValueValidator(1000)],
-        help_text="A node implicated in this many workloads within the window is suspect.",
+        help_text="A node implicated in this many workloads within the window is suspect. "
+        + SITE_SETTING,
     )
     suspect_window_hours = models.PositiveIntegerField(
-        default=24, validators=[MinValueValidator(1), MaxValueValidator(24 * 90)]
+        default=24,
+        validators=[MinValueValidator(1), MaxValueValidator(24 * 90)],
+        help_text=SITE_SETTING,
     )
     blast_radius_percent = models.PositiveIntegerField(
         default=10,
         validators=[MinValueValidator(1), MaxValueValidator(100)],
-        help_text="Never exclude or restart more than this share of the cluster in the window.",
+        help_text="Never exclude, restart or drain more than this share of the cluster in "
+        "the window. " + SITE_SETTING,
     )
     blast_radius_window_minutes = models.PositiveIntegerField(
-        default=60, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(24 * 60)],
+        help_text=SITE_SETTING,
     )
     decision_grace_seconds = models.PositiveIntegerField(
         default=30,
@@ -152,7 +230,8 @@ class Policy(models.Model):
     recommendation_ttl_minutes = models.PositiveIntegerField(
         default=30,
         validators=[MinValueValidator(1), MaxValueValidator(7 * 24 * 60)],
-        help_text="A ready recommendation nobody executed expires after this long.",
+        help_text="A ready recommendation nobody executed expires after this long; for "
+        "drains and resumes, as the cluster's policy says.",
     )
     nonfinite_steps = models.PositiveIntegerField(
         default=DEFAULT_NONFINITE_STEPS,

@@ -69,6 +69,12 @@ class Recommendation(models.Model):
     decision_note = models.TextField(blank=True)
     idempotency_key = models.CharField(max_length=128, unique=True)
     lease_owner = models.CharField(max_length=150, blank=True)
+    lease_instance = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The controller process holding the lease (the instance id it made at start): "
+        "two controllers sharing one token are two holders.",
+    )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(
         null=True, blank=True, help_text="Deadline for execution once ready."
@@ -108,9 +114,16 @@ class Recommendation(models.Model):
     def is_open(self) -> bool:
         return self.status in OPEN_RECOMMENDATION_STATUSES
 
-    def transition(self, new_status: str, *, held_by: str | None = None, **changes: Any) -> None:
+    def transition(
+        self,
+        new_status: str,
+        *,
+        held_by: str | None = None,
+        held_by_instance: str | None = None,
+        **changes: Any,
+    ) -> None:
         """Move to ``new_status`` if, and only if, the row is still in the status we hold (and,
-        with ``held_by``, its lease is still that controller's).
+        with ``held_by`` and ``held_by_instance``, its lease is still that controller process's).
 
         Raises ``InvalidTransition`` when the table forbids the change or another process
         changed the row first; the instance is refreshed in that case.
@@ -123,6 +136,8 @@ class Recommendation(models.Model):
         current = Recommendation.objects.filter(pk=self.pk, status=self.status)
         if held_by is not None:
             current = current.filter(lease_owner=held_by)
+        if held_by_instance is not None:
+            current = current.filter(lease_instance=held_by_instance)
         updated = current.update(**changes)
         if updated != 1:
             self.refresh_from_db()

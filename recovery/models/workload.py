@@ -20,6 +20,12 @@ class Workload(models.Model):
     name = models.CharField(max_length=255, blank=True)
     user = models.CharField(max_length=64, blank=True)
     partition = models.CharField(max_length=64, blank=True)
+    account = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The account the scheduler charges the job to; empty when it has none or "
+        "it is unknown, and then no environment binding by account applies to the job.",
+    )
     workflow = models.ForeignKey(
         Workflow,
         on_delete=models.SET_NULL,

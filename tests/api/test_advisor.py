@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -23,10 +24,14 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 
-def controller(cluster: Cluster, name: str = "slurm-advisor-1") -> APIClient:
+def controller(cluster: Cluster, name: str = "slurm-advisor-1", *, instance: str = "") -> APIClient:
+    """A controller process with a token of its own, sending its instance id as every one does."""
     _, key = ControllerToken.issue(cluster, name)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+        HTTP_X_CONTROLLER_INSTANCE=instance or str(uuid.uuid4()),
+    )
     return client
 
 

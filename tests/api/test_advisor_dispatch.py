@@ -7,6 +7,7 @@ event with the exact argv.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -49,11 +50,13 @@ def test_the_lease_holder_records_the_command_it_is_about_to_run() -> None:
     assert response.status_code == 200
     (event,) = dispatched()
     assert response.json() == {"event": event.pk}
+    recommendation.refresh_from_db()
     assert event.payload == {
         "recommendation": recommendation.pk,
         "action": recommendation.action,
         "argv": ["scontrol", "requeuehold", "4242"],
         "sequence": 1,
+        "controller_instance": recommendation.lease_instance,
     }
     assert payload_problems(event.kind, event.payload) == []
     assert (event.actor, event.cluster, event.workload, event.attempt) == (
@@ -88,7 +91,10 @@ def test_another_controller_may_not_dispatch() -> None:
     claim(controller(cluster, "holder"), recommendation)
     response = dispatch(controller(cluster, "other"), recommendation)
     assert response.status_code == 409
-    assert "held by controller:holder, not by controller:other" in response.json()["error"]
+    error = response.json()["error"]
+    assert re.search(
+        r"held by controller:holder \(instance [0-9a-f-]{36}\), not by controller:other", error
+    )
     assert dispatched() == []
 
 
@@ -244,18 +250,32 @@ def test_a_revoked_controller_token_cannot_dispatch() -> None:
 def test_record_dispatch_refuses_what_no_controller_sends() -> None:
     cluster = ClusterFactory()
     recommendation = ready_recommendation(cluster)
-    recommendations.claim(recommendation.pk, controller="controller:c1", lease_seconds=60)
+    recommendations.claim(
+        recommendation.pk, controller="controller:c1", instance="i-1", lease_seconds=60
+    )
     bad: list[tuple[Any, Any]] = [([], 1), (["scancel", 4242], 1), (["scancel"], 0), (["x"], True)]
     for argv, sequence in bad:
         with pytest.raises(ValueError):
             recommendations.record_dispatch(
-                recommendation.pk, controller="controller:c1", argv=argv, sequence=sequence
+                recommendation.pk,
+                controller="controller:c1",
+                instance="i-1",
+                argv=argv,
+                sequence=sequence,
             )
     with pytest.raises(InvalidTransition):
         recommendations.record_dispatch(
-            recommendation.pk, controller="controller:c2", argv=["scancel", "1"], sequence=1
+            recommendation.pk,
+            controller="controller:c2",
+            instance="i-2",
+            argv=["scancel", "1"],
+            sequence=1,
         )
     event = recommendations.record_dispatch(
-        recommendation.pk, controller="controller:c1", argv=["scancel", "1"], sequence=1
+        recommendation.pk,
+        controller="controller:c1",
+        instance="i-1",
+        argv=["scancel", "1"],
+        sequence=1,
     )
     assert event.kind == AuditKind.DISPATCHED

@@ -69,6 +69,7 @@ def test_an_operator_issues_a_token_for_a_user_with_a_lifetime(operator: User) -
     "body",
     [
         {},
+        {"job_id": "1"},
         {"job_id": "1", "user": "alice"},
         {"user": "alice", "submit_time": "2026-12-01T00:00:00Z"},
         {"job_id": "1;rm -rf /"},
@@ -162,6 +163,7 @@ def test_the_command_issues_hook_and_job_tokens() -> None:
     ("args", "message"),
     [
         (["--kind", "job"], "exactly one job"),
+        (["--kind", "job", "--job-id", "77"], "submit time too"),
         (["--kind", "hook", "--user", "alice"], "give no job or user"),
         (["--kind", "job", "--user", "alice", "--ttl-hours", "100000"], "--ttl-hours"),
         (["--kind", "job", "--job-id", "1", "--submit-time", "yesterday"], "ISO 8601"),
@@ -174,3 +176,55 @@ def test_the_command_refuses_a_token_without_a_clear_scope(
     with pytest.raises(CommandError, match=message):
         issue_command("--cluster", "lab", *args)
     assert not IngestToken.objects.exists()
+
+
+def test_an_operator_issues_a_token_for_a_job_id_with_its_submit_time(operator: User) -> None:
+    cluster = ClusterFactory()
+    response = as_user(operator).post(
+        issue_url(cluster),
+        {"job_id": "48213", "submit_time": "2026-11-29T01:12:09Z"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    token = IngestToken.objects.get(pk=response.json()["id"])
+    assert token.job_submit_time is not None
+    assert token.job_submit_time.isoformat() == "2026-11-29T01:12:09+00:00"
+
+
+def test_no_code_path_issues_a_job_token_for_a_job_id_alone() -> None:
+    with pytest.raises(ValueError, match="submit time too"):
+        IngestToken.issue(
+            ClusterFactory(), IngestTokenKind.JOB, name="t", issued_by="olga", job_id="48213"
+        )
+    assert not IngestToken.objects.exists()
+
+
+def test_a_token_issued_for_a_job_id_alone_covers_no_job_and_says_so() -> None:
+    """Such tokens were issued before the submit time was required; they are kept, listed and
+    revocable, but cover nothing: not the job they were meant for, not a later one."""
+    workload = WorkloadFactory(job_id="48213")
+    token = IngestToken.objects.create(
+        cluster=workload.cluster,
+        kind=IngestTokenKind.JOB,
+        name="job-48213",
+        job_id="48213",
+        issued_by="olga",
+        key_prefix="wrj_legacy",
+        key_hash="0" * 64,
+    )
+    assert not token.may_push_for(workload.job_id, workload.submit_time, workload.user)
+    assert token.scope == "job 48213 without its submit time (covers no job)"
+    assert "no longer accepted" in token.unbound_problem
+    bound, _ = IngestToken.issue(
+        workload.cluster,
+        IngestTokenKind.JOB,
+        name="job-48213",
+        issued_by="olga",
+        job_id="48213",
+        job_submit_time=workload.submit_time,
+    )
+    assert bound.unbound_problem == ""
+    assert bound.may_push_for(workload.job_id, workload.submit_time, workload.user)
+    assert not bound.may_push_for(
+        workload.job_id, workload.submit_time + timedelta(days=2), workload.user
+    )

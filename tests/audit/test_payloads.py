@@ -111,10 +111,11 @@ def test_the_loop_records_the_declared_payloads() -> None:
     poll_cluster(cluster, Scripted([failed]), ingest_logs=False)
     restart = Recommendation.objects.get(workload=workload)
     recommendations.approve(restart.pk, operator="operator", note="node002 is drained")
-    recommendations.claim(restart.pk, controller="controller:c1", lease_seconds=120)
+    recommendations.claim(restart.pk, controller="controller:c1", instance="i-1", lease_seconds=120)
     recommendations.report(
         restart.pk,
         controller="controller:c1",
+        instance="i-1",
         result=recommendations.ActionReport(
             outcome="executed",
             state_before={"known": True, "job_state": "FAILED"},

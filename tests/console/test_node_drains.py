@@ -122,3 +122,51 @@ def test_the_nodes_page_lists_drains_by_themselves(operator: User, node: Node) -
     page = logged_in(operator).get(reverse("console:nodes") + "?show=drain").content.decode()
     assert "gpu-002" in page and "Drain node: awaiting approval" in page
     assert "gpu-001" not in page
+
+
+def test_the_nodes_page_says_why_recovery_leaves_a_node_alone(operator: User, node: Node) -> None:
+    """
+    GIVEN a node an administrator set DOWN for an RMA, a node whose state could not be read,
+          and a node recovery drained that an administrator then set DOWN
+    WHEN an operator opens the Nodes page
+    THEN each says why recovery neither drains nor resumes it, with the reason and who set it,
+         and none offers a resume
+    """
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state="DOWN",
+        state_reason="RMA 4411 do not resume",
+        reason_set_by="root",
+        times_implicated=1,
+    )
+    Node.objects.filter(name="gpu-003").update(
+        scheduler_state="", unreadable={"state": "state: unknown shape dict"}, times_implicated=1
+    )
+    Node.objects.filter(name="gpu-004").update(
+        scheduler_state="DOWN+DRAIN",
+        state_flags=["DRAIN"],
+        state_reason=REASON,
+        times_implicated=1,
+    )
+    page = logged_in(operator).get(reverse("console:nodes")).content.decode()
+    down = page[page.index(">gpu-002<") : page.index("</tr>", page.index(">gpu-002<"))]
+    assert "not recovery's" in down and "RMA 4411 do not resume" in down
+    assert "set by root" in down
+    assert "gpu-002 is out of service (DOWN, reason &#x27;RMA 4411 do not resume&#x27;" in down
+    assert "State unknown (state: state: unknown shape dict)" in page
+    assert "Not resumed by recovery: gpu-004 is DOWN+DRAIN" in page
+    assert "Resume in scheduler" not in page
+
+
+def test_the_approvals_page_says_when_a_drains_node_is_no_longer_recoverys(
+    operator: User, node: Node
+) -> None:
+    drain = drain_of(node)
+    Node.objects.filter(pk=node.pk).update(
+        scheduler_state="DOWN", state_reason="RMA 4411 do not resume", reason_set_by="root"
+    )
+    page = logged_in(operator).get(reverse("console:approvals")).content.decode()
+    card = page[page.index(f'id="recommendation-{drain.pk}"') :]
+    card = card[: card.index("</li>")]
+    assert "Not recovery's node" in card
+    assert "recovery will not drain it: gpu-002 is out of service (DOWN" in card
+    assert "(set by root)" in card

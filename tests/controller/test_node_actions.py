@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     drain_reason,
 )
+from recovery.sources.schedulers.compat import UTC
 from tests.fakes import Scripted
 
 
@@ -115,15 +117,120 @@ def test_a_drain_is_dispatched_run_and_verified() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    "node",
-    [DRAINED_BY_US, NodeInfo("node003", "MIXED", flags=["DRAIN"], reason="admin: swap PSU")],
-)
-def test_a_drained_node_is_not_drained_again(node: NodeInfo) -> None:
-    scheduler, api = Nodes(node), API()
+def test_a_node_recovery_drained_is_not_drained_again() -> None:
+    scheduler, api = Nodes(DRAINED_BY_US), API()
     outcome = controller(scheduler, api).carry_out(node_action("drain"))
     assert (outcome.outcome, outcome.converged) == ("skipped", True)
     assert scheduler.commands == [] and api.dispatched == []
+
+
+def test_a_node_an_administrator_drained_is_refused_not_taken_over() -> None:
+    """Before, this was "skipped, converged": the drain counted as done on someone else's
+    drain. Recovery's drain is not in place, and never will be: refused, with the node as read."""
+    admin = NodeInfo("node003", "MIXED", flags=["DRAIN"], reason="admin: swap PSU")
+    scheduler, api = Nodes(admin), API()
+    outcome = controller(scheduler, api).carry_out(node_action("drain"))
+    assert (outcome.outcome, outcome.converged) == ("failed", False)
+    assert outcome.detail.startswith("refused before any command: node003 is out of service")
+    assert "admin: swap PSU" in outcome.detail
+    assert scheduler.commands == [] and api.dispatched == []
+    assert outcome.state_before["reason"] == "admin: swap PSU"
+
+
+RMA_AT = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        NodeInfo("node003", "DOWN", reason="RMA 4411 do not resume", reason_set_by="root"),
+        NodeInfo("node003", "DOWN", flags=["NOT_RESPONDING"], reason="Not responding"),
+        NodeInfo("node003", "IDLE", flags=["FAIL"], reason="bad DIMM"),
+        NodeInfo("node003", "MIXED", flags=["MAINTENANCE", "RESERVED"]),
+        NodeInfo("node003", "IDLE", flags=["REBOOT_REQUESTED"]),
+        NodeInfo("node003", "IDLE", flags=["POWERED_DOWN"]),
+        NodeInfo("node003", "IDLE", flags=["POWER_DOWN"]),
+        NodeInfo("node003", "IDLE", flags=["A_FLAG_OF_A_LATER_SLURM"]),
+        NodeInfo("node003", "FUTURE"),
+        NodeInfo("node003", "UNKNOWN"),
+    ],
+    ids=lambda node: "+".join([node.state, *node.flags]),
+)
+def test_a_node_out_of_service_is_never_drained(node: NodeInfo) -> None:
+    scheduler, api = Nodes(replace(node, reason_set_at=RMA_AT if node.reason else None)), API()
+    outcome = controller(scheduler, api).carry_out(node_action("drain"))
+    assert (outcome.outcome, outcome.converged) == ("failed", False)
+    assert outcome.detail.startswith("refused before any command: node003 ")
+    assert scheduler.commands == [] and api.dispatched == []
+    # The report carries the node as read: the trail keeps its state and whose reason it is.
+    assert outcome.state_before["state"] == node.state
+    assert outcome.state_before["flags"] == node.flags
+    assert outcome.state_before["reason"] == node.reason
+    if node.reason_set_by:
+        assert outcome.state_before["reason_set_by"] == "root"
+        assert outcome.state_before["reason_set_at"] == RMA_AT.isoformat()
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        NodeInfo("node003", "ALLOCATED"),
+        NodeInfo("node003", "MIXED", flags=["COMPLETING"]),
+        NodeInfo("node003", "IDLE", flags=["RESERVED"]),
+        NodeInfo("node003", "IDLE", flags=["PLANNED"]),
+        # Stopped answering, not yet DOWN: still in service, and what a drain is for.
+        NodeInfo("node003", "ALLOCATED", flags=["NOT_RESPONDING"]),
+        # 24.11 keeps the last reason on a resumed node: it keeps nothing out.
+        NodeInfo("node003", "IDLE", reason="admin: kernel upgrade", reason_set_by="root"),
+    ],
+    ids=lambda node: "+".join([node.state, *node.flags]),
+)
+def test_a_node_in_service_is_drained(node: NodeInfo) -> None:
+    scheduler = Nodes(node)
+    outcome = controller(scheduler).carry_out(node_action("drain"))
+    assert (outcome.outcome, outcome.converged) == ("executed", True), outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("node", "unknown"),
+    [
+        (NodeInfo("node003", None, unreadable={"state": "state: null"}), "state: state: null"),
+        (NodeInfo("node003", None, flags=["IDLE"]), "state: not reported by the scheduler"),
+        (NodeInfo("node003", "IDLE", reason=None), "reason: not reported by the scheduler"),
+    ],
+)
+@pytest.mark.parametrize("action", ["drain", "resume"])
+def test_a_node_whose_state_is_unknown_is_not_acted_on(
+    node: NodeInfo, unknown: str, action: str
+) -> None:
+    scheduler, api = Nodes(node), API()
+    outcome = controller(scheduler, api).carry_out(node_action(action, reason="ops resumes"))
+    assert (outcome.outcome, outcome.converged) == ("retry", False)
+    assert f"not acting on node node003 while these are unknown: {unknown}" in outcome.detail
+    assert scheduler.commands == [] and api.dispatched == []
+
+
+class AdministratorAtDispatch(API):
+    """An administrator changes the node between the command's dispatch and the command."""
+
+    def __init__(self, scheduler: Nodes, **change: Any) -> None:
+        super().__init__()
+        self.scheduler, self.change = scheduler, change
+
+    def dispatch(self, recommendation_id: int, argv: Sequence[str], sequence: int) -> None:
+        super().dispatch(recommendation_id, argv, sequence)
+        self.scheduler._change("node003", **self.change)
+
+
+def test_a_node_taken_out_after_it_was_read_is_not_drained() -> None:
+    scheduler = Nodes(IDLE)
+    api = AdministratorAtDispatch(scheduler, state="DOWN", reason="RMA 4411", reason_set_by="root")
+    outcome = controller(scheduler, api).carry_out(node_action("drain"))
+    assert (outcome.outcome, outcome.converged) == ("failed", False)
+    assert "refused before any command: node003 is out of service (DOWN" in outcome.detail
+    assert len(api.dispatched) == 1 and scheduler.commands == []  # dispatched, never run
+    assert outcome.state_before["state"] == "DOWN"  # the node as read right before
+    assert outcome.state_before["reason"] == "RMA 4411"
 
 
 def test_an_unreadable_node_is_retried_never_guessed() -> None:
@@ -173,6 +280,36 @@ def test_a_resume_never_undoes_an_administrators_drain() -> None:
     assert outcome.outcome == "failed"
     assert "drained by someone else (admin: swap PSU)" in outcome.detail
     assert scheduler.commands == []
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        replace(DRAINED_BY_US, state="DOWN"),
+        replace(DRAINED_BY_US, flags=["DRAIN", "NOT_RESPONDING"]),
+        replace(DRAINED_BY_US, flags=["DRAIN", "MAINTENANCE"]),
+        replace(DRAINED_BY_US, flags=["DRAIN", "FAIL"]),
+        replace(DRAINED_BY_US, flags=["DRAIN", "REBOOT_REQUESTED"]),
+    ],
+    ids=lambda node: "+".join([node.state, *node.flags]),
+)
+def test_a_resume_leaves_recoverys_drain_once_something_else_keeps_the_node_out(
+    node: NodeInfo,
+) -> None:
+    scheduler, api = Nodes(node), API()
+    outcome = controller(scheduler, api).carry_out(node_action("resume", reason="ops resumes"))
+    assert (outcome.outcome, outcome.converged) == ("failed", False)
+    assert "more than recovery's drain keeps it out of service" in outcome.detail
+    assert scheduler.commands == [] and api.dispatched == []
+
+
+def test_a_resume_is_called_off_when_an_administrator_sets_the_node_down_meanwhile() -> None:
+    scheduler = Nodes(DRAINED_BY_US)
+    api = AdministratorAtDispatch(scheduler, state="DOWN", reason="RMA 4411 do not resume")
+    outcome = controller(scheduler, api).carry_out(node_action("resume", reason="ops resumes"))
+    assert (outcome.outcome, outcome.converged) == ("failed", False)
+    assert "drained by someone else (RMA 4411 do not resume)" in outcome.detail
+    assert len(api.dispatched) == 1 and scheduler.commands == []
 
 
 def test_a_resume_of_a_node_in_service_is_skipped() -> None:

@@ -29,6 +29,7 @@ CONTROL_PLANE_PACKAGES = {"django", "celery", "rest_framework", "channels", "red
 # The project's tests of what the wheel ships, which need neither Django nor the control plane.
 SHIPPED_MODULE_TESTS = [
     "tests/fakes.py",
+    "tests/controller/test_client.py",
     "tests/controller/test_controller_safety.py",
     "tests/controller/test_controller_stop.py",
     "tests/controller/test_node_actions.py",

@@ -23,6 +23,7 @@ import argparse
 import ctypes
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -677,6 +678,8 @@ def site(tmp_path: Path) -> Iterator[Site]:
     token = f"wr-deploy-{uuid.uuid4().hex[:12]}"
     env_file = {
         "DJANGO_SETTINGS_MODULE": "workload_recovery.production",
+        # Production settings require it; every host's environment file gives the same one.
+        "SECRET_KEY": secrets.token_urlsafe(64),
         "DATABASE_URL": f"sqlite:///{state / 'workload_recovery.sqlite3'}",
         "REDIS_URL": settings.REDIS_URL,
         "ALLOWED_HOSTS": "127.0.0.1",
@@ -753,6 +756,19 @@ def test_the_worker_scans_logs_without_writable_executable_memory(site: Site) ->
     assert list(site.cache.rglob("hyperscan-*.db")) != []
 
 
+def test_the_units_refuse_to_start_without_a_secret_key(site: Site) -> None:
+    """GIVEN an environment file without SECRET_KEY or SECRET_KEY_FILE
+    WHEN migrate's first command runs as its unit runs it
+    THEN it stops, saying what to set, and the state directory stays empty."""
+    del site.env_file["SECRET_KEY"]
+    migrate = unit(MIGRATE)
+    [first, _] = migrate.commands(site.environment(migrate), site.specifiers)
+    completed = site.run(migrate, first)
+    assert completed.returncode != 0
+    assert "SECRET_KEY is not set" in completed.stderr
+    assert list(site.state.iterdir()) == []
+
+
 def test_the_units_commands_run_the_stack(site: Site) -> None:
     """GIVEN an empty state directory, production settings and the units' environment
     WHEN migrate's commands run, then web, worker and beat start as their units start them
@@ -763,7 +779,8 @@ def test_the_units_commands_run_the_stack(site: Site) -> None:
     for command in migrate.commands(site.environment(migrate), site.specifiers):
         completed = site.run(migrate, command)
         assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
-    assert stat.S_IMODE((site.state / "secret_key").stat().st_mode) == 0o600
+    # The key comes from the environment file: no host generates one of its own.
+    assert not (site.state / "secret_key").exists()
     assert (site.state / "staticfiles" / "staticfiles.json").is_file()
 
     running: list[Running] = []

@@ -34,7 +34,15 @@ from recovery.choices import AuditKind, ClusterMode, WorkloadState
 from recovery.controller.client import AdvisorClient
 from recovery.controller.controller import AdvisorController
 from recovery.loop.poll import adapter_for
-from recovery.models import Anomaly, AuditEvent, Cluster, ControllerToken, Policy, Workload
+from recovery.models import (
+    Anomaly,
+    AuditEvent,
+    Cluster,
+    ControllerToken,
+    EnvironmentBinding,
+    Policy,
+    Workload,
+)
 from tests.e2e.figures import Report, scenario_figures
 from tests.e2e.job import (
     CKPT_EVERY,
@@ -131,6 +139,10 @@ class Harness:
             environment=self.environment,
             blast_radius_percent=100,
             **policy,
+        )
+        # The operator lets the scenario's jobs choose its policy for nodes and other jobs too.
+        EnvironmentBinding.objects.create(
+            cluster=cluster, environment=self.environment, any_job=True
         )
         _, self.token = ControllerToken.issue(cluster, f"{self.name}-advisor")
         advisor = None

@@ -15,12 +15,13 @@ from tests.factories import RecommendationFactory
 pytestmark = pytest.mark.django_db
 
 CONTROLLER = "controller:lab"
+INSTANCE = "3b4a1a60-6f59-4a57-9d0e-6f2f1c1a9e01"
 REQUEUED = [{"argv": ["scontrol", "requeuehold", "4242"], "returncode": 0, "output": ""}]
 
 
 def claimed() -> Recommendation:
     ready = RecommendationFactory(status=RecommendationStatus.READY)
-    held = claim(ready.pk, controller=CONTROLLER, lease_seconds=60)
+    held = claim(ready.pk, controller=CONTROLLER, instance=INSTANCE, lease_seconds=60)
     assert held.disposition == Disposition.PENDING
     return held
 
@@ -40,7 +41,7 @@ def test_the_report_sets_the_disposition(
 ) -> None:
     held = claimed()
     result = ActionReport(outcome, {"state": "RUNNING"}, REQUEUED, converged, detail)
-    stored = report(held.pk, controller=CONTROLLER, result=result)
+    stored = report(held.pk, controller=CONTROLLER, instance=INSTANCE, result=result)
     stored.refresh_from_db()
     assert stored.disposition == disposition
     assert reason in stored.disposition_reason
@@ -49,7 +50,7 @@ def test_the_report_sets_the_disposition(
 def test_an_abandoned_action_is_acknowledged_once_and_the_trail_says_by_whom() -> None:
     held = claimed()
     result = ActionReport("executed", {}, REQUEUED, False, "abandoned: the job is FAILED")
-    report(held.pk, controller=CONTROLLER, result=result)
+    report(held.pk, controller=CONTROLLER, instance=INSTANCE, result=result)
 
     first = acknowledge(held.pk, operator="operator:olivia", note="requeued it by hand")
     again = acknowledge(held.pk, operator="operator:omar")

@@ -242,3 +242,135 @@ def test_who_lets_a_cluster_drain_on_its_own_is_in_the_trail(cluster: Cluster) -
     save_with_audit(cluster, "admin", cluster.save)
     [event] = AuditEvent.objects.filter(kind=AuditKind.AUTOMATIC_DRAIN_CHANGED)
     assert (event.actor, event.payload) == ("admin", {"from": False, "to": True})
+
+
+# --- only nodes recovery may own --------------------------------------------------------------
+
+
+def refused_events() -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(kind=AuditKind.DRAIN_REFUSED).order_by("pk"))
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "reason"),
+    [
+        ("DOWN", [], "RMA 4411 do not resume"),
+        ("DOWN", ["NOT_RESPONDING"], "Not responding"),
+        ("IDLE", ["DRAIN"], "admin: swap PSU"),
+        ("MIXED", ["MAINTENANCE"], ""),
+        ("IDLE", ["REBOOT_REQUESTED"], ""),
+        ("IDLE", ["POWERED_DOWN"], ""),
+        ("IDLE", ["FAIL"], "bad DIMM"),
+        ("ALLOCATED", ["A_FLAG_OF_A_LATER_SLURM"], ""),
+    ],
+)
+def test_a_node_out_of_service_gets_no_drain(
+    cluster: Cluster, state: str, flags: list[str], reason: str
+) -> None:
+    """
+    GIVEN a node an administrator or Slurm took out of service
+    WHEN a site fact blames its hardware, twice
+    THEN no drain is recommended, and one drain_refused event keeps the node as read
+    """
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state="+".join([state, *flags]),
+        state_flags=flags,
+        state_reason=reason,
+        reason_set_by="root" if reason else "",
+    )
+    seen(running(cluster), EvidenceSource.KERNEL_LOG)
+    seen(running(cluster), EvidenceSource.GPU_METRICS)
+    assert drains() == []
+    [refused] = refused_events()
+    assert refused.payload["node"] == "gpu-002"
+    assert refused.payload["node_state"]["state"] == state
+    assert refused.payload["node_state"]["flags"] == flags
+    assert refused.payload["node_state"]["reason"] == reason
+    if reason:
+        assert refused.payload["node_state"]["reason_set_by"] == "root"
+
+
+@pytest.mark.parametrize(
+    ("scheduler_state", "unreadable"),
+    [
+        ("", {"state": "state: null"}),
+        ("", {}),  # never read
+        ("ALLOCATED", {"reason": "reason: absent"}),
+    ],
+)
+def test_a_node_whose_state_is_unknown_gets_no_drain(
+    cluster: Cluster, scheduler_state: str, unreadable: dict[str, str]
+) -> None:
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state=scheduler_state, unreadable=unreadable
+    )
+    seen(running(cluster), EvidenceSource.KERNEL_LOG)
+    assert drains() == []
+    [refused] = refused_events()
+    assert refused.payload["reason"].startswith("the state of gpu-002 is unknown")
+
+
+def test_a_reason_slurm_kept_on_a_node_back_in_service_does_not_stop_a_drain(
+    cluster: Cluster,
+) -> None:
+    """Slurm 24.11 keeps the last reason on a node after it is resumed, and nothing clears it:
+    the node is in service, and its old reason keeps nothing out."""
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state="ALLOCATED", state_reason="admin: kernel upgrade", reason_set_by="root"
+    )
+    seen(running(cluster), EvidenceSource.KERNEL_LOG)
+    assert len(drains()) == 1 and refused_events() == []
+
+
+def test_a_node_in_service_with_slurms_harmless_flags_gets_a_drain(cluster: Cluster) -> None:
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state="MIXED+COMPLETING+RESERVED", state_flags=["COMPLETING", "RESERVED"]
+    )
+    seen(running(cluster), EvidenceSource.KERNEL_LOG)
+    assert len(drains()) == 1 and refused_events() == []
+
+
+def test_a_drain_is_not_approved_once_an_administrator_took_the_node_out(
+    cluster: Cluster,
+) -> None:
+    seen(running(cluster), EvidenceSource.KERNEL_LOG)
+    [drain] = drains()
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state="DOWN", state_reason="RMA 4411 do not resume", reason_set_by="root"
+    )
+    decision = recommendations.approve(drain.pk, operator="ops")
+    assert not decision.changed
+    assert decision.message.startswith("Not approved: gpu-002 is out of service (DOWN")
+    drain.refresh_from_db()
+    assert drain.status == RecommendationStatus.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize(
+    ("scheduler_state", "state_flags", "reason", "refused"),
+    [
+        ("DOWN+DRAIN", ["DRAIN"], "RMA 4411 do not resume", "drained by someone else"),
+        ("DOWN+DRAIN", ["DRAIN"], None, "more than recovery's drain keeps it out"),
+        ("IDLE+DRAIN", ["DRAIN", "MAINTENANCE"], None, "more than recovery's drain keeps it out"),
+        ("IDLE+DRAIN", ["DRAIN", "NOT_RESPONDING"], None, "more than recovery's drain"),
+        ("", [], None, "the state of gpu-002 is unknown"),
+    ],
+)
+def test_a_resume_is_refused_where_more_than_recoverys_drain_keeps_the_node_out(
+    cluster: Cluster,
+    scheduler_state: str,
+    state_flags: list[str],
+    reason: str | None,
+    refused: str,
+) -> None:
+    seen(running(cluster), EvidenceSource.KERNEL_LOG)
+    [drain] = drains()
+    Node.objects.filter(name="gpu-002").update(
+        scheduler_state=scheduler_state,
+        state_flags=state_flags,
+        state_reason=reason if reason is not None else drain.reason,
+        unreadable={} if scheduler_state else {"state": "state: null"},
+    )
+    asked = request_resume(Node.objects.get(name="gpu-002").pk, operator="ops")
+    assert not asked.changed and asked.recommendation is None
+    assert refused in asked.message
+    assert not Recommendation.objects.filter(action=RecommendationAction.RESUME).exists()

@@ -2,22 +2,50 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
+from django.utils import timezone
 
 from recovery.choices import (
     AnomalyKind,
     AuditKind,
     ClusterMode,
+    ClusterNodeState,
     OptInMode,
     RecommendationAction,
     RecommendationStatus,
     StopReason,
     StragglerAction,
 )
-from recovery.loop.policy import History, decide, policy_for, recommend
+from recovery.loop.policy import (
+    History,
+    SitePolicy,
+    decide,
+    history_of,
+    policies_read_once,
+    policy_for,
+    recommend,
+    site_policy,
+    site_policy_for,
+)
+from recovery.loop.poll import poll_cluster
 from recovery.loop.recommendations import approve
-from recovery.models import Anomaly, Attempt, AuditEvent, Node, Policy, Recommendation
+from recovery.models import (
+    Anomaly,
+    Attempt,
+    AuditEvent,
+    Cluster,
+    EnvironmentBinding,
+    Node,
+    Policy,
+    Recommendation,
+    Workload,
+)
+from recovery.sources.schedulers.optin import parse_job_comment
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
+from tests.fakes import Scripted, job
 
 FRESH = History(attempts=1, attempts_without_checkpoint=0)
 
@@ -157,3 +185,150 @@ def test_excluding_too_much_of_the_cluster_asks_a_person() -> None:
     recommendation = recommend(wide)
     assert recommendation is not None
     assert recommendation.status == RecommendationStatus.AWAITING_APPROVAL
+
+
+# ---------- the job's policy and the cluster's: who chooses which ----------
+
+
+def test_every_policy_setting_says_which_choice_it_is_read_from() -> None:
+    """A new setting must be classed: read from the job's choice, the cluster's, or both."""
+    scope = {"id", "name", "enabled", "cluster", "environment", "partition", "updated_at"}
+    settings = {field.name for field in Policy._meta.concrete_fields} - scope
+    assert settings == Policy.FOR_THE_JOB | Policy.FOR_THE_SITE
+    assert "blast_radius_percent" not in Policy.FOR_THE_JOB
+    assert "max_attempts" not in Policy.FOR_THE_SITE
+
+
+def lenient_environment(cluster: Cluster) -> None:
+    Policy.objects.create(name="lab", cluster=cluster, blast_radius_percent=10)
+    Policy.objects.create(
+        name="lab scratch", cluster=cluster, environment="scratch", blast_radius_percent=100
+    )
+
+
+@pytest.mark.django_db
+def test_the_site_policy_is_the_clusters_unless_the_environment_is_bound() -> None:
+    cluster = ClusterFactory(environment="prod")
+    lenient_environment(cluster)
+    Policy.objects.create(name="lab prod", cluster=cluster, environment="prod")
+    named_none = WorkloadFactory(cluster=cluster, environment="prod")  # the cluster's own
+    assert site_policy(named_none) == SitePolicy(policy_for(named_none), "prod")
+
+    scratch = WorkloadFactory(cluster=cluster, environment="scratch", partition="prod")
+    assert policy_for(scratch).name == "lab scratch"
+    chosen = site_policy(scratch)
+    assert (chosen.policy.name, chosen.environment) == ("lab prod", "prod")
+    assert chosen.refused == (
+        "environment 'scratch' is not bound to partition 'prod' on this cluster: the "
+        "cluster's policy applies to nodes and other jobs"
+    )
+
+    binding = EnvironmentBinding.objects.create(
+        cluster=cluster, environment="scratch", partition="prod"
+    )
+    assert site_policy(scratch) == SitePolicy(policy_for(scratch), "scratch", binding)
+    assert site_policy_for(scratch).name == "lab scratch"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("bound", "partition", "account", "honoured"),
+    [
+        ({"account": "physics"}, "prod", "physics", True),
+        ({"account": "physics"}, "prod", "", False),  # no account known: no account binding
+        ({"account": "physics"}, "prod", "chemistry", False),
+        ({"partition": "prod", "account": "physics"}, "prod", "physics", True),
+        ({"partition": "prod", "account": "physics"}, "gpu", "physics", False),
+        ({"partition": "prod", "account": "physics"}, "prod", "chemistry", False),
+        ({"partition": "scratch"}, "prod", "physics", False),
+        ({"partition": "prod"}, "prod,scratch", "physics", False),  # pending on several
+        ({"any_job": True}, "prod", "", True),
+    ],
+)
+def test_a_binding_covers_the_jobs_it_names_and_no_others(
+    bound: dict[str, object], partition: str, account: str, honoured: bool
+) -> None:
+    cluster = ClusterFactory()
+    lenient_environment(cluster)
+    EnvironmentBinding.objects.create(cluster=cluster, environment="scratch", **bound)
+    workload = WorkloadFactory(
+        cluster=cluster, environment="scratch", partition=partition, account=account
+    )
+    assert (site_policy_for(workload).name == "lab scratch") is honoured
+    assert policy_for(workload).name == "lab scratch"  # its own recovery: always its choice
+
+
+@pytest.mark.django_db
+def test_a_binding_on_another_cluster_or_for_another_environment_counts_for_nothing() -> None:
+    cluster, other = ClusterFactory(), ClusterFactory()
+    lenient_environment(cluster)
+    EnvironmentBinding.objects.create(cluster=other, environment="scratch", any_job=True)
+    EnvironmentBinding.objects.create(cluster=cluster, environment="debug", any_job=True)
+    workload = WorkloadFactory(cluster=cluster, environment="scratch")
+    assert site_policy_for(workload).name == "lab"
+
+
+@pytest.mark.django_db
+def test_an_environment_that_would_choose_the_clusters_policy_anyway_is_not_refused() -> None:
+    cluster = ClusterFactory()
+    lenient_environment(cluster)
+    workload = WorkloadFactory(cluster=cluster, environment="no-policy-names-it")
+    assert site_policy(workload) == SitePolicy(policy_for(workload), "")
+
+
+@pytest.mark.django_db
+def test_the_clusters_nodes_kept_out_of_a_restart_follow_the_clusters_policy() -> None:
+    """A job's environment may not widen or narrow which of the cluster's nodes every restart
+    keeps out: its restart's excluded nodes count against everyone's blast radius."""
+    cluster = ClusterFactory()
+    Node.objects.create(cluster=cluster, name="gpu-001", suspect_since=timezone.now())
+    Policy.objects.create(name="lab", cluster=cluster, keep_out_cluster_nodes=[])
+    Policy.objects.create(
+        name="lab scratch",
+        cluster=cluster,
+        environment="scratch",
+        keep_out_cluster_nodes=[ClusterNodeState.SUSPECT],
+    )
+    workload = WorkloadFactory(cluster=cluster, environment="scratch")
+    assert history_of(workload, policy_for(workload)).cluster_nodes == {}
+    EnvironmentBinding.objects.create(cluster=cluster, environment="scratch", any_job=True)
+    assert history_of(workload, policy_for(workload)).cluster_nodes == {"gpu-001": "suspect"}
+
+
+@pytest.mark.django_db
+def test_policies_read_once_serves_both_choices_without_a_query(
+    django_assert_num_queries: Any,
+) -> None:
+    cluster = ClusterFactory()
+    lenient_environment(cluster)
+    EnvironmentBinding.objects.create(cluster=cluster, environment="scratch", partition="gpu")
+    bound = WorkloadFactory(cluster=cluster, environment="scratch", partition="gpu")
+    refused = WorkloadFactory(cluster=cluster, environment="scratch", partition="cpu")
+    with policies_read_once():
+        with django_assert_num_queries(0):
+            assert site_policy_for(bound).name == "lab scratch"
+            assert site_policy(refused).refused
+            assert site_policy_for(refused).name == "lab"
+            assert policy_for(refused).name == "lab scratch"
+        # Edited meanwhile: applies from the next reading.
+        EnvironmentBinding.objects.create(cluster=cluster, environment="scratch", any_job=True)
+        assert site_policy_for(refused).name == "lab"
+    assert site_policy_for(refused).name == "lab scratch"
+
+
+@pytest.mark.django_db
+def test_the_poll_keeps_the_account_the_scheduler_reports() -> None:
+    cluster = ClusterFactory()
+    lenient_environment(cluster)
+    EnvironmentBinding.objects.create(cluster=cluster, environment="scratch", account="physics")
+    comment = '{"nvidia-recovery":{"environment":"scratch","mode":"act"}}'
+    reported = job(comment=comment, opt_in=parse_job_comment(comment), account="physics")
+    poll_cluster(cluster, Scripted([reported]))
+    workload = Workload.objects.get()
+    assert (workload.environment, workload.account) == ("scratch", "physics")
+    assert site_policy_for(workload).name == "lab scratch"
+
+    poll_cluster(cluster, Scripted([replace(reported, account=None)]))  # unknown now
+    workload.refresh_from_db()
+    assert workload.account == ""
+    assert site_policy_for(workload).name == "lab"

@@ -15,6 +15,10 @@ from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFacto
 
 pytestmark = pytest.mark.django_db
 
+# Two controller processes, as the instance ids each makes at start.
+FIRST = "0f6c2b8e-1d3a-4b5c-8e7f-9a0b1c2d3e4f"
+SECOND = "7a8b9c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d"
+
 
 def test_it_refuses_a_transition_the_table_forbids() -> None:
     recommendation = RecommendationFactory(status=RecommendationStatus.EXECUTED)
@@ -33,9 +37,13 @@ def test_it_refuses_a_transition_when_another_process_moved_first() -> None:
 
 def test_only_one_controller_claims() -> None:
     recommendation = RecommendationFactory(status=RecommendationStatus.READY)
-    recommendations.claim(recommendation.pk, controller="slurm-advisor-1", lease_seconds=60)
+    recommendations.claim(
+        recommendation.pk, controller="slurm-advisor-1", instance=FIRST, lease_seconds=60
+    )
     with pytest.raises(InvalidTransition):
-        recommendations.claim(recommendation.pk, controller="slurm-advisor-2", lease_seconds=60)
+        recommendations.claim(
+            recommendation.pk, controller="slurm-advisor-2", instance=SECOND, lease_seconds=60
+        )
     assert AuditEvent.objects.get().actor == "slurm-advisor-1"
 
 
@@ -56,6 +64,7 @@ def test_it_releases_expired_leases_and_records_it() -> None:
     expired = RecommendationFactory(
         status=RecommendationStatus.CLAIMED,
         lease_owner="slurm-advisor-1",
+        lease_instance=FIRST,
         lease_expires_at=timezone.now() - timedelta(seconds=1),
     )
     current = RecommendationFactory(
@@ -68,10 +77,117 @@ def test_it_releases_expired_leases_and_records_it() -> None:
     expired.refresh_from_db()
     current.refresh_from_db()
     assert expired.status == RecommendationStatus.READY
-    assert expired.lease_owner == ""
+    assert (expired.lease_owner, expired.lease_instance) == ("", "")
     assert current.status == RecommendationStatus.CLAIMED
     event = AuditEvent.objects.get(kind=AuditKind.LEASE_EXPIRED)
-    assert event.payload == {"recommendation": expired.pk, "previous_owner": "slurm-advisor-1"}
+    assert event.payload == {
+        "recommendation": expired.pk,
+        "previous_owner": "slurm-advisor-1",
+        "previous_instance": FIRST,
+    }
+
+
+EXECUTED = recommendations.ActionReport(
+    outcome=RecommendationStatus.EXECUTED,
+    state_before={"job_state": "RUNNING"},
+    commands=[{"argv": ["scontrol", "requeuehold", "4242"], "returncode": 0}],
+    converged=True,
+)
+
+
+def test_a_lease_is_held_by_the_controller_process_not_by_its_token() -> None:
+    """
+    GIVEN two processes of the controller slurm-advisor-1 (one token), the first holding a lease
+    WHEN the second renews, dispatches, reports or claims it
+    THEN each is refused and nothing changes but the audited refusal of the report; the
+         trail names the token's actor and, in its payload, the process
+    """
+    recommendation = RecommendationFactory(status=RecommendationStatus.READY)
+    held = recommendations.claim(
+        recommendation.pk, controller="controller:a1", instance=FIRST, lease_seconds=60
+    )
+    assert held.lease_instance == FIRST
+    claimed = AuditEvent.objects.get(kind=AuditKind.CLAIMED)
+    assert claimed.actor == "controller:a1"
+    assert claimed.payload["controller_instance"] == FIRST
+
+    with pytest.raises(InvalidTransition, match="another process with the same token"):
+        recommendations.renew_lease(
+            recommendation.pk, controller="controller:a1", instance=SECOND, lease_seconds=600
+        )
+    with pytest.raises(InvalidTransition, match=f"instance {FIRST}"):
+        recommendations.record_dispatch(
+            recommendation.pk,
+            controller="controller:a1",
+            instance=SECOND,
+            argv=["scontrol", "requeuehold", "4242"],
+            sequence=1,
+        )
+    with pytest.raises(InvalidTransition):
+        recommendations.report(
+            recommendation.pk, controller="controller:a1", instance=SECOND, result=EXECUTED
+        )
+    with pytest.raises(InvalidTransition):
+        recommendations.claim(
+            recommendation.pk, controller="controller:a1", instance=SECOND, lease_seconds=60
+        )
+    now = Recommendation.objects.get(pk=recommendation.pk)
+    assert (now.status, now.lease_instance, now.lease_expires_at) == (
+        RecommendationStatus.CLAIMED,
+        FIRST,
+        held.lease_expires_at,
+    )
+    assert not AuditEvent.objects.filter(kind=AuditKind.DISPATCHED).exists()
+    refused = AuditEvent.objects.get(kind=AuditKind.REPORT_REFUSED)
+    assert (refused.actor, refused.payload["controller_instance"]) == ("controller:a1", SECOND)
+
+    # The holder itself goes on, and its report names it.
+    event = recommendations.record_dispatch(
+        recommendation.pk,
+        controller="controller:a1",
+        instance=FIRST,
+        argv=["scontrol", "requeuehold", "4242"],
+        sequence=1,
+    )
+    assert event.payload["controller_instance"] == FIRST
+    recommendations.report(
+        recommendation.pk, controller="controller:a1", instance=FIRST, result=EXECUTED
+    )
+    done = AuditEvent.objects.get(kind=AuditKind.SCHEDULER_ACTION)
+    assert done.payload["controller_instance"] == FIRST
+
+
+def test_a_restarted_controller_waits_for_its_old_lease_to_lapse() -> None:
+    recommendation = RecommendationFactory(status=RecommendationStatus.READY)
+    recommendations.claim(
+        recommendation.pk, controller="controller:a1", instance=FIRST, lease_seconds=60
+    )
+    with pytest.raises(InvalidTransition, match="claimed, held by controller:a1"):
+        recommendations.claim(
+            recommendation.pk, controller="controller:a1", instance=SECOND, lease_seconds=60
+        )
+    Recommendation.objects.filter(pk=recommendation.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    recommendations.claim(
+        recommendation.pk, controller="controller:a1", instance=SECOND, lease_seconds=60
+    )
+    latest = AuditEvent.objects.filter(kind=AuditKind.CLAIMED).latest("id")
+    assert (latest.payload["previous_owner"], latest.payload["previous_instance"]) == (
+        "controller:a1",
+        FIRST,
+    )
+
+
+def test_a_lease_without_a_controller_instance_is_refused() -> None:
+    recommendation = RecommendationFactory(status=RecommendationStatus.READY)
+    with pytest.raises(ValueError, match="instance"):
+        recommendations.claim(
+            recommendation.pk, controller="controller:a1", instance="", lease_seconds=60
+        )
+    recommendation.refresh_from_db()
+    assert recommendation.status == RecommendationStatus.READY
+    assert not AuditEvent.objects.exists()
 
 
 def policy_ready(cluster: Cluster, **fields: object) -> Recommendation:
@@ -102,14 +218,18 @@ def test_what_the_policy_made_ready_stops_when_the_cluster_goes_back_to_monitor_
 
     assert list(recommendations.claimable_for(cluster)) == [approved]
     with pytest.raises(InvalidTransition):
-        recommendations.claim(by_policy.pk, controller="slurm-advisor-1", lease_seconds=60)
-    recommendations.claim(approved.pk, controller="slurm-advisor-1", lease_seconds=60)
+        recommendations.claim(
+            by_policy.pk, controller="slurm-advisor-1", instance=FIRST, lease_seconds=60
+        )
+    recommendations.claim(
+        approved.pk, controller="slurm-advisor-1", instance=FIRST, lease_seconds=60
+    )
 
 
 def test_turning_the_acknowledgement_off_stops_it_too_even_after_a_lease_ran_out() -> None:
     cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
     taken = policy_ready(cluster)
-    recommendations.claim(taken.pk, controller="slurm-advisor-1", lease_seconds=60)
+    recommendations.claim(taken.pk, controller="slurm-advisor-1", instance=FIRST, lease_seconds=60)
     Recommendation.objects.filter(pk=taken.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -120,7 +240,9 @@ def test_turning_the_acknowledgement_off_stops_it_too_even_after_a_lease_ran_out
 
     assert list(recommendations.claimable_for(cluster)) == []
     with pytest.raises(InvalidTransition):
-        recommendations.claim(taken.pk, controller="slurm-advisor-2", lease_seconds=60)
+        recommendations.claim(
+            taken.pk, controller="slurm-advisor-2", instance=SECOND, lease_seconds=60
+        )
 
 
 def test_a_drain_the_policy_made_ready_needs_automatic_drains_still_on() -> None:

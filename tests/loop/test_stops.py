@@ -26,6 +26,7 @@ from tests.fakes import Scripted, job
 pytestmark = pytest.mark.django_db
 
 CONTROLLER = "controller:lab"
+INSTANCE = "3b4a1a60-6f59-4a57-9d0e-6f2f1c1a9e01"
 
 
 def stopped_job_report(converged: bool = True) -> ActionReport:
@@ -57,9 +58,9 @@ def test_an_executed_stop_leaves_the_workload_stopped_with_its_reason() -> None:
     cluster, workload, stop = stop_after_the_budget()
     assert stop.stop_reason == StopReason.RETRY_BUDGET
 
-    claim(stop.pk, controller=CONTROLLER, lease_seconds=60)
-    report(stop.pk, controller=CONTROLLER, result=stopped_job_report())
-    report(stop.pk, controller=CONTROLLER, result=stopped_job_report())
+    claim(stop.pk, controller=CONTROLLER, instance=INSTANCE, lease_seconds=60)
+    report(stop.pk, controller=CONTROLLER, instance=INSTANCE, result=stopped_job_report())
+    report(stop.pk, controller=CONTROLLER, instance=INSTANCE, result=stopped_job_report())
     for _ in range(2):
         poll_cluster(cluster, Scripted([job(state="CANCELLED", reason="None")]))
 
@@ -80,8 +81,13 @@ def test_an_executed_stop_leaves_the_workload_stopped_with_its_reason() -> None:
 
 def test_a_stop_that_did_not_take_hold_leaves_the_state_to_the_scheduler() -> None:
     _, workload, stop = stop_after_the_budget()
-    claim(stop.pk, controller=CONTROLLER, lease_seconds=60)
-    report(stop.pk, controller=CONTROLLER, result=stopped_job_report(converged=False))
+    claim(stop.pk, controller=CONTROLLER, instance=INSTANCE, lease_seconds=60)
+    report(
+        stop.pk,
+        controller=CONTROLLER,
+        instance=INSTANCE,
+        result=stopped_job_report(converged=False),
+    )
 
     workload.refresh_from_db()
     assert workload.state == WorkloadState.FAILED
@@ -90,8 +96,8 @@ def test_a_stop_that_did_not_take_hold_leaves_the_state_to_the_scheduler() -> No
 
 def test_a_person_restarting_a_stopped_job_brings_it_back() -> None:
     cluster, workload, stop = stop_after_the_budget()
-    claim(stop.pk, controller=CONTROLLER, lease_seconds=60)
-    report(stop.pk, controller=CONTROLLER, result=stopped_job_report())
+    claim(stop.pk, controller=CONTROLLER, instance=INSTANCE, lease_seconds=60)
+    report(stop.pk, controller=CONTROLLER, instance=INSTANCE, result=stopped_job_report())
 
     poll_cluster(cluster, Scripted([job(state="RUNNING", restart_count=1)]))
     workload.refresh_from_db()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -518,7 +519,9 @@ def claimed_recommendation() -> tuple[APIClient, Any]:
     )
     _, key = ControllerToken.issue(cluster, "slurm-advisor-1")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {key}", HTTP_X_CONTROLLER_INSTANCE=str(uuid.uuid4())
+    )
     claimed = client.post(reverse("api:advisor-claim", args=[recommendation.pk]), {}, format="json")
     assert claimed.status_code == 200
     return client, recommendation

@@ -189,10 +189,11 @@ def _executed_restart(workload: Workload, trust: EvidenceTrust) -> None:
     recommendation = RecommendationFactory(
         workload=workload, status=RecommendationStatus.READY, excluded_nodes=[NODE]
     )
-    claim(recommendation.pk, controller="controller:c1", lease_seconds=120)
+    claim(recommendation.pk, controller="controller:c1", instance="i-1", lease_seconds=120)
     report(
         recommendation.pk,
         controller="controller:c1",
+        instance="i-1",
         result=ActionReport(
             outcome=RecommendationStatus.EXECUTED,
             state_before={"job_state": "FAILED"},

@@ -20,6 +20,7 @@ def test_production_settings_refuse_to_start_with_metrics_open(tmp_path: Path) -
         "check",
         DJANGO_SETTINGS_MODULE="workload_recovery.production",
         WR_VAR_DIR=str(tmp_path),
+        SECRET_KEY="metrics-exposure-test-" + "k" * 50,
         ALLOWED_HOSTS="recovery.example.org",
     )
     assert result.returncode != 0
@@ -44,6 +45,7 @@ def test_production_settings_start_with_metrics_protected_or_declared_public(
         "check",
         DJANGO_SETTINGS_MODULE="workload_recovery.production",
         WR_VAR_DIR=str(tmp_path),
+        SECRET_KEY="metrics-exposure-test-" + "k" * 50,
         ALLOWED_HOSTS="recovery.example.org",
         **protection,
     )

@@ -31,6 +31,7 @@ from recovery.models import (
     ClusterGoodputSnapshot,
     ControllerToken,
     DetectionPattern,
+    EnvironmentBinding,
     IngestToken,
     IngestTokenKind,
     Node,
@@ -113,6 +114,7 @@ def stored(make_user: Callable[..., User]) -> dict[str, Model]:
         recommendation,
         record_event(cluster=cluster, kind=AuditKind.DETECTED, actor="detector", payload={}),
         Policy.objects.create(name="site default"),
+        EnvironmentBinding.objects.create(cluster=cluster, environment="scratch", any_job=True),
         DetectionPattern.objects.create(
             name="xid-79",
             pattern="Xid.*79",

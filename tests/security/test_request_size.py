@@ -1,14 +1,19 @@
-"""Request bodies under /api/ are capped before they are read (workload_recovery/body_limit.py).
+"""Every request body is capped before it is read (workload_recovery/body_limit.py): the API,
+the sign-in forms, the admin and any other path, each with its limit.
 
 The first tests call the middleware directly, with a stand-in application that reads its body
-the way Django does. The last ones start the project's web server (uvicorn on the real ASGI
+the way Django does. Then the project's own ASGI application is called in this process, with a
+client that counts what the server side reads, and Django's test client goes through the
+middleware inside Django. The last ones start the project's web server (uvicorn on the real ASGI
 application, on the test database) and push a 500 MB body at it from a raw socket, measuring
 when the answer arrives and how much the server's memory grows while the client keeps sending.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
+import io
 import json
 import os
 import secrets
@@ -16,6 +21,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,15 +32,26 @@ from urllib.parse import quote
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.contrib.sessions.models import Session
+from django.core.handlers import asgi as django_asgi
+from django.core.signals import request_started
 from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.test import Client as DjangoClient
+from django.test import RequestFactory
+from rest_framework.test import APIClient
 
 from api.ingest.views import MAX_HEARTBEAT_BYTES
 from recovery.loop.push import MAX_LOG_BYTES
 from recovery.models import IngestToken, IngestTokenKind
+from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory
 from workload_recovery.body_limit import (
     INVALID_LENGTH_MESSAGE,
-    ApiBodyLimit,
+    BodyLimit,
+    BodyLimitMiddleware,
+    BodyLimits,
     Message,
     Receive,
     Scope,
@@ -43,6 +60,18 @@ from workload_recovery.body_limit import (
 from workload_recovery.stack import free_port, web_command
 
 LIMIT = 1000
+LOGIN_LIMIT = 300
+ADMIN_LIMIT = 2000
+DEFAULT_LIMIT = 500
+LIMITS = BodyLimits(
+    DEFAULT_LIMIT,
+    {
+        "/api/": LIMIT,
+        "/admin/": ADMIN_LIMIT,
+        "/admin/login/": LOGIN_LIMIT,
+        "/accounts/login/": LOGIN_LIMIT,
+    },
+)
 LOGS = "/api/v1/ingest/logs/"
 BASE_DIR = Path(settings.BASE_DIR)
 
@@ -127,18 +156,28 @@ def length_header(value: bytes) -> list[tuple[bytes, bytes]]:
 
 
 def run(app: BodyReader, scope: Scope, client: Client) -> None:
-    async_to_sync(ApiBodyLimit(app, max_body_bytes=LIMIT))(scope, client.receive, client.send)
+    async_to_sync(BodyLimit(app, LIMITS))(scope, client.receive, client.send)
 
 
-def assert_too_large(client: Client) -> None:
+def assert_too_large(client: Client, limit: int = LIMIT) -> None:
     assert client.status == 413
     assert client.headers[b"content-type"] == b"application/json"
     assert client.headers[b"connection"] == b"close"
     body = json.loads(client.body)
     assert body["code"] == "too_large"
     assert body["error"] == body["detail"]
-    assert f"at most {LIMIT} bytes" in body["error"]
+    assert f"at most {limit} bytes" in body["error"]
     assert int(client.headers[b"content-length"]) == len(client.body)
+
+
+def assert_page_too_large(client: Client, limit: int) -> None:
+    """Outside the API the same 413 is plain text, which a browser that posted a form shows."""
+    assert client.status == 413
+    assert client.headers[b"content-type"] == b"text/plain; charset=utf-8"
+    assert client.headers[b"connection"] == b"close"
+    assert client.body.decode() == (
+        f"The request body is too large: this address accepts at most {limit} bytes per request.\n"
+    )
 
 
 def test_it_refuses_a_declared_length_over_the_limit_without_reading_the_body() -> None:
@@ -257,19 +296,85 @@ def test_it_passes_a_body_up_to_the_limit_through_unchanged(
     ]
 
 
-@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/", "/metrics", "/apiary/", "/"])
-def test_it_leaves_paths_outside_the_api_alone(path: str) -> None:
-    seen: list[tuple[Receive, Send]] = []
+PATH_LIMITS = [
+    ("/accounts/login/", LOGIN_LIMIT),
+    ("/admin/login/", LOGIN_LIMIT),
+    ("/admin/recovery/policy/add/", ADMIN_LIMIT),
+    ("/admin/", ADMIN_LIMIT),
+    ("/metrics", DEFAULT_LIMIT),
+    ("/apiary/", DEFAULT_LIMIT),
+    ("/recommendations/7/approve/", DEFAULT_LIMIT),
+    ("/", DEFAULT_LIMIT),
+    ("/no/such/page/", DEFAULT_LIMIT),
+]
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        seen.append((receive, send))
 
+@pytest.mark.parametrize(("path", "limit"), PATH_LIMITS)
+def test_it_refuses_a_declared_length_over_the_paths_own_limit_outside_the_api(
+    path: str, limit: int
+) -> None:
+    """
+    GIVEN the sign-in forms, the admin and any other path, each with its limit
+    WHEN a client declares one byte more than that limit
+    THEN it gets a plain 413 naming the limit, and nothing of the body is read
+    """
+    app = BodyReader()
+    client = Client([b"x" * 100] * 50)
+
+    run(app, http_scope(path, headers=length_header(str(limit + 1).encode())), client)
+
+    assert_page_too_large(client, limit)
+    assert client.reads == 0, "the middleware read the body it refused"
+    assert not app.called
+
+
+@pytest.mark.parametrize(("path", "limit"), PATH_LIMITS)
+def test_it_cuts_off_a_chunked_body_past_the_paths_own_limit(path: str, limit: int) -> None:
+    app = BodyReader()
+    client = Client([b"x" * 100] * 50)
+
+    run(app, http_scope(path, headers=[(b"transfer-encoding", b"chunked")]), client)
+
+    assert_page_too_large(client, limit)
+    assert app.received[-1] == {"type": "http.disconnect"}
+    assert client.reads == limit // 100 + 1
+
+
+@pytest.mark.parametrize(("path", "limit"), PATH_LIMITS)
+def test_it_passes_a_body_of_the_paths_own_limit(path: str, limit: int) -> None:
+    app = BodyReader()
+    client = Client([b"x" * limit])
+
+    run(app, http_scope(path, headers=length_header(str(limit).encode())), client)
+
+    assert client.status == 200
+    assert client.body == str(limit).encode()
+
+
+def test_the_longest_prefix_gives_the_limit_under_a_mounted_site() -> None:
+    # Mounted under /recovery, the paths the URL configuration sees are what count.
+    app = BodyReader()
     client = Client([b"x"])
-    scope = http_scope(path, headers=length_header(b"500000000"))
-    async_to_sync(ApiBodyLimit(app, max_body_bytes=LIMIT))(scope, client.receive, client.send)
+    scope = {
+        **http_scope("/recovery/admin/login/", headers=length_header(b"301")),
+        "root_path": "/recovery",
+    }
 
-    assert seen == [(client.receive, client.send)]
-    assert client.sent == []
+    run(app, scope, client)
+
+    assert_page_too_large(client, LOGIN_LIMIT)
+
+
+def test_an_invalid_length_outside_the_api_is_a_plain_400() -> None:
+    app = BodyReader()
+    client = Client([b"x"])
+
+    run(app, http_scope("/accounts/login/", headers=length_header(b"-1")), client)
+
+    assert client.status == 400
+    assert client.headers[b"content-type"] == b"text/plain; charset=utf-8"
+    assert client.body.decode() == INVALID_LENGTH_MESSAGE + "\n"
+    assert not app.called
 
 
 def test_it_leaves_websockets_alone() -> None:
@@ -280,7 +385,7 @@ def test_it_leaves_websockets_alone() -> None:
 
     client = Client([])
     scope: Scope = {"type": "websocket", "path": "/api/ws/", "headers": []}
-    async_to_sync(ApiBodyLimit(app, max_body_bytes=LIMIT))(scope, client.receive, client.send)
+    async_to_sync(BodyLimit(app, LIMITS))(scope, client.receive, client.send)
 
     assert seen == [scope]
     assert client.sent == []
@@ -290,8 +395,29 @@ def test_the_served_application_applies_the_setting() -> None:
     from workload_recovery.asgi import application
 
     http_app = application.application_mapping["http"]
-    assert isinstance(http_app, ApiBodyLimit)
-    assert http_app.max_body_bytes == settings.API_MAX_BODY_BYTES
+    assert isinstance(http_app, BodyLimit)
+    assert http_app.limits == BodyLimits.from_settings()
+    assert http_app.limits.for_path(LOGS) == settings.API_MAX_BODY_BYTES
+    assert http_app.limits.for_path("/admin/login/") == settings.LOGIN_MAX_BODY_BYTES
+    assert http_app.limits.for_path("/accounts/login/") == settings.LOGIN_MAX_BODY_BYTES
+    assert http_app.limits.for_path("/admin/recovery/policy/") == settings.ADMIN_MAX_BODY_BYTES
+    assert http_app.limits.for_path("/approvals/") == settings.MAX_BODY_BYTES
+
+
+def test_the_sign_in_and_admin_limits_are_below_the_apis() -> None:
+    assert settings.LOGIN_MAX_BODY_BYTES < settings.MAX_BODY_BYTES
+    assert settings.MAX_BODY_BYTES < settings.ADMIN_MAX_BODY_BYTES < settings.API_MAX_BODY_BYTES
+
+
+def test_a_body_within_any_default_limit_stays_in_memory() -> None:
+    # Django spools a body to a temporary file past FILE_UPLOAD_MAX_MEMORY_SIZE: with every limit
+    # below it, no request writes to disk.
+    limits = [settings.MAX_BODY_BYTES, *settings.BODY_LIMITS_BY_PREFIX.values()]
+    assert max(limits) < settings.FILE_UPLOAD_MAX_MEMORY_SIZE
+
+
+def test_django_runs_the_limit_first() -> None:
+    assert settings.MIDDLEWARE[0] == f"{BodyLimitMiddleware.__module__}.BodyLimitMiddleware"
 
 
 def test_the_default_limit_leaves_room_for_the_largest_batch_an_endpoint_takes() -> None:
@@ -311,6 +437,306 @@ def test_the_procfile_runs_the_same_web_server_as_the_stacks() -> None:
     expected = web_command("0.0.0.0", 8000, "python")
     assert command[0] == "uvicorn"
     assert command[1:] == ["${PORT:-8000}" if part == "8000" else part for part in expected[3:]]
+
+
+# ---------- the project's ASGI application, in this process ----------
+
+MIB = 1024 * 1024
+PEER_CHUNK = 64 * 1024
+
+
+class RecordedSpool(tempfile.SpooledTemporaryFile[bytes]):
+    """Django's ASGI handler spools a request body into one of these: each records what it was
+    given and whether it went to disk."""
+
+    made: list[RecordedSpool] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.written = 0
+        RecordedSpool.made.append(self)
+
+    def write(self, data: Any) -> int:
+        self.written += len(data)
+        return super().write(data)
+
+    @property
+    def on_disk(self) -> bool:
+        return bool(self._rolled)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def spools(monkeypatch: pytest.MonkeyPatch) -> list[RecordedSpool]:
+    RecordedSpool.made = []
+    # Django's ASGI handler names it through the module, as tempfile.SpooledTemporaryFile.
+    assert django_asgi.tempfile is tempfile  # type: ignore[attr-defined]
+    monkeypatch.setattr(tempfile, "SpooledTemporaryFile", RecordedSpool)
+    return RecordedSpool.made
+
+
+@pytest.fixture
+def requests_started() -> Iterator[list[object]]:
+    """Each request Django began to handle (its middleware and views run after this signal)."""
+    started: list[object] = []
+
+    def record(sender: object, **kwargs: Any) -> None:
+        started.append(sender)
+
+    request_started.connect(record)
+    yield started
+    request_started.disconnect(record)
+
+
+@dataclass
+class Peer:
+    """The server's side of one connection to the real application: it hands over the client's
+    body in chunks, ``total`` bytes in all, counting each read, then stays connected until the
+    response is complete."""
+
+    total: int
+    reads: int = 0
+    handed: int = 0
+    sent: list[Message] = field(default_factory=list)
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def receive(self) -> Message:
+        if self.handed >= self.total:
+            await self.finished.wait()
+            return {"type": "http.disconnect"}
+        self.reads += 1
+        piece = b"x" * min(PEER_CHUNK, self.total - self.handed)
+        self.handed += len(piece)
+        return {"type": "http.request", "body": piece, "more_body": self.handed < self.total}
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.finished.set()
+
+    @property
+    def status(self) -> int:
+        [start] = [m for m in self.sent if m["type"] == "http.response.start"]
+        status: int = start["status"]
+        return status
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+
+
+def call_application(path: str, headers: list[tuple[bytes, bytes]], peer: Peer) -> None:
+    from workload_recovery.asgi import application as served
+
+    application: Any = served
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"localhost"), *headers],
+        "client": ("127.0.0.1", 40000),
+        "server": ("localhost", 80),
+    }
+    async_to_sync(application)(scope, peer.receive, peer.send)
+
+
+FORM = (b"content-type", b"application/x-www-form-urlencoded")
+APPLICATION_PATHS = [
+    ("/accounts/login/", "LOGIN_MAX_BODY_BYTES"),
+    ("/admin/login/", "LOGIN_MAX_BODY_BYTES"),
+    ("/admin/auth/group/add/", "ADMIN_MAX_BODY_BYTES"),
+    ("/no/such/page/", "MAX_BODY_BYTES"),
+    ("/", "MAX_BODY_BYTES"),
+    (LOGS, "API_MAX_BODY_BYTES"),
+]
+
+
+@pytest.mark.parametrize(("path", "setting"), APPLICATION_PATHS)
+def test_the_application_refuses_a_declared_5_mib_before_reading_any_of_it(
+    path: str, setting: str, spools: list[RecordedSpool], requests_started: list[object]
+) -> None:
+    """
+    GIVEN the project's ASGI application with its default limits
+    WHEN an anonymous client declares a 5 MiB form to a sign-in form, the admin, a page that
+        does not exist or the API
+    THEN it gets 413 naming that path's limit, the server side is never asked for the body,
+        Django spools nothing and never begins the request
+    """
+    peer = Peer(total=5 * MIB)
+
+    call_application(path, [FORM, (b"content-length", str(5 * MIB).encode())], peer)
+
+    assert peer.status == 413
+    assert str(getattr(settings, setting)).encode() in peer.body
+    assert peer.reads == 0, f"the body was read: {peer.reads} chunks"
+    assert spools == []
+    assert requests_started == []
+
+
+@pytest.mark.parametrize(("path", "setting"), APPLICATION_PATHS)
+@pytest.mark.parametrize(
+    "declared", [None, b"10"], ids=["chunked-without-length", "lying-content-length"]
+)
+def test_the_application_cuts_off_a_body_without_an_honest_length_at_the_limit(
+    path: str,
+    setting: str,
+    declared: bytes | None,
+    spools: list[RecordedSpool],
+    requests_started: list[object],
+) -> None:
+    """
+    GIVEN the project's ASGI application with its default limits
+    WHEN a client sends 5 MiB without a Content-Length, or after declaring 10 bytes
+    THEN the 413 comes once the body passes the path's limit, nothing further is read,
+        Django holds at most the limit in memory, nothing on disk, and never begins the request
+    """
+    limit: int = getattr(settings, setting)
+    headers = [FORM]
+    headers.append(
+        (b"transfer-encoding", b"chunked") if declared is None else (b"content-length", declared)
+    )
+    peer = Peer(total=5 * MIB)
+
+    call_application(path, headers, peer)
+
+    assert peer.status == 413
+    assert str(limit).encode() in peer.body
+    assert peer.reads == limit // PEER_CHUNK + 1
+    assert peer.handed < 5 * MIB
+    assert all(spool.written <= limit and not spool.on_disk for spool in spools)
+    assert requests_started == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_application_lets_a_sign_in_within_its_limit_through(
+    spools: list[RecordedSpool], requests_started: list[object]
+) -> None:
+    # The same instruments see Django read a body it is allowed: the tests above can fail.
+    peer = Peer(total=200)
+
+    call_application("/accounts/login/", [FORM, (b"content-length", b"200")], peer)
+
+    assert peer.status == 403  # no CSRF cookie: Django's own answer, after reading the body
+    assert peer.reads == 1
+    assert [spool.written for spool in spools] == [200]
+    assert len(requests_started) == 1
+
+
+# ---------- Django's test client: the middleware inside Django ----------
+
+
+def padded(fields: dict[str, str], size: int) -> dict[str, str]:
+    return {**fields, "padding": "x" * size}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
+def test_a_sign_in_over_its_limit_is_refused_and_signs_nobody_in(
+    path: str, site_admin: User
+) -> None:
+    """
+    GIVEN the sign-in forms of the Console and the admin, and a staff account
+    WHEN its correct name and password come in a form padded past the sign-in limit
+    THEN the answer is 413, nobody is signed in and no session is stored
+    """
+    client = DjangoClient()
+    credentials = {"username": site_admin.username, "password": TEST_PASSWORD}
+
+    response = client.post(path, padded(credentials, settings.LOGIN_MAX_BODY_BYTES))
+
+    assert response.status_code == 413
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert f"at most {settings.LOGIN_MAX_BODY_BYTES} bytes" in response.content.decode()
+    assert Session.objects.count() == 0
+    site_admin.refresh_from_db()
+    assert site_admin.last_login is None
+
+
+@pytest.mark.django_db
+def test_an_admin_form_over_its_limit_is_refused_and_stores_nothing(site_admin: User) -> None:
+    User.objects.filter(pk=site_admin.pk).update(is_superuser=True)
+    client = DjangoClient()
+    client.force_login(site_admin)
+
+    response = client.post(
+        "/admin/auth/group/add/", padded({"name": "padded"}, settings.ADMIN_MAX_BODY_BYTES)
+    )
+
+    assert response.status_code == 413
+    assert f"at most {settings.ADMIN_MAX_BODY_BYTES} bytes" in response.content.decode()
+    assert not Group.objects.filter(name="padded").exists()
+    # Within the limit, the same form is taken: it is the size that was refused.
+    client.post("/admin/auth/group/add/", padded({"name": "padded"}, 1000))
+    assert Group.objects.filter(name="padded").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/no/such/page/", "/approvals/", "/metrics"])
+def test_any_other_path_over_the_default_limit_is_refused(path: str, operator: User) -> None:
+    client = DjangoClient()
+    client.force_login(operator)
+
+    response = client.generic(
+        "POST", path, b"x" * (settings.MAX_BODY_BYTES + 1), content_type="text/plain"
+    )
+
+    assert response.status_code == 413
+    assert f"at most {settings.MAX_BODY_BYTES} bytes" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_api_over_its_limit_gets_the_apis_own_413() -> None:
+    response = APIClient().generic(
+        "POST", LOGS, " " * (settings.API_MAX_BODY_BYTES + 1), content_type="application/json"
+    )
+
+    assert response.status_code == 413
+    assert response.json()["code"] == "too_large"
+    assert f"the API accepts at most {settings.API_MAX_BODY_BYTES}" in response.json()["error"]
+
+
+class CountingStream(io.BytesIO):
+    reads = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.reads += 1
+        return super().read(size)
+
+
+def test_the_django_middleware_refuses_without_reading_or_calling_the_view() -> None:
+    stream = CountingStream(b"x" * 100)
+    request = RequestFactory().post("/accounts/login/", content_type="text/plain", data=b"x" * 100)
+    request.META["CONTENT_LENGTH"] = str(settings.LOGIN_MAX_BODY_BYTES + 1)
+    request._stream = stream
+    views: list[HttpRequest] = []
+
+    def view(request: HttpRequest) -> HttpResponse:
+        views.append(request)
+        return HttpResponse("read")
+
+    response = BodyLimitMiddleware(view)(request)
+
+    assert response.status_code == 413
+    assert (views, stream.reads) == ([], 0)
+
+
+@pytest.mark.parametrize("value", [None, ""], ids=["absent", "empty"])
+def test_the_django_middleware_lets_a_request_without_a_length_through(
+    value: str | None,
+) -> None:
+    request = RequestFactory().get("/approvals/")
+    request.META.pop("CONTENT_LENGTH", None)
+    if value is not None:
+        request.META["CONTENT_LENGTH"] = value
+
+    response = BodyLimitMiddleware(lambda request: HttpResponse("ok"))(request)
+
+    assert response.status_code == 200
 
 
 # ---------- the real web server ----------
@@ -439,7 +865,11 @@ class Push:
 
     @property
     def json(self) -> Any:
-        return json.loads(self.response.partition(b"\r\n\r\n")[2])
+        return json.loads(self.text)
+
+    @property
+    def text(self) -> str:
+        return self.response.partition(b"\r\n\r\n")[2].decode(errors="replace")
 
     def read(self, sock: socket.socket, started: float) -> bool:
         """Take what the server sent; False once it closed or reset the connection."""
@@ -465,10 +895,10 @@ class Push:
         )
 
 
-def push_500_mb(server: WebServer, *, token: str | None, chunked: bool) -> Push:
-    """POST a body of 500 MB to the log endpoint, sending until the server stops taking it."""
-    headers = [f"POST {LOGS} HTTP/1.1", f"Host: 127.0.0.1:{server.port}"]
-    headers.append("Content-Type: text/plain")
+def push_500_mb(server: WebServer, *, token: str | None, chunked: bool, path: str = LOGS) -> Push:
+    """POST a body of 500 MB to ``path``, sending until the server stops taking it."""
+    headers = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{server.port}"]
+    headers.append("Content-Type: application/x-www-form-urlencoded")
     if token is not None:
         headers.append(f"Authorization: Bearer {token}")
     if chunked:
@@ -554,6 +984,37 @@ def test_the_web_server_refuses_500_mb_at_once_without_reading_it(
     assert push.peak_growth_kib * 1024 < MAX_GROWTH, push.describe()
     assert push.json["code"] == "too_large", push.describe()
     assert f"at most {settings.API_MAX_BODY_BYTES} bytes" in push.json["error"]
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+@pytest.mark.parametrize(
+    ("path", "setting"),
+    [
+        ("/accounts/login/", "LOGIN_MAX_BODY_BYTES"),
+        ("/admin/login/", "LOGIN_MAX_BODY_BYTES"),
+        ("/no/such/page/", "MAX_BODY_BYTES"),
+    ],
+)
+def test_the_web_server_refuses_500_mb_on_any_path_at_once_without_reading_it(
+    web_server: WebServer, path: str, setting: str, chunked: bool
+) -> None:
+    """
+    GIVEN the project's web server with its default limits
+    WHEN an anonymous client POSTs a 500 MB form to a sign-in form or a page that does not exist
+    THEN the 413 status line arrives within a second of the request headers, naming the path's
+        limit, AND the server stops taking the body and its memory grows by less than 50 MB
+    """
+    push = push_500_mb(web_server, token=None, chunked=chunked, path=path)
+
+    assert push.status == 413, f"{push.describe()}\n{web_server.log_tail()}"
+    assert push.seconds_to_status is not None and push.seconds_to_status < ANSWER_WITHIN, (
+        push.describe()
+    )
+    assert push.sent < DECLARED // 10, f"the server kept reading the body: {push.describe()}"
+    assert push.peak_growth_kib * 1024 < MAX_GROWTH, push.describe()
+    assert f"at most {getattr(settings, setting)} bytes" in push.text, push.describe()
 
 
 @pytest.mark.services

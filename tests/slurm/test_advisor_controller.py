@@ -144,7 +144,9 @@ def test_a_controller_killed_half_way_is_finished_by_the_next_without_a_second_r
     """
     _, job = running_job_with_checkpoint(submit_job, adapter)
     recommendation = recommend_restart(cluster, job, RecommendationStatus.READY)
-    recommendations.claim(recommendation.pk, controller="controller:dead", lease_seconds=60)
+    recommendations.claim(
+        recommendation.pk, controller="controller:dead", instance="dead-1", lease_seconds=60
+    )
     adapter.requeue(job.job_id, hold=True)
     Recommendation.objects.filter(pk=recommendation.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)

@@ -2,13 +2,18 @@
 
 A node a site fact blames on hardware is recommended for a drain; approved, the controller
 drains it once; asked again, nothing more reaches Slurm. A resume undoes only recovery's own
-drain. Every node is resumed when a test ends, whatever it left.
+drain. A node an administrator set DOWN or drained is left as they left it, reason and all, and
+a node recovery drained that an administrator then set DOWN is not resumed. Every node is
+resumed when a test ends, whatever it left.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +45,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX, NodeInfo
+from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX, CommandResult, NodeInfo
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster
 
@@ -95,9 +100,15 @@ def controller(live_server: Any, cluster: Cluster, adapter: SlurmAdapter) -> Adv
 
 def xid_79_in_kernel_log(cluster: Cluster) -> Recommendation:
     """A job on ``NODE`` whose node's kernel log shows Xid 79: the drain it leads to."""
+    kernel_log_blames(cluster)
+    return Recommendation.objects.get(action=RecommendationAction.DRAIN, node__name=NODE)
+
+
+def kernel_log_blames(cluster: Cluster) -> Workload:
+    """Xid 79 in ``NODE``'s kernel log, for a job there."""
     workload = Workload.objects.create(
         cluster=cluster,
-        job_id="990001",
+        job_id=str(990001 + Workload.objects.count()),
         submit_time=timezone.now(),
         user="alice",
         partition="debug",
@@ -123,7 +134,7 @@ def xid_79_in_kernel_log(cluster: Cluster) -> Recommendation:
         scope=f"kernel:{NODE}",
         source=EvidenceSource.KERNEL_LOG,
     )
-    return Recommendation.objects.get(action=RecommendationAction.DRAIN, node__name=NODE)
+    return workload
 
 
 def slurm_node(adapter: SlurmAdapter, name: str = NODE) -> NodeInfo:
@@ -269,3 +280,201 @@ def test_a_node_an_administrator_drained_is_never_resumed_by_recovery(
     asked.recommendation.refresh_from_db()
     assert "drained by someone else" in asked.recommendation.disposition_reason
     assert len(node_commands()) == 1  # the drain; no resume ran
+
+
+# --- nodes an administrator owns -------------------------------------------------------------
+
+RMA = "RMA 4411 PSU swap do not resume"
+
+
+@pytest.fixture
+def unanswering_node(slurm_cluster: SlurmCluster, adapter: SlurmAdapter) -> Iterator[None]:
+    """``NODE``'s slurmd stopped (SIGSTOP) for the test, woken again before the nodes are
+    resumed: with ReturnToService=2 Slurm brings a DOWN node back into service as soon as its
+    slurmd registers, and an administrator's DOWN would not last the test."""
+    pid = slurm_cluster.pid_of(f"slurmd.{NODE}")
+    assert pid is not None, f"no slurmd pid file for {NODE}"
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "slurmd", f"{pid} is no slurmd"
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # A message the slurmd sent just before it stopped (a registration) may still bring an
+        # administrator's DOWN back into service: let slurmctld take it first.
+        time.sleep(1)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def as_administrator(slurm_cluster: SlurmCluster, *args: str) -> None:
+    done = slurm_cluster.run(["scontrol", "update", f"NodeName={NODE}", *args])
+    assert done.returncode == 0, done.stderr
+
+
+def scontrol_show_node(slurm_cluster: SlurmCluster) -> tuple[str, str]:
+    """``State=`` and ``Reason=`` of ``scontrol show node``, as an administrator reads them."""
+    shown = slurm_cluster.run(["scontrol", "show", "node", NODE])
+    assert shown.returncode == 0, shown.stderr
+    state = re.search(r"\bState=(\S+)", shown.stdout)
+    reason = re.search(r"^\s*Reason=(.*?) \[[^\]]*\]\s*$", shown.stdout, re.MULTILINE)
+    assert state is not None, shown.stdout
+    return state.group(1), reason.group(1) if reason else ""
+
+
+def approved_drain(workload: Workload) -> Recommendation:
+    """A drain an operator approved while the node was in service, now ready."""
+    return Recommendation.objects.create(
+        workload=workload,
+        node=Node.objects.get(cluster=workload.cluster, name=NODE),
+        action=RecommendationAction.DRAIN,
+        reason=f"{DRAIN_REASON_PREFIX} hardware: gpu_hardware (xid-79) on {NODE}, approved before",
+        status=RecommendationStatus.READY,
+        approved_by="ops",
+        idempotency_key=f"test:approved-before:{Recommendation.objects.count()}",
+    )
+
+
+@pytest.mark.usefixtures("unanswering_node")
+def test_a_node_an_administrator_set_down_is_left_alone_with_its_reason(
+    controller: AdvisorController,
+    cluster: Cluster,
+    adapter: SlurmAdapter,
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """
+    GIVEN a node an administrator set DOWN for an RMA
+    WHEN its kernel log blames its GPU, and a drain approved before reaches the controller
+    THEN no drain is recommended and none reaches Slurm: the node is DOWN with the
+         administrator's reason, as scontrol shows it
+    """
+    as_administrator(slurm_cluster, "State=DOWN", f"Reason={RMA}")
+    poll_cluster(cluster, adapter)
+    node = Node.objects.get(cluster=cluster, name=NODE)
+    assert node.scheduler_state.startswith("DOWN") and node.state_reason == RMA
+    assert node.reason_set_by and node.reason_set_at is not None  # who and when, as Slurm said
+    workload = kernel_log_blames(cluster)
+    assert not Recommendation.objects.filter(action=RecommendationAction.DRAIN).exists()
+    refused = AuditEvent.objects.get(kind=AuditKind.DRAIN_REFUSED)
+    assert refused.payload["node_state"]["reason"] == RMA
+
+    earlier = approved_drain(workload)
+    assert controller.run_once() == [(earlier.pk, "failed")]
+    assert node_commands() == []
+    state, reason = scontrol_show_node(slurm_cluster)
+    assert state.startswith("DOWN") and "DRAIN" not in state
+    assert reason == RMA
+    earlier.refresh_from_db()
+    assert earlier.result["state_before"]["reason"] == RMA
+    assert "is out of service (DOWN" in earlier.disposition_reason
+
+
+def test_a_node_an_administrator_drained_is_left_alone_with_its_reason(
+    controller: AdvisorController,
+    cluster: Cluster,
+    adapter: SlurmAdapter,
+    slurm_cluster: SlurmCluster,
+) -> None:
+    """
+    GIVEN a node an administrator drained with their own reason
+    WHEN its kernel log blames its GPU, and a drain approved before reaches the controller
+    THEN no drain is recommended and none reaches Slurm: the administrator's reason stays
+    """
+    as_administrator(slurm_cluster, "State=DRAIN", "Reason=admin: swap PSU")
+    poll_cluster(cluster, adapter)
+    workload = kernel_log_blames(cluster)
+    assert not Recommendation.objects.filter(action=RecommendationAction.DRAIN).exists()
+
+    earlier = approved_drain(workload)
+    assert controller.run_once() == [(earlier.pk, "failed")]
+    assert node_commands() == []
+    state, reason = scontrol_show_node(slurm_cluster)
+    assert "DRAIN" in state and reason == "admin: swap PSU"
+    assert not request_resume(Node.objects.get(name=NODE).pk, operator="ops").changed
+
+
+@pytest.mark.usefixtures("unanswering_node")
+@pytest.mark.parametrize("reason", [RMA, "recovery's"])
+def test_a_node_recovery_drained_then_an_administrator_set_down_is_not_resumed(
+    controller: AdvisorController,
+    cluster: Cluster,
+    adapter: SlurmAdapter,
+    slurm_cluster: SlurmCluster,
+    reason: str,
+) -> None:
+    """
+    GIVEN a node recovery drained, and a resume of it an operator asked for
+    WHEN an administrator sets the node DOWN (with an RMA reason, or keeping recovery's)
+    THEN the resume reaches the controller and nothing runs: the node stays DOWN and drained
+    """
+    drain = xid_79_in_kernel_log(cluster)
+    recommendations.approve(drain.pk, operator="ops")
+    assert controller.run_once() == [(drain.pk, "executed")]
+    poll_cluster(cluster, adapter)
+    asked = request_resume(Node.objects.get(name=NODE).pk, operator="ops")
+    assert asked.recommendation is not None
+    kept = drain.reason if reason == "recovery's" else reason
+    as_administrator(slurm_cluster, "State=DOWN", f"Reason={kept}")
+
+    assert controller.run_once() == [(asked.recommendation.pk, "failed")]
+    assert [argv[3] for argv in node_commands()] == ["State=DRAIN"]  # no State=RESUME
+    state, shown_reason = scontrol_show_node(slurm_cluster)
+    assert state.startswith("DOWN") and "DRAIN" in state
+    assert shown_reason == kept
+    asked.recommendation.refresh_from_db()
+    assert asked.recommendation.result["state_before"]["state"] == "DOWN"
+    poll_cluster(cluster, adapter)
+    again = request_resume(Node.objects.get(name=NODE).pk, operator="ops")
+    assert not again.changed and again.recommendation is None
+
+
+class WithoutJSON:
+    """The cluster's transport as a Slurm answers whose JSON output fails: every ``--json``
+    read is refused, so the adapter reads the nodes from sinfo's fixed format."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.name = transport.name
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> CommandResult:
+        if "--json" in argv:
+            return CommandResult(tuple(argv), 1, "", f"{argv[0]}: unrecognized option '--json'\n")
+        result: CommandResult = self.transport.run(argv, timeout=timeout)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+@pytest.mark.usefixtures("unanswering_node")
+def test_sinfos_fixed_format_reads_an_administrators_nodes_as_the_json_does(
+    adapter: SlurmAdapter, slurm_cluster: SlurmCluster
+) -> None:
+    """
+    GIVEN a node an administrator set DOWN, and another one they drained
+    WHEN the nodes are read from Slurm's JSON, and from sinfo's fixed format
+    THEN both read the same state, flags and reason, and who set it; nothing is unknown
+    """
+    as_administrator(slurm_cluster, "State=DOWN", f"Reason={RMA}")
+    drained = slurm_cluster.run(
+        ["scontrol", "update", "NodeName=node002", "State=DRAIN", "Reason=admin: swap PSU"]
+    )
+    assert drained.returncode == 0, drained.stderr
+    transport = WithoutJSON(slurm_cluster.transport())
+    try:
+        fixed = {node.name: node for node in SlurmAdapter(transport).list_nodes()}
+    finally:
+        close = getattr(transport.transport, "close", None)
+        if close is not None:
+            close()
+    read = {node.name: node for node in adapter.list_nodes()}
+    assert set(fixed) == set(read) == set(slurm_cluster.nodes)
+
+    def seen(node: NodeInfo) -> tuple[object, ...]:
+        # Whether Slurm has noticed yet that the stopped slurmd does not answer may differ.
+        flags = sorted(flag for flag in node.flags if flag != "NOT_RESPONDING")
+        return node.state, flags, node.reason, node.reason_set_by, node.unknown()
+
+    for name in slurm_cluster.nodes:
+        assert seen(fixed[name]) == seen(read[name]), name
+    assert seen(fixed[NODE])[:3] == ("DOWN", [], RMA)
+    assert seen(fixed["node002"])[:3] == ("IDLE", ["DRAIN"], "admin: swap PSU")
+    assert fixed[NODE].reason_set_at is not None and fixed[NODE].reason_set_by

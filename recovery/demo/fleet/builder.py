@@ -62,6 +62,8 @@ from recovery.sources.schedulers.base import (
 from recovery.sources.schedulers.optin import OptIn
 
 LEASE_SECONDS = 120
+# The demo's one controller process, as the instance id it would make at start.
+DEMO_CONTROLLER_INSTANCE = "5f1c7a0e-2d4b-4e8a-9c31-7b6d0a2e9f45"
 # A story: what happens to one workload, told to the ``Story`` that records it.
 Build = Callable[["Story"], None]
 
@@ -527,7 +529,10 @@ class Story:
         runs ``commands`` a second apart and reports ``outcome``. Returns when it reported."""
         with self.at(at):
             decisions.claim(
-                recommendation.pk, controller=self.controller, lease_seconds=LEASE_SECONDS
+                recommendation.pk,
+                controller=self.controller,
+                instance=DEMO_CONTROLLER_INSTANCE,
+                lease_seconds=LEASE_SECONDS,
             )
         done = at + timedelta(seconds=len(commands) + 1)
         report = decisions.ActionReport(
@@ -538,7 +543,12 @@ class Story:
             detail=detail,
         )
         with self.at(done):
-            decisions.report(recommendation.pk, controller=self.controller, result=report)
+            decisions.report(
+                recommendation.pk,
+                controller=self.controller,
+                instance=DEMO_CONTROLLER_INSTANCE,
+                result=report,
+            )
         return done
 
     def release_hold(self, at: datetime) -> None:

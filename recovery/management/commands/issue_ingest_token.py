@@ -27,7 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", help="what it is for (default: from the job, user or kind)")
         parser.add_argument("--job-id", default="", help="job token: for this job only")
         parser.add_argument(
-            "--submit-time", help="job token with --job-id: that job's submit time (ISO 8601)"
+            "--submit-time",
+            help="job token with --job-id (required with it): that job's submit time (ISO 8601), "
+            "so a later job that reuses the id is not covered",
         )
         parser.add_argument("--user", default="", help="job token: for this user's jobs only")
         parser.add_argument(

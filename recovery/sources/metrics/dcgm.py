@@ -75,6 +75,13 @@ class DcgmLabels:
     holding the scheduler's job id when the exporter maps GPUs to jobs (dcgm-exporter's HPC job
     mapping adds ``hpc_job``); empty when it does not. ``static_selectors`` narrow every query
     (``{"cluster": "a100"}``) when one Prometheus serves several clusters.
+
+    A finding is about the node its node label names, so that label must be one the site's
+    exporter sets (``Hostname``, from the host it runs on; or a target label Prometheus's own
+    configuration adds), never one a tenant sets: a Kubernetes pod's own labels, which
+    dcgm-exporter can copy onto its series, or anything on series a tenant's target exposes.
+    The same holds for ``job`` (the HPC job mapping reads files the scheduler's prolog writes)
+    and for the static selectors, which should pin the site's scrape job.
     """
 
     node: str = "Hostname"

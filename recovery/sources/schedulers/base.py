@@ -11,7 +11,7 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from recovery.sources.schedulers.compat import StrEnum
 from recovery.sources.schedulers.optin import OptIn
@@ -181,6 +181,10 @@ class JobInfo:
     # this uid owns them. None when unknown (listed in ``unreadable``).
     user_uid: int | None = None
     submit_time: datetime | None = None
+    # The account the job is charged to. Where the site enforces associations, Slurm takes
+    # only an account the site gave the user. "" where the site keeps no accounts; None when
+    # unknown (listed in ``unreadable``).
+    account: str | None = None
     # The jobs this one waits for with ``afterany`` or ``afternotok`` (``dependency``): the
     # jobs it follows in a workflow. Slurm shows a dependency only until it is satisfied, so
     # ``()`` says "none now", not "never". None when unknown (listed in ``unreadable``).
@@ -229,24 +233,170 @@ ACTIONABLE_FIELDS = (
 
 @dataclass(frozen=True)
 class NodeInfo:
+    """One node as the scheduler reports it now.
+
+    As with ``JobInfo``, a fact the scheduler's output did not give, or gave in a shape this
+    reader does not know, is ``None`` (unknown), never a default: ``unreadable`` maps each such
+    field to the reason. With its state or its reason unknown (``unknown()``), recovery neither
+    drains nor resumes the node.
+    """
+
     name: str
-    state: str
+    # The base state (IDLE, MIXED, ALLOCATED, DOWN...); None when unknown.
+    state: str | None
+    # Every other word of the state as Slurm gave it: DRAIN, NOT_RESPONDING, MAINTENANCE...
+    # When the state is unknown, the words that were read (for showing, never for deciding).
     flags: list[str] = field(default_factory=list)
-    reason: str = ""
+    # Why the node is out of service, as whoever took it out wrote it; "" when there is none,
+    # None when unknown.
+    reason: str | None = ""
+    # Who set the reason and when, where the scheduler says (Slurm's ``Reason=... [user@time]``);
+    # "" and None otherwise, and always when there is no reason.
+    reason_set_by: str = ""
+    reason_set_at: datetime | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def unavailable(self) -> bool:
-        """Down, drained or failing: no new work lands here."""
+        """Down, drained or failing: no new work lands here. False while the state is unknown,
+        as ``drained`` is: neither says the node is in service (``in_service`` does)."""
         return bool(self._markers & {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"})
 
     @property
     def drained(self) -> bool:
         """Drained or draining: the scheduler starts no new job here until it is resumed."""
-        return bool(self._markers & {"DRAIN", "DRAINED", "DRAINING"})
+        return bool(self._markers & DRAIN_FLAGS)
 
     @property
     def _markers(self) -> set[str]:
+        """The state's words; none while the state is unknown (a word read then is no fact)."""
+        if self.state is None:
+            return set()
         return {self.state.upper(), *(flag.upper() for flag in self.flags)}
+
+    def unknown(self) -> dict[str, str]:
+        """The facts recovery decides a node's ownership by (its state and reason) that could
+        not be read."""
+        missing = {}
+        for name in NODE_ACTIONABLE_FIELDS:
+            if getattr(self, name) is None:
+                missing[name] = self.unreadable.get(name, "not reported by the scheduler")
+        return missing
+
+    def facts(self) -> dict[str, Any]:
+        """The node as read, for a report or the trail; what could not be read is named."""
+        facts: dict[str, Any] = {
+            "node": self.name,
+            "state": self.state,
+            "flags": list(self.flags),
+            "reason": self.reason[:500] if self.reason is not None else None,
+        }
+        if self.reason_set_by:
+            facts["reason_set_by"] = self.reason_set_by
+        if self.reason_set_at is not None:
+            facts["reason_set_at"] = self.reason_set_at.isoformat()
+        if self.unreadable:
+            facts["unreadable"] = dict(self.unreadable)
+        return facts
+
+    def describe(self) -> str:
+        """The state and reason as read, in one line: ``DOWN+DRAIN, reason 'RMA 4411' (set by
+        root, 2026-12-03T09:30:00+00:00)``."""
+        state = "+".join([self.state or "unknown state", *self.flags])
+        if self.reason is None:
+            return f"{state}, reason unknown"
+        if not self.reason:
+            return f"{state}, no reason"
+        said = ", ".join(
+            part
+            for part in (
+                self.reason_set_by,
+                self.reason_set_at.isoformat() if self.reason_set_at else "",
+            )
+            if part
+        )
+        return f"{state}, reason {self.reason[:200]!r}" + (f" (set by {said})" if said else "")
+
+
+# What recovery decides a node's ownership by: with one unknown, it neither drains nor resumes.
+NODE_ACTIONABLE_FIELDS = ("state", "reason")
+# A node in service is in one of these base states (COMPLETING is a flag in Slurm, a base
+# state in some of its listings)...
+IN_SERVICE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
+# ...with no flag but these. Any other flag (DOWN, DRAIN, FAIL, MAINTENANCE, REBOOT_REQUESTED,
+# POWER_DOWN, POWERED_DOWN, NOT_RESPONDING, INVALID_REG..., and any flag this list does not
+# know) says that an administrator or Slurm itself took the node out, or may have: the node is
+# theirs, not recovery's.
+IN_SERVICE_FLAGS = frozenset({"COMPLETING", "RESERVED", "PLANNED", "CLOUD", "DYNAMIC_NORM"})
+# A node that stopped answering and that Slurm has not yet set DOWN is still in service as its
+# state goes, and a hardware fault on it is what a drain is for: recovery may drain it (once
+# Slurm sets it DOWN, it is Slurm's). Nothing is resumed while it does not answer.
+DRAINABLE_FLAGS = IN_SERVICE_FLAGS | {"NOT_RESPONDING"}
+# DRAIN is Slurm's flag; DRAINED and DRAINING are the words its short listings show for it.
+DRAIN_FLAGS = frozenset({"DRAIN", "DRAINED", "DRAINING"})
+
+
+def in_service(node: NodeInfo, flags: frozenset[str] = IN_SERVICE_FLAGS) -> bool:
+    """Read, in an in-service base state, and with no flag but ``flags`` (those of a node in
+    service unless told)."""
+    if node.unknown() or (node.state or "").upper() not in IN_SERVICE_STATES:
+        return False
+    return all(flag.upper() in flags for flag in node.flags)
+
+
+def drained_by_recovery(node: NodeInfo) -> bool:
+    """Drained, with recovery's own reason: a drain recovery asked for is in place."""
+    return not node.unknown() and node.drained and is_recovery_drain(node.reason or "")
+
+
+def drain_refusal(node: NodeInfo) -> str:
+    """Why recovery may not drain ``node`` as read, or "" when it may.
+
+    Recovery drains only a node in service (``in_service``; one that stopped answering too,
+    until Slurm sets it DOWN: ``DRAINABLE_FLAGS``). A node an administrator or Slurm
+    took out (DOWN, DRAIN, FAIL, MAINTENANCE, a reboot, a power state, each with their reason)
+    is theirs: a drain would replace their reason with recovery's, and recovery's resume would
+    then put the node back in service. A node whose state or reason is unknown is not drained
+    either.
+
+    A reason on a node in service keeps nothing out: it is what Slurm kept from the last time
+    the node was out (24.11 keeps it after a resume, and no command clears it; 22.05 clears
+    it). Whoever wrote it, the node was back in service, and a drain takes it from there. A
+    reason that still holds comes with its flag (DRAIN, FAIL, REBOOT_REQUESTED...), refused
+    above.
+    """
+    unknown = node.unknown()
+    if unknown:
+        return f"the state of {node.name} is unknown ({describe_unknown(unknown)})"
+    if not in_service(node, DRAINABLE_FLAGS):
+        return (
+            f"{node.name} is out of service ({node.describe()}): taken out by an administrator "
+            "or by Slurm, it is theirs to bring back"
+        )
+    return ""
+
+
+def resume_refusal(node: NodeInfo) -> str:
+    """Why recovery may not resume ``node`` as read, or "" when it may.
+
+    Recovery resumes only its own drain of a node nothing else keeps out of service: drained
+    with recovery's reason, in an in-service base state, with no flag but the drain and those
+    of a node in service. A node an administrator then set DOWN, put in maintenance, or gave
+    their own reason, stays as they left it.
+    """
+    unknown = node.unknown()
+    if unknown:
+        return f"the state of {node.name} is unknown ({describe_unknown(unknown)})"
+    if not node.drained:
+        return f"{node.name} is not drained ({node.describe()})"
+    if not is_recovery_drain(node.reason or ""):
+        return f"{node.name} was drained by someone else ({node.reason or 'no reason'})"
+    if not in_service(node, DRAIN_FLAGS | IN_SERVICE_FLAGS):
+        return (
+            f"{node.name} is {node.describe()}: more than recovery's drain keeps it out of "
+            "service now, and only an administrator or Slurm brings it back"
+        )
+    return ""
 
 
 class SchedulerAdapter(abc.ABC):

@@ -101,6 +101,9 @@ def check_scheduler(cluster: Cluster, adapter: SchedulerAdapter) -> SchedulerChe
         for name, why in sorted(job.unknown(ACTIONABLE_FIELDS).items()):
             check.unreadable.append(f"job {job.job_id}: {name}: {why}")
     check.nodes = [node_facts(node) for node in nodes]
+    for node in nodes:
+        for name, why in sorted(node.unknown().items()):
+            check.unreadable.append(f"node {node.name}: {name}: {why}")
     return check
 
 

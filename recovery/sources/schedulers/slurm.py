@@ -31,6 +31,7 @@ from recovery.sources.schedulers.optin import parse_job_comment
 from recovery.sources.schedulers.output_files import valid_uid
 from recovery.sources.schedulers.slurm_json import (
     HELD_REASONS,
+    NODE_BASE_STATES,
     JobListing,
     JobStateError,
     SlurmDocument,
@@ -55,6 +56,7 @@ FIXED_FORMAT_UNKNOWN = {
     "restart_count": "the fixed squeue format has no restart count",
     "excluded_nodes": "the fixed squeue format has no excluded nodes",
     "requeue_allowed": "the fixed squeue format has no requeue flag",
+    "account": "the fixed squeue format read here has no account",
 }
 # scontrol has --json from 23.02 on; 22.05 says "unrecognized option '--json'".
 SCONTROL_JSON_SINCE = SlurmVersion(23, 2)
@@ -63,6 +65,11 @@ SCONTROL_JSON_SINCE = SlurmVersion(23, 2)
 EXPEDITED_REQUEUE_SINCE = SlurmVersion(25, 11)
 EXPEDITED_REQUEUE_PARAMETER = "enable_expedited_requeue"
 EXPEDITED_REQUEUE_FLAG = "EXPEDITED_REQUEUE"
+# sinfo -O fields for the nodes, one node a line (-N); the reason is free text, so it comes last.
+# StateComplete names every flag (``down+drain``), where %T would show DOWN+DRAIN as "drained".
+NODE_FIELDS = ("NodeList", "StateComplete", "User", "Timestamp", "Reason")
+# A field given a suffix and no width is printed whole, then the suffix.
+NODE_FORMAT = ",".join(f"{name}:{SEPARATOR}" for name in NODE_FIELDS)
 INVALID_JOB_ID = "Invalid job id specified"
 _UNSUPPORTED_OPTION = ("unrecognized option", "invalid option", "unknown option")
 
@@ -102,7 +109,12 @@ class SlurmAdapter(SchedulerAdapter):
         return next(iter(self._list_jobs_fixed_format(job_id)), None)
 
     def list_nodes(self) -> list[NodeInfo]:
-        # Node records where scontrol has --json (sinfo --json groups nodes from 23.02 on).
+        """Every node, read one by one: ``scontrol --json show nodes`` where scontrol has
+        ``--json`` (23.02 and later), 22.05's ``sinfo --json``, or else sinfo's fixed format.
+
+        ``sinfo --json`` of 23.02 and later is not used: it groups nodes, and gives a group of
+        nodes with different reasons one of them (``nodes_from_sinfo_groups``).
+        """
         if self._scontrol_json_allowed():
             result = self._run(["scontrol", "--json", "show", "nodes"], check=False)
             document = self._json_answer(result)
@@ -112,17 +124,20 @@ class SlurmAdapter(SchedulerAdapter):
                 except SlurmDocumentError as exc:
                     logger.warning("`scontrol --json show nodes` unusable: %s", exc)
         document = self._json_answer(self._run(["sinfo", "--json"], check=False))
-        if document is not None:
+        if document is not None and document.has_node_records:
             try:
                 return document.nodes()
             except SlurmDocumentError as exc:
                 logger.warning("`sinfo --json` unusable: %s", exc)
-        fixed = self._run(["sinfo", "-h", "-N", "-o", f"%N{SEPARATOR}%T{SEPARATOR}%E"])
-        nodes = {}
+        fixed = self._run(["sinfo", "-h", "-a", "-N", "-O", NODE_FORMAT])
+        nodes: dict[str, NodeInfo] = {}
         for line in fixed.stdout.splitlines():
-            name, state, reason = ([*line.split(SEPARATOR), "", "", ""])[:3]
-            base, flags = _split_node_state(state)
-            nodes[name] = NodeInfo(name=name, state=base, flags=flags, reason=_none(reason))
+            fields = line.split(SEPARATOR, len(NODE_FIELDS) - 1)
+            if len(fields) != len(NODE_FIELDS):
+                logger.warning("ignored sinfo line with %d fields: %.200s", len(fields), line)
+                continue
+            node = _node_from_fields(fields)
+            nodes.setdefault(node.name, node)  # listed once per partition
         return list(nodes.values())
 
     def scheduler_version(self) -> str | None:
@@ -488,6 +503,43 @@ def _split_node_state(text: str) -> tuple[str, list[str]]:
         text = text.rstrip("*")
     base, *rest = text.split("+")
     return base, flags + rest
+
+
+def _node_from_fields(fields: list[str]) -> NodeInfo:
+    """One line of ``sinfo -N -O NODE_FORMAT``; what cannot be read is unknown, not "".
+
+    sinfo prints "none" for no reason, and "Unknown" for the user and time of no reason (24.11
+    prints a user even then): both are kept only beside a reason.
+    """
+    name, state_text, user, timestamp, reason_text = fields
+    unreadable: dict[str, str] = {}
+    state: str | None = None
+    base, flags = _split_node_state(state_text)
+    if base in NODE_BASE_STATES and all(flags):
+        state = base
+    else:
+        unreadable["state"] = f"StateComplete: {state_text.strip()[:60]!r} is not a node state"
+    reason = reason_text[: -len(SEPARATOR)] if reason_text.endswith(SEPARATOR) else reason_text
+    reason = reason.strip()
+    if reason == "none":
+        reason = ""
+    set_by, set_at = "", None
+    if reason:
+        set_by = "" if user.strip() in {"", "Unknown", "(null)"} else user.strip()
+        set_at = _slurm_time(timestamp)
+        if not set_by:
+            unreadable["reason_set_by"] = f"User: {user.strip()[:40]!r}"
+        if set_at is None:
+            unreadable["reason_set_at"] = f"Timestamp: {timestamp.strip()[:40]!r} is not a time"
+    return NodeInfo(
+        name=name.strip(),
+        state=state,
+        flags=flags,
+        reason=reason,
+        reason_set_by=set_by,
+        reason_set_at=set_at,
+        unreadable=unreadable,
+    )
 
 
 def _slurm_time(text: str) -> datetime | None:

@@ -142,14 +142,18 @@ class SlurmDocument:
 
     def nodes(self) -> list[NodeInfo]:
         """The node records of ``sinfo --json`` (22.05) or ``scontrol --json show nodes``, or the
-        node groups of ``sinfo --json`` (23.02 and later)."""
-        records = self.body.get("nodes")
-        if isinstance(records, list):
-            return [node_from_record(raw) for raw in records if isinstance(raw, Mapping)]
+        node groups of ``sinfo --json`` (23.02 and later; see ``nodes_from_sinfo_groups``)."""
+        if self.has_node_records:
+            return [node_from_record(raw) for raw in self.body["nodes"] if isinstance(raw, Mapping)]
         groups = self.body.get("sinfo")
         if isinstance(groups, list):
             return nodes_from_sinfo_groups(groups)
         raise SlurmDocumentError("no list of nodes in the document (neither nodes nor sinfo)")
+
+    @property
+    def has_node_records(self) -> bool:
+        """One record per node, not ``sinfo``'s groups of nodes."""
+        return isinstance(self.body.get("nodes"), list)
 
 
 @dataclass(frozen=True)
@@ -485,6 +489,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
     if not user and "user" not in unreadable:
         unreadable["user"] = "user_name: empty (the user id has no name)"
     user_uid = read("user_uid", ("user_id",), _uid)
+    account = read("account", ("account",), _string)  # "" where the site keeps no accounts
     reason = _none(_text(raw, "state_reason"))
     comment = raw["comment"] if isinstance(raw.get("comment"), str) else ""
     excluded = read("excluded_nodes", ("excluded_nodes", "exc_nodes"), _nodes)
@@ -531,6 +536,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         work_dir=info["work_dir"],
         user_uid=user_uid,
         submit_time=submit_time,
+        account=account.strip() if account is not None else None,
         chained_after=chained,
         eligible_time=read("eligible_time", ("eligible_time",), _epoch),
         start_time=read("start_time", ("start_time",), _epoch),
@@ -631,47 +637,106 @@ def expand_output_path(pattern: str, job: Mapping[str, str]) -> str:
 def read_node_state(state: object, flags: object = None) -> tuple[str, list[str]]:
     """22.05: ``"idle"`` plus ``state_flags``; 23.02 and later: ``["IDLE", "DRAIN"]``.
 
-    A state that cannot be read gives the base state ``""``.
+    Returns the base state and the flags. Raises ``NodeStateError`` (keeping the words it
+    read) for a state that is absent, in a shape this reader does not know, without exactly
+    one base state, or with flags that are not a list of words.
     """
-    words: list[str]
+    words: list[object]
     if isinstance(state, str):
-        words = [state, *(flags if isinstance(flags, list) else [])]
+        if flags is not None and not isinstance(flags, list):
+            raise NodeStateError(f"state_flags: unknown shape {_shape(flags)}")
+        words = [state, *(flags or [])]
     elif isinstance(state, list):
         words = list(state)
+    elif state is _ABSENT:
+        raise NodeStateError("absent")
+    elif state is None:
+        raise NodeStateError("null")
     else:
-        return "", []
-    if not all(isinstance(word, str) for word in words):
-        return "", []
-    words = [word.strip().upper() for word in words]
-    base = next((word for word in words if word in NODE_BASE_STATES), "")
-    return base, [word for word in words if word != base]
+        raise NodeStateError(f"unknown shape {_shape(state)}")
+    if not words or not all(isinstance(word, str) and word.strip() for word in words):
+        raise NodeStateError(f"unknown shape list {json.dumps(words, default=str)[:80]}")
+    upper = [str(word).strip().upper() for word in words]
+    bases = [word for word in upper if word in NODE_BASE_STATES]
+    if len(bases) != 1:
+        raise NodeStateError(f"{len(bases)} base states in {upper}", upper)
+    return bases[0], [word for word in upper if word != bases[0]]
+
+
+class NodeStateError(_Unreadable):
+    """The node's state is unknown; the words Slurm gave are kept in ``words``."""
+
+    def __init__(self, reason: str, words: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.words = words or []
 
 
 def node_from_record(raw: Mapping[str, Any]) -> NodeInfo:
-    state, flags = read_node_state(raw.get("state"), raw.get("state_flags"))
-    if not state:
+    """One node record of ``scontrol --json show nodes`` or 22.05's ``sinfo --json``.
+
+    ``reason_set_by_user`` and ``reason_changed_at`` say who set the reason and when; both
+    versions print them for a node with no reason too (24.11 a user, 22.05 null), so they are
+    kept only beside a reason.
+    """
+    unreadable: dict[str, str] = {}
+    state: str | None = None
+    flags: list[str] = []
+    try:
+        state, flags = read_node_state(raw.get("state", _ABSENT), raw.get("state_flags"))
+    except NodeStateError as exc:
+        flags = exc.words
+        unreadable["state"] = f"state: {exc}"
         logger.warning("node %s: unreadable state %.100r", raw.get("name"), raw.get("state"))
-    reason = raw.get("reason")
+    reason: str | None = None
+    try:
+        reason = _string(raw.get("reason", _ABSENT)).strip()
+    except _Unreadable as exc:
+        unreadable["reason"] = f"reason: {exc}"
+    set_by, set_at = "", None
+    if reason:
+        by = raw.get("reason_set_by_user")
+        set_by = by.strip() if isinstance(by, str) else ""
+        if not set_by:
+            unreadable["reason_set_by"] = f"reason_set_by_user: {shown(by)}"
+        try:
+            set_at = _epoch(raw.get("reason_changed_at", _ABSENT))
+        except _Unreadable as exc:
+            unreadable["reason_set_at"] = f"reason_changed_at: {exc}"
     return NodeInfo(
         name=_text(raw, "name"),
         state=state,
         flags=flags,
-        reason=reason if isinstance(reason, str) else "",
+        reason=reason,
+        reason_set_by=set_by,
+        reason_set_at=set_at,
+        unreadable=unreadable,
     )
 
 
 def nodes_from_sinfo_groups(groups: Sequence[object]) -> list[NodeInfo]:
     """23.02+ ``sinfo --json`` prints groups of nodes that share a state, not node records.
 
-    A node in several partitions appears in several groups; the first one is kept. The
-    reason is the group's, which sinfo may share between nodes whose reasons differ.
+    A node in several partitions appears in several groups; the first one is kept. A group
+    has one reason, and Slurm gives a group of several nodes the reason of one of them (24.11
+    shows three nodes drained for three reasons as one group with one reason): a node's reason
+    is read only from a group of its own, and is unknown otherwise. ``SlurmAdapter`` reads the
+    nodes one by one instead where it can.
     """
     nodes: dict[str, NodeInfo] = {}
     for group in groups:
         if not isinstance(group, Mapping):
             continue
         node = group.get("node")
-        state, flags = read_node_state(node.get("state") if isinstance(node, Mapping) else None)
+        unreadable: dict[str, str] = {}
+        state: str | None = None
+        flags: list[str] = []
+        try:
+            state, flags = read_node_state(
+                node.get("state", _ABSENT) if isinstance(node, Mapping) else _ABSENT
+            )
+        except NodeStateError as exc:
+            flags = exc.words
+            unreadable["state"] = f"node.state: {exc}"
         members = group.get("nodes")
         names = members.get("nodes") if isinstance(members, Mapping) else None
         if isinstance(names, str):
@@ -683,13 +748,22 @@ def nodes_from_sinfo_groups(groups: Sequence[object]) -> list[NodeInfo]:
             continue
         why = group.get("reason")
         text = why.get("description") if isinstance(why, Mapping) else why
+        reason: str | None = text.strip() if isinstance(text, str) else None
+        if reason is None:
+            unreadable["reason"] = f"reason: {shown(why)}"
+        elif len(names) > 1:
+            reason = None
+            unreadable["reason"] = (
+                f"reason: one for a group of {len(names)} nodes, which may be another's"
+            )
         for name in names:
             if isinstance(name, str) and name not in nodes:
                 nodes[name] = NodeInfo(
                     name=name,
                     state=state,
                     flags=list(flags),
-                    reason=text if isinstance(text, str) else "",
+                    reason=reason,
+                    unreadable=dict(unreadable),
                 )
     return list(nodes.values())
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from recovery.sources.schedulers.base import CommandResult, SchedulerError
+from recovery.sources.schedulers.compat import UTC
 from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
-from recovery.sources.schedulers.slurm import FALLBACK_FIELDS, SEPARATOR, SlurmAdapter
+from recovery.sources.schedulers.slurm import (
+    FALLBACK_FIELDS,
+    NODE_FORMAT,
+    SEPARATOR,
+    SlurmAdapter,
+)
 
 DATA = Path(__file__).parent / "data" / "slurm"
 SQUEUE_JSON = ("squeue", "--json", "-t", "all")
@@ -109,6 +116,25 @@ def adapter(
 ) -> tuple[SlurmAdapter, ScriptedTransport]:
     transport = ScriptedTransport(answers)
     return SlurmAdapter(transport), transport
+
+
+SINFO_NODES = ("sinfo", "-h", "-a", "-N", "-O", NODE_FORMAT)
+NOW = "2026-12-03T22:22:32"
+
+
+def sinfo_lines(*nodes: tuple[str, str, str, str, str]) -> str:
+    """sinfo -N -O NODE_FORMAT's lines: each field followed by the separator."""
+    return "".join("".join(f"{field}{SEPARATOR}" for field in node) + "\n" for node in nodes)
+
+
+def fixed_format_only(stdout: str, returncode: int = 0) -> tuple[SlurmAdapter, ScriptedTransport]:
+    return adapter(
+        {
+            ("scontrol", "--json", "show", "nodes"): [(1, "", "unrecognized option '--json'")],
+            ("sinfo", "--json"): [(1, "", "sinfo: unrecognized option '--json'")],
+            SINFO_NODES: [(returncode, stdout, "" if returncode == 0 else "slurm_load_node")],
+        }
+    )
 
 
 class TestListingJobs:
@@ -300,6 +326,63 @@ class TestNodes:
         assert {n.name for n in slurm.list_nodes()} >= {"node001", "node003"}
         slurm.list_nodes()
         assert transport.calls.count(("scontrol", "--json", "show", "nodes")) == 1
+
+    def test_sinfo_groups_are_not_read_for_nodes(self) -> None:
+        """23.02+ sinfo --json gives a group of nodes one reason: the nodes are read one by
+        one from sinfo's fixed format instead."""
+        path = DATA / "24.11" / "sinfo-drained-down.json"
+        slurm, transport = adapter(
+            {
+                ("scontrol", "--json", "show", "nodes"): [(1, "", "slurm_load_node error")],
+                ("sinfo", "--json"): [(0, path.read_text(), "")],
+                SINFO_NODES: [(0, sinfo_lines(("node003", "idle+drain", "root", NOW, "x")), "")],
+            }
+        )
+        [node] = slurm.list_nodes()
+        assert (node.name, node.state, node.flags, node.reason) == (
+            "node003",
+            "IDLE",
+            ["DRAIN"],
+            "x",
+        )
+        assert transport.calls[-1] == SINFO_NODES
+
+    def test_sinfos_fixed_format_per_node(self) -> None:
+        """Lines as 22.05's and 24.11's sinfo print them, once per partition a node is in."""
+        slurm, _ = fixed_format_only(
+            sinfo_lines(
+                ("node001", "idle", "Unknown", "Unknown", "none"),
+                ("node001", "idle", "Unknown", "Unknown", "none"),
+                ("node002", "idle+drain", "root", NOW, "admin: swap PSU"),
+                ("node003", "down+not_responding", "root", NOW, "RMA 4411 | do not resume"),
+                ("node004", "down+drain", "root", NOW, "RMA later"),
+                ("node005", "idle", "root", "Unknown", "none"),  # 24.11: a user, no reason
+            )
+        )
+        nodes = {node.name: node for node in slurm.list_nodes()}
+        assert list(nodes) == ["node001", "node002", "node003", "node004", "node005"]
+        assert (nodes["node001"].state, nodes["node001"].reason) == ("IDLE", "")
+        assert nodes["node001"].unknown() == {} and nodes["node001"].unreadable == {}
+        assert (nodes["node002"].state, nodes["node002"].flags) == ("IDLE", ["DRAIN"])
+        assert nodes["node002"].reason_set_by == "root"
+        assert nodes["node002"].reason_set_at == datetime(2026, 12, 3, 22, 22, 32, tzinfo=UTC)
+        assert nodes["node003"].flags == ["NOT_RESPONDING"]
+        assert nodes["node003"].reason == "RMA 4411 | do not resume"
+        # %T would have said "drained": the DOWN under the drain is kept.
+        assert (nodes["node004"].state, nodes["node004"].flags) == ("DOWN", ["DRAIN"])
+        assert (nodes["node005"].reason, nodes["node005"].reason_set_by) == ("", "")
+
+    @pytest.mark.parametrize("state", ["drained", "", "idle+", "weird+drain"])
+    def test_an_unreadable_state_in_the_fixed_format_is_unknown(self, state: str) -> None:
+        slurm, _ = fixed_format_only(sinfo_lines(("node001", state, "root", NOW, "disk")))
+        [node] = slurm.list_nodes()
+        assert node.state is None
+        assert node.unknown()["state"].startswith("StateComplete: ")
+
+    def test_the_fixed_format_failing_is_an_error_not_no_nodes(self) -> None:
+        slurm, _ = fixed_format_only("", returncode=1)
+        with pytest.raises(SchedulerError):
+            slurm.list_nodes()
 
 
 class TestVersionAndCluster:

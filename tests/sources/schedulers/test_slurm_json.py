@@ -49,6 +49,7 @@ def common(**overrides: Any) -> dict[str, Any]:
         "user_name": "alice",
         "user_id": 1000,
         "partition": "debug",
+        "account": "physics",
         "state_reason": "None",
         "comment": COMMENT,
         "nodes": "node[001-002]",
@@ -295,6 +296,18 @@ def test_an_absent_field_is_unknown_in_every_version(make: Any, field: str) -> N
     assert any(reason == f"{field}: absent" for reason in job.unreadable.values())
 
 
+def test_the_account_is_read_and_an_absent_one_is_unknown() -> None:
+    """A job's account may let it choose its environment's policy (``EnvironmentBinding``)."""
+    assert job_from_record(v0040()).account == "physics"
+    assert job_from_record(v0038(account="")).account == ""  # the site keeps no accounts
+    record = v0039()
+    del record["account"]
+    absent = job_from_record(record)
+    assert absent.account is None
+    assert absent.unreadable["account"] == "account: absent"
+    assert job_from_record(v0038(account=7)).account is None
+
+
 def test_the_22_05_key_exc_nodes_is_read_too() -> None:
     record = v0038(exc_nodes="node002")
     del record["excluded_nodes"]
@@ -414,8 +427,90 @@ class TestNodes:
         node = node_from_record({"name": "node004", "state": ["DOWN", "NOT_RESPONDING"]})
         assert (node.state, node.flags) == ("DOWN", ["NOT_RESPONDING"])
 
-    def test_an_unreadable_node_state(self) -> None:
-        assert node_from_record({"name": "node004", "state": {"x": 1}}).state == ""
+    @pytest.mark.parametrize(
+        ("state", "flags", "why"),
+        [
+            ({"x": 1}, None, "state: unknown shape dict"),
+            (None, None, "state: null"),
+            ("idle", "DRAIN", "state: state_flags: unknown shape str"),
+            (["DRAIN"], None, "state: 0 base states in ['DRAIN']"),
+            (["IDLE", "DOWN"], None, "state: 2 base states in ['IDLE', 'DOWN']"),
+            (["IDLE", 7], None, "state: unknown shape list"),
+            ([], None, "state: unknown shape list"),
+        ],
+    )
+    def test_an_unreadable_node_state_is_unknown_never_empty(
+        self, state: object, flags: object, why: str
+    ) -> None:
+        record = {"name": "node004", "state": state, "reason": "", "state_flags": flags}
+        node = node_from_record(record)
+        assert node.state is None
+        assert node.unreadable["state"].startswith(why)
+        assert set(node.unknown()) == {"state"}
+        assert not node.drained and not node.unavailable  # unknown, not "in service"
+
+    def test_an_absent_node_state_is_unknown(self) -> None:
+        node = node_from_record({"name": "node004", "reason": ""})
+        assert node.state is None and node.unreadable["state"] == "state: absent"
+
+    def test_the_words_of_an_unreadable_state_are_kept_for_showing(self) -> None:
+        node = node_from_record({"name": "node004", "state": ["DRAIN", "FROBNICATED"]})
+        assert node.state is None and node.flags == ["DRAIN", "FROBNICATED"]
+
+    @pytest.mark.parametrize("reason", [None, 3, ["x"]])
+    def test_an_unreadable_reason_is_unknown_never_empty(self, reason: object) -> None:
+        node = node_from_record({"name": "node004", "state": ["IDLE"], "reason": reason})
+        assert node.reason is None
+        assert set(node.unknown()) == {"reason"}
+        assert set(node_from_record({"name": "n", "state": ["IDLE"]}).unknown()) == {"reason"}
+
+    def test_who_set_the_reason_and_when_22_05(self) -> None:
+        node = node_from_record(
+            {
+                "name": "node003",
+                "state": "down",
+                "state_flags": [],
+                "reason": "RMA 4411 do not resume",
+                "reason_set_by_user": "root",
+                "reason_changed_at": 1796336552,
+            }
+        )
+        assert (node.state, node.reason, node.reason_set_by) == (
+            "DOWN",
+            "RMA 4411 do not resume",
+            "root",
+        )
+        assert node.reason_set_at == datetime.fromtimestamp(1796336552, tz=UTC)
+        assert node.unknown() == {} and node.unreadable == {}
+
+    def test_who_set_the_reason_and_when_24_11(self) -> None:
+        changed = {"set": True, "infinite": False, "number": 1796336565}
+        node = node_from_record(
+            {
+                "name": "node004",
+                "state": ["DOWN", "DRAIN"],
+                "reason": "RMA later",
+                "reason_set_by_user": "root",
+                "reason_changed_at": changed,
+            }
+        )
+        assert (node.state, node.flags, node.reason_set_by) == ("DOWN", ["DRAIN"], "root")
+        assert node.reason_set_at == datetime.fromtimestamp(1796336565, tz=UTC)
+
+    def test_no_reason_has_no_setter(self) -> None:
+        # 24.11 names a user for a node without a reason; 22.05 says null.
+        unset = {"set": True, "infinite": False, "number": 0}
+        node = node_from_record(
+            {
+                "name": "node001",
+                "state": ["IDLE"],
+                "reason": "",
+                "reason_set_by_user": "root",
+                "reason_changed_at": unset,
+            }
+        )
+        assert (node.reason, node.reason_set_by, node.reason_set_at) == ("", "", None)
+        assert node.unreadable == {}
 
     def test_sinfo_groups(self) -> None:
         nodes = nodes_from_sinfo_groups(
@@ -425,14 +520,32 @@ class TestNodes:
                     "nodes": {"nodes": ["node003"]},
                     "reason": {"description": "drained"},
                 },
-                {"node": {"state": ["MIXED"]}, "nodes": {"nodes": "node[001-003]"}},
+                {
+                    "node": {"state": ["MIXED"]},
+                    "nodes": {"nodes": "node[001-003]"},
+                    "reason": {"description": ""},
+                },
             ]
         )
         assert [(n.name, n.state, n.flags, n.reason) for n in nodes] == [
             ("node003", "IDLE", ["DRAIN"], "drained"),
-            ("node001", "MIXED", [], ""),
-            ("node002", "MIXED", [], ""),
+            ("node001", "MIXED", [], None),
+            ("node002", "MIXED", [], None),
         ]
+
+    def test_a_groups_reason_is_no_nodes_own_when_it_holds_several(self) -> None:
+        """24.11 printed three drained nodes, each with its own reason, as one group."""
+        [one, two, three] = nodes_from_sinfo_groups(
+            [
+                {
+                    "node": {"state": ["IDLE", "DRAIN"]},
+                    "nodes": {"nodes": ["node001", "node002", "node004"]},
+                    "reason": {"description": "other reason", "time": 1796336598, "user": "root"},
+                }
+            ]
+        )
+        assert one.reason is None and two.reason is None and three.reason is None
+        assert "group of 3 nodes" in one.unknown()["reason"]
 
 
 class TestDocument:
