@@ -13,12 +13,15 @@ from factory.declarations import LazyAttribute, LazyFunction, Sequence, SubFacto
 from recovery.choices import (
     AnomalyKind,
     Attribution,
+    EvidenceSource,
     FailureCategory,
     OptInMode,
     RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
+from recovery.detection.findings import Finding
+from recovery.loop.anomalies import record_anomalies
 from recovery.models import Anomaly, Attempt, Cluster, Recommendation, Workload
 
 ModelT = TypeVar("ModelT", bound=Model)
@@ -104,3 +107,41 @@ class RecommendationFactory(ModelFactory[Recommendation]):
         )
     )
     idempotency_key = Sequence(lambda n: f"test:{n}")
+
+
+def xid_79(node: str) -> Finding:
+    """Xid 79 (the GPU fell off the bus) on ``node``: a crash blamed on the node's hardware."""
+    return Finding(
+        kind="crash",
+        category="gpu_hardware",
+        attribution="hardware",
+        severity="fatal",
+        signature="xid-79",
+        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+        nodes=[node],
+        detail={"role": "cause", "xid": 79},
+    )
+
+
+def kernel_log_blames(cluster: Cluster, node: str, *, partition: str = "gpu") -> Workload:
+    """Xid 79 in ``node``'s kernel log, for another job on it each call: a drain is due."""
+    workload = Workload.objects.create(
+        cluster=cluster,
+        job_id=str(990001 + Workload.objects.count()),
+        submit_time=timezone.now(),
+        user="alice",
+        partition=partition,
+        opted_in=True,
+        current_attempt=1,
+    )
+    attempt = Attempt.objects.create(workload=workload, number=1, nodes=[node])
+    record_anomalies(
+        workload,
+        attempt,
+        [xid_79(node)],
+        timezone.now(),
+        scope=f"kernel:{node}",
+        source=EvidenceSource.KERNEL_LOG,
+    )
+    return workload
+

@@ -130,13 +130,15 @@ def invalid_length(path: str) -> Refusal:
     )
 
 
-def refusal_before_reading(path: str, headers: Headers, limits: BodyLimits) -> Refusal | None:
-    """What to answer from the headers alone, before any of the body is read; None: read on."""
+def refusal_before_reading(path: str, headers: Headers, limit: int) -> Refusal | None:
+    """What to answer from the headers alone, before any of the body is read; None: read on.
+
+    ``limit`` is the path's (``BodyLimits.for_path``).
+    """
     try:
         length = declared_length(headers)
     except InvalidContentLength:
         return invalid_length(path)
-    limit = limits.for_path(path)
     if length is not None and length > limit:
         return too_large(path, limit)
     return None
@@ -218,11 +220,11 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path = application_path(scope)
-        refusal = refusal_before_reading(path, scope.get("headers", []), self.limits)
+        limit = self.limits.for_path(path)
+        refusal = refusal_before_reading(path, scope.get("headers", []), limit)
         if refusal is not None:
             await send_refusal(send, refusal)
             return
-        limit = self.limits.for_path(path)
         body = CountedBody(receive, send, too_large(path, limit), limit)
         await self.app(scope, body.receive, body.send)
 
@@ -257,7 +259,8 @@ class BodyLimitMiddleware:
         # A WSGI server passes an empty CONTENT_LENGTH for a request that declared none.
         declared = request.META.get("CONTENT_LENGTH") or ""
         headers = [(b"content-length", str(declared).encode())] if declared else []
-        found = refusal_before_reading(request.path_info, headers, BodyLimits.from_settings())
+        path = request.path_info
+        found = refusal_before_reading(path, headers, BodyLimits.from_settings().for_path(path))
         return None if found is None else refusal_response(found)
 
     def __call__(self, request: HttpRequest) -> Any:

@@ -50,7 +50,8 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
     )
     timeline = workload_timeline_figure(workload, now=now, failures=goodput.failures)
     with policies_read_once():
-        own_policy, site = policy_for(workload), site_policy(workload)
+        own_policy = policy_for(workload)
+        site = site_policy(workload, own_policy)
     return render(
         request,
         "console/workload.html",

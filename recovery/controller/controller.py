@@ -661,33 +661,29 @@ class AdvisorController:
                 outcome.detail = done
                 return outcome
             _require_ownable(recommendation.action, node)
+            drain = recommendation.action == DRAIN
 
-            def recheck() -> None:
-                self._still_to_change(recommendation.action, name, outcome)
+            def run() -> CommandResult:
+                return (
+                    self.adapter.drain_node(name, reason)
+                    if drain
+                    else self.adapter.resume_node(name)
+                )
 
-            if recommendation.action == DRAIN:
-                self._node_command(
-                    outcome,
-                    Command.DRAIN_NODE,
-                    name,
-                    lambda: self.adapter.drain_node(name, reason),
-                    reason,
-                    recheck=recheck,
-                )
-                after = self._read_node(name)
-                outcome.converged = after is not None and drained_by_recovery(after)
-            else:
-                self._node_command(
-                    outcome,
-                    Command.RESUME_NODE,
-                    name,
-                    lambda: self.adapter.resume_node(name),
-                    recheck=recheck,
-                )
-                after = self._read_node(name)
-                # Recovery's drain lifted is the resume done (Slurm may list the node as not
-                # responding until its next ping).
-                outcome.converged = after is not None and not after.unknown() and not after.drained
+            self._node_command(
+                outcome,
+                Command.DRAIN_NODE if drain else Command.RESUME_NODE,
+                name,
+                run,
+                reason if drain else "",
+                recheck=lambda: self._still_to_change(recommendation.action, name, outcome),
+            )
+            after = self._read_node(name)
+            # Done as ``_already_done`` says: for a resume, recovery's drain lifted (Slurm may
+            # list the node as not responding until its next ping).
+            outcome.converged = after is not None and bool(
+                _already_done(recommendation.action, after)
+            )
             if not outcome.converged:
                 outcome.detail = f"not converged: {node_snapshot(after)}"
         except NotOwned as exc:

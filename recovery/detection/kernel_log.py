@@ -47,7 +47,7 @@ Every pattern here runs on RE2 (``compile_linear``), so its time is linear in th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -57,14 +57,13 @@ import re2
 from recovery.detection.facts.xid import XID_MEANINGS, xid_meaning
 from recovery.detection.findings import CRASH, Finding, FindingSource
 from recovery.detection.linear_regex import compile_linear
-from recovery.detection.normalize import parse_timestamp
+from recovery.detection.normalize import MAX_MESSAGE_CHARS, parse_timestamp
 from recovery.detection.signatures.base import CATEGORY_PRIORITY, CAUSE
 from recovery.detection.taxonomy import NO_CATEGORY, Attribution, FailureCategory, Severity
 
 # A printk record holds at most 1024 bytes of text (PRINTKRB_RECORD_MAX, kernel/printk); twice
 # that bounds how far a record's continuation lines reach, whatever the log's prefixes.
 MAX_RECORD_CHARS = 2048
-MAX_MESSAGE_CHARS = 4000
 MAX_EVIDENCE_CHARS = 1000
 # Uncorrectable host memory and CPU errors: below a GPU off the bus, above the fabric.
 HOST_HARDWARE_PRIORITY = 95
@@ -175,14 +174,6 @@ class KernelRead:
     lines: int = 0
     continuations: int = 0
     foreign: int = 0
-
-    @property
-    def device_facts(self) -> list[KernelEntry]:
-        return [e for e in self.entries if isinstance(e.fact, DeviceFact)]
-
-    @property
-    def process_facts(self) -> list[KernelEntry]:
-        return [e for e in self.entries if isinstance(e.fact, ProcessFact)]
 
 
 # ----------------------------------------------------------------------------- line prefixes
@@ -443,8 +434,13 @@ def _process_fact(message: str) -> ProcessFact | Shape | None:
     if "]: segfault at " in head and (found := _SEGFAULT.match(message)) is not None:
         return _crash(message, ProcessEvent.SEGFAULT, found.group(1), int(found.group(2)))
     if message.startswith("traps: ") and (found := _TRAP.match(message)) is not None:
-        fact = _crash(message, ProcessEvent.TRAP, found.group(1), int(found.group(2)))
-        return _with(fact, detail={"trap": found.group(3)})
+        return _crash(
+            message,
+            ProcessEvent.TRAP,
+            found.group(1),
+            int(found.group(2)),
+            detail={"trap": found.group(3)},
+        )
     if (
         message.startswith(("Out of memory", "Memory cgroup out of memory"))
         and (found := _OOM_KILLED.match(message)) is not None
@@ -460,7 +456,14 @@ def _process_fact(message: str) -> ProcessFact | Shape | None:
     return None
 
 
-def _crash(message: str, event: ProcessEvent, comm: str, pid: int) -> ProcessFact:
+def _crash(
+    message: str,
+    event: ProcessEvent,
+    comm: str,
+    pid: int,
+    *,
+    detail: dict[str, Any] | None = None,
+) -> ProcessFact:
     return ProcessFact(
         signature="segmentation-fault",
         event=event,
@@ -470,6 +473,7 @@ def _crash(message: str, event: ProcessEvent, comm: str, pid: int) -> ProcessFac
         message=message,
         pid=pid,
         comm=comm,
+        detail=detail or {},
     )
 
 
@@ -496,10 +500,6 @@ def _oom(
         uid=uid,
         detail=detail or {},
     )
-
-
-def _with(fact: ProcessFact, *, detail: dict[str, Any]) -> ProcessFact:
-    return replace(fact, detail={**fact.detail, **detail})
 
 
 def _oom_summary(message: str, constraint: str) -> ProcessFact:
@@ -823,13 +823,15 @@ def parse_kernel_log(data: bytes | str) -> KernelRead:
             _hide(read.in_continuations, number, prefix)
             continue
         found = classify(prefix.message)
+        # A process line carries user text. So may a message of no known structure, of any
+        # length (a path, a version string a program passed): only a record's own timestamp
+        # tells its next lines from the next record's.
         open_record = None
-        if isinstance(found, ProcessFact) or found is Shape.PROCESS:
-            open_record = _Record(prefix.key, MAX_RECORD_CHARS - len(prefix.message))
-        elif found is None and prefix.record is not None:
-            # A message of no known structure may carry user text of any length (a path, a
-            # version string a program passed): only a record's own timestamp tells its next
-            # lines from the next record's.
+        if (
+            isinstance(found, ProcessFact)
+            or found is Shape.PROCESS
+            or (found is None and prefix.record is not None)
+        ):
             open_record = _Record(prefix.key, MAX_RECORD_CHARS - len(prefix.message))
         if isinstance(found, (DeviceFact, ProcessFact)):
             read.entries.append(KernelEntry(number, found, prefix.at))
@@ -874,11 +876,7 @@ def _finding(group: list[KernelEntry], node: str) -> Finding:
     first, last = group[0], group[-1]
     fact = first.fact
     device = isinstance(fact, DeviceFact)
-    priority = (
-        CATEGORY_PRIORITY.get(fact.category, HOST_HARDWARE_PRIORITY)
-        if fact.category
-        else HOST_HARDWARE_PRIORITY
-    )
+    priority = CATEGORY_PRIORITY.get(fact.category, HOST_HARDWARE_PRIORITY)
     detail: dict[str, Any] = {
         **fact.detail,
         "role": CAUSE,

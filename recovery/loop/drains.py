@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -97,11 +98,14 @@ def _propose_drain(
         return None
     refusal = node.drain_refusal
     if refusal:
-        _record_refused(anomaly, node, refusal, policy, now)
+        # Once per node and refusal (which names its state), with the node as read.
+        facts = {"node": node.name, "reason": refusal, "node_state": node.as_read().facts()}
+        _record_once(anomaly, AuditKind.DRAIN_REFUSED, facts, ("node", "reason"), policy, now)
         return None
     over = over_drain_radius(cluster, node.name, policy, now)
     if over:
-        _record_withheld(anomaly, node, over, policy, now)
+        facts = {"node": node.name, "reason": over}
+        _record_once(anomaly, AuditKind.DRAIN_WITHHELD, facts, ("node",), policy, now)
         return None
     automatic = cluster.acts_automatically and cluster.drain_automatically
     source = anomaly.get_evidence_source_display() or "a site fact"
@@ -199,44 +203,28 @@ def over_drain_radius(cluster: Cluster, adding: str, policy: Policy, now: dateti
     )
 
 
-def _record_withheld(anomaly: Anomaly, node: Node, why: str, policy: Policy, now: datetime) -> None:
-    """Once per node and blast-radius window: the trail says a drain was due and not asked."""
+def _record_once(
+    anomaly: Anomaly,
+    kind: str,
+    facts: dict[str, Any],
+    once_per: tuple[str, ...],
+    policy: Policy,
+    now: datetime,
+) -> None:
+    """The trail says a drain was due and not asked, and why (``drain_withheld``,
+    ``drain_refused``): once per blast-radius window for the same ``once_per`` facts."""
     cluster = anomaly.workload.cluster
     since = now - timedelta(minutes=policy.blast_radius_window_minutes)
-    withheld = AuditEvent.objects.filter(
-        cluster=cluster, kind=AuditKind.DRAIN_WITHHELD, occurred_at__gte=since
-    )
-    if withheld.filter(payload__node=node.name).exists():
+    recorded = AuditEvent.objects.filter(cluster=cluster, kind=kind, occurred_at__gte=since)
+    if recorded.filter(**{f"payload__{key}": facts[key] for key in once_per}).exists():
         return
     record_event(
         cluster=cluster,
         workload=anomaly.workload,
         attempt=anomaly.attempt.number if anomaly.attempt else None,
-        kind=AuditKind.DRAIN_WITHHELD,
+        kind=kind,
         actor=Actor.POLICY,
-        payload={"anomaly": anomaly.pk, "node": node.name, "reason": why},
-    )
-
-
-def _record_refused(anomaly: Anomaly, node: Node, why: str, policy: Policy, now: datetime) -> None:
-    """Once per node, state and blast-radius window: the trail says a drain was due and why
-    recovery did not ask for it, with the node as read (its state, flags, reason and who set
-    it)."""
-    cluster = anomaly.workload.cluster
-    since = now - timedelta(minutes=policy.blast_radius_window_minutes)
-    facts = node.as_read().facts()
-    refused = AuditEvent.objects.filter(
-        cluster=cluster, kind=AuditKind.DRAIN_REFUSED, occurred_at__gte=since
-    )
-    if refused.filter(payload__node=node.name, payload__reason=why).exists():
-        return
-    record_event(
-        cluster=cluster,
-        workload=anomaly.workload,
-        attempt=anomaly.attempt.number if anomaly.attempt else None,
-        kind=AuditKind.DRAIN_REFUSED,
-        actor=Actor.POLICY,
-        payload={"anomaly": anomaly.pk, "node": node.name, "reason": why, "node_state": facts},
+        payload={"anomaly": anomaly.pk, **facts},
     )
 
 
@@ -246,12 +234,11 @@ def approval_problem(recommendation: Recommendation) -> str:
     if recommendation.action != RecommendationAction.DRAIN or recommendation.node is None:
         return ""
     node = recommendation.node
-    if not node.drained_by_recovery and node.drain_refusal:
-        return node.drain_refusal
+    refusal = "" if node.drained_by_recovery else node.drain_refusal
+    if refusal:
+        return refusal
     policy = site_policy_for(recommendation.workload)
-    return over_drain_radius(
-        recommendation.workload.cluster, recommendation.node.name, policy, timezone.now()
-    )
+    return over_drain_radius(recommendation.workload.cluster, node.name, policy, timezone.now())
 
 
 @dataclass(frozen=True)

@@ -291,8 +291,11 @@ def ingest_node_kernel_logs(
                 if on_nodes is None:
                     on_nodes = attempts_by_node(cluster, now)
                 here = on_nodes.get(node.name, [])
-                result = kernel_result(_hardware_findings(read, node.name), read, len(consumed))
-                for workload, attempt, _ in here:
+                hardware, not_hardware = _device_facts(read)
+                result = kernel_result(kernel_findings(hardware, node.name), read, len(consumed))
+                # Most reads hold no hardware fact: recording none would still cost a query
+                # per workload on the node.
+                for workload, attempt, _ in here if result.findings else []:
                     summary.anomalies_new += record_findings(
                         workload,
                         attempt,
@@ -301,8 +304,14 @@ def ingest_node_kernel_logs(
                         scope=f"kernel:{node.name}",
                         source=EvidenceSource.KERNEL_LOG,
                     )
-                summary.anomalies_new += _record_process_facts(node, path, read, here, now, summary)
-                _record_not_acted_on(node, path, read, now, summary)
+                created, ignored = _record_process_facts(node, read, here, now)
+                summary.anomalies_new += created
+                ignored |= {
+                    KernelFactIgnored.NOT_HARDWARE: not_hardware,
+                    KernelFactIgnored.CONTINUATION: read.in_continuations,
+                    KernelFactIgnored.NOT_FROM_KERNEL: read.not_from_kernel,
+                }
+                _record_ignored(cluster, node, path, ignored, now, summary)
                 _mark_node(node, result, now)
             cursor.save()
     return summary
@@ -345,35 +354,32 @@ def kernel_result(found: list[Finding], read: KernelRead, size: int) -> ScanResu
     )
 
 
-def _hardware_findings(read: KernelRead, node: str) -> list[Finding]:
-    """The node's hardware facts as findings implicating ``node``, the host whose log it is."""
-    hardware = [
-        entry
-        for entry in read.device_facts
-        if isinstance(entry.fact, DeviceFact) and entry.fact.hardware
-    ]
-    return kernel_findings(hardware, node)
+def _device_facts(read: KernelRead) -> tuple[list[KernelEntry], list[KernelEntry]]:
+    """The read's device facts about the node's hardware, and those the driver does not
+    attribute to it."""
+    hardware: list[KernelEntry] = []
+    not_hardware: list[KernelEntry] = []
+    for entry in read.entries:
+        if isinstance(entry.fact, DeviceFact):
+            (hardware if entry.fact.hardware else not_hardware).append(entry)
+    return hardware, not_hardware
 
 
 def _record_process_facts(
-    node: Node,
-    path: str,
-    read: KernelRead,
-    here: list[OnNode],
-    now: datetime,
-    summary: IngestSummary,
-) -> int:
+    node: Node, read: KernelRead, here: list[OnNode], now: datetime
+) -> tuple[int, dict[KernelFactIgnored, list[KernelEntry]]]:
     """Each process fact naming a job that runs on ``node`` becomes an anomaly of that job
-    alone; the others are recorded as ignored. Returns the anomalies created.
+    alone. Returns the anomalies created and the other process facts, by why they are ignored.
 
     The job's anomaly implicates no node and needs the process to be seen to end, as a crash
     the job printed does: one process killed is not yet the job's failure.
     """
     by_job: dict[str, list[KernelEntry]] = {}
+    named_pids: set[int | None] = set()
     unnamed: list[KernelEntry] = []
     elsewhere: list[KernelEntry] = []
     on_node = {workload.job_id: (workload, attempt) for workload, attempt, _ in here}
-    for entry in read.process_facts:
+    for entry in read.entries:
         fact = entry.fact
         if not isinstance(fact, ProcessFact):
             continue
@@ -381,15 +387,10 @@ def _record_process_facts(
             unnamed.append(entry)
         elif fact.job_id in on_node and _owner_matches(on_node[fact.job_id][0], fact):
             by_job.setdefault(fact.job_id, []).append(entry)
+            named_pids.add(fact.pid)
         else:
             elsewhere.append(entry)
     # The OOM killer's other lines of an event whose summary named the job are that event.
-    named_pids = {
-        e.fact.pid
-        for entries in by_job.values()
-        for e in entries
-        if isinstance(e.fact, ProcessFact)
-    }
     unnamed = [e for e in unnamed if not _same_oom_event(e, named_pids, bool(by_job))]
     created = 0
     for job_id, entries in by_job.items():
@@ -403,9 +404,10 @@ def _record_process_facts(
             scope=f"kernel-process:{node.name}",
             source=EvidenceSource.KERNEL_LOG,
         )
-    _ignore(node, path, KernelFactIgnored.PROCESS_NAMES_NO_JOB, unnamed, now, summary)
-    _ignore(node, path, KernelFactIgnored.JOB_NOT_ON_NODE, elsewhere, now, summary)
-    return created
+    return created, {
+        KernelFactIgnored.PROCESS_NAMES_NO_JOB: unnamed,
+        KernelFactIgnored.JOB_NOT_ON_NODE: elsewhere,
+    }
 
 
 def _owner_matches(workload: Workload, fact: ProcessFact) -> bool:
@@ -421,58 +423,49 @@ def _same_oom_event(entry: KernelEntry, named_pids: set[int | None], any_named: 
     return fact.pid in named_pids or (fact.event == ProcessEvent.OOM_INVOKED and any_named)
 
 
-def _record_not_acted_on(
-    node: Node, path: str, read: KernelRead, now: datetime, summary: IngestSummary
-) -> None:
-    not_hardware = [
-        entry
-        for entry in read.device_facts
-        if isinstance(entry.fact, DeviceFact) and not entry.fact.hardware
-    ]
-    _ignore(node, path, KernelFactIgnored.NOT_HARDWARE, not_hardware, now, summary)
-    _ignore(node, path, KernelFactIgnored.CONTINUATION, read.in_continuations, now, summary)
-    _ignore(node, path, KernelFactIgnored.NOT_FROM_KERNEL, read.not_from_kernel, now, summary)
-
-
-def _ignore(
+def _record_ignored(
+    cluster: Cluster,
     node: Node,
     path: str,
-    reason: KernelFactIgnored,
-    entries: list[KernelEntry],
+    ignored: dict[KernelFactIgnored, list[KernelEntry]],
     now: datetime,
     summary: IngestSummary,
 ) -> None:
-    """Count ``entries`` as ignored, and say so in the trail once per log, reason and hour."""
-    if not entries:
+    """Count the ignored entries, and say so in the trail once per log, reason and hour."""
+    ignored = {reason: entries for reason, entries in ignored.items() if entries}
+    if not ignored:
         return
-    summary.ignored += len(entries)
-    kinds = sorted({entry.fact.signature for entry in entries})
-    shown = entries[0].fact.message[:SHOWN_MESSAGE_CHARS]
-    logger.info("%s: %d kernel-log line(s) ignored: %s", node.name, len(entries), reason)
-    recent = AuditEvent.objects.filter(
-        cluster_id=node.cluster_id,
-        workload=None,
-        kind=AuditKind.INPUT_IGNORED,
-        payload__path=path,
-        payload__reason=str(reason),
-        occurred_at__gte=now - IGNORED_EVENT_INTERVAL,
+    # One query for every reason: which of them this log's trail already shows this hour.
+    recent = set(
+        AuditEvent.objects.filter(
+            cluster=cluster,
+            workload=None,
+            kind=AuditKind.INPUT_IGNORED,
+            payload__path=path,
+            occurred_at__gte=now - IGNORED_EVENT_INTERVAL,
+        ).values_list("payload__reason", flat=True)
     )
-    if recent.exists():
-        return
-    record_event(
-        cluster=node.cluster,
-        kind=AuditKind.INPUT_IGNORED,
-        actor=Actor.POLLER,
-        payload={
-            "path": path,
-            "reason": str(reason),
-            "detail": (
-                f"{node.name}: {len(entries)} line(s) ({', '.join(kinds)}) acted on nothing; "
-                f"the first: {shown}"
-            ),
-        },
-        occurred_at=now,
-    )
+    for reason, entries in ignored.items():
+        summary.ignored += len(entries)
+        logger.info("%s: %d kernel-log line(s) ignored: %s", node.name, len(entries), reason)
+        if str(reason) in recent:
+            continue
+        kinds = sorted({entry.fact.signature for entry in entries})
+        shown = entries[0].fact.message[:SHOWN_MESSAGE_CHARS]
+        record_event(
+            cluster=cluster,
+            kind=AuditKind.INPUT_IGNORED,
+            actor=Actor.POLLER,
+            payload={
+                "path": path,
+                "reason": str(reason),
+                "detail": (
+                    f"{node.name}: {len(entries)} line(s) ({', '.join(kinds)}) acted on "
+                    f"nothing; the first: {shown}"
+                ),
+            },
+            occurred_at=now,
+        )
 
 
 OnNode = tuple[Workload, Attempt, bool]

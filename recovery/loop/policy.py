@@ -126,20 +126,21 @@ class SitePolicy:
     refused: str = ""
 
 
-def site_policy(workload: Workload) -> SitePolicy:
+def site_policy(workload: Workload, own: Policy | None = None) -> SitePolicy:
     """The policy for what ``workload``'s failures do to nodes and to other jobs.
 
     The cluster's policy: chosen by cluster and partition, with the cluster's environment.
     The environment the job named in its comment counts only where an operator bound it to
     the job's partition or account (``EnvironmentBinding``). Only the settings in
-    ``Policy.FOR_THE_SITE`` are read from it.
+    ``Policy.FOR_THE_SITE`` are read from it. ``own``: ``policy_for(workload)`` when the
+    caller has it already, so that it is not chosen again.
     """
     cluster_environment = workload.cluster.environment
     chosen = workload.environment
     policy = _best_policy(workload.cluster_id, cluster_environment, workload.partition)
     if not chosen or chosen == cluster_environment:
         return SitePolicy(policy, cluster_environment)
-    wanted = _best_policy(workload.cluster_id, chosen, workload.partition)
+    wanted = own if own is not None else policy_for(workload)
     binding = _binding_for(workload)
     if binding is not None:
         return SitePolicy(wanted, chosen, binding)
@@ -468,7 +469,7 @@ def recommend(anomaly: Anomaly) -> Recommendation | None:
     ):
         return earlier
     policy = policy_for(workload)
-    site = site_policy(workload)
+    site = site_policy(workload, policy)
     decision = decide(anomaly, policy, history_of(workload, policy, site.policy))
     if decision.action == RecommendationAction.NONE:
         return None

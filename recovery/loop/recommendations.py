@@ -265,9 +265,9 @@ def claim(
             payload={
                 "recommendation": recommendation.pk,
                 "lease_seconds": lease_seconds,
-                "previous_owner": previous_owner or "",
+                "previous_owner": previous_owner,
                 "controller_instance": instance,
-                "previous_instance": previous_instance or "",
+                "previous_instance": previous_instance,
             },
         )
     return recommendation

@@ -152,12 +152,6 @@ class Node(models.Model):
         return f"{self.cluster.name}/{self.name}"
 
     @property
-    def drained(self) -> bool:
-        """Whether the last synced state is drained or draining (``IDLE+DRAIN``, ``drng``)."""
-        state = self.scheduler_state.lower()
-        return "drain" in state or "drng" in state
-
-    @property
     def drained_by_recovery(self) -> bool:
         """Read as drained with recovery's own reason: the only drains recovery resumes."""
         return drained_by_recovery(self.as_read())

@@ -3,7 +3,6 @@ happens when the counts cannot be read."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -21,15 +20,9 @@ from recovery.models import (
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
 from tests.security.test_tenant_credentials import HEARTBEATS, LOGS, bearer, stored_rows
 
+# The per-minute counts live in Redis with the throttle counters, under the per-test prefix of
+# tests/conftest.py's _own_throttle_counters.
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_budget_counters(settings: SettingsWrapper) -> None:
-    settings.CACHES = {
-        **settings.CACHES,
-        "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"},
-    }
 
 
 @pytest.fixture

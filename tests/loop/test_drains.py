@@ -27,24 +27,11 @@ from recovery.loop.drains import request_resume
 from recovery.loop.monitors import check_node
 from recovery.models import Attempt, AuditEvent, Cluster, Node, Policy, Recommendation
 from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX
-from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
+from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory, xid_79
 
 pytestmark = pytest.mark.django_db
 
 NODES = [f"gpu-{n:03d}" for n in range(1, 11)]
-
-
-def xid_79(node: str = "gpu-002") -> Finding:
-    return Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
-        nodes=[node],
-        detail={"role": "cause", "xid": 79},
-    )
 
 
 @pytest.fixture
@@ -66,7 +53,7 @@ def seen(attempt: Attempt, source: EvidenceSource, finding: Finding | None = Non
     record_anomalies(
         attempt.workload,
         attempt,
-        [finding or xid_79()],
+        [finding or xid_79("gpu-002")],
         timezone.now(),
         scope="kernel:gpu-002" if source == EvidenceSource.KERNEL_LOG else "",
         source=source,

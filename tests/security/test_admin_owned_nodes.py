@@ -19,25 +19,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from django.utils import timezone
 from rest_framework.test import APIClient
 
 from recovery.choices import (
     AuditKind,
     ClusterMode,
-    EvidenceSource,
     RecommendationAction,
     RecommendationStatus,
 )
 from recovery.controller.client import AdvisorAPIError, AdvisorClient
 from recovery.controller.controller import AdvisorController
-from recovery.detection.findings import Finding
 from recovery.loop import recommendations
-from recovery.loop.anomalies import record_anomalies
 from recovery.loop.drains import request_resume
 from recovery.loop.poll import poll_cluster
 from recovery.models import (
-    Attempt,
     AuditEvent,
     Cluster,
     ControllerToken,
@@ -49,7 +44,7 @@ from recovery.models import (
 from recovery.sources.schedulers.base import CommandResult
 from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
 from recovery.sources.schedulers.slurm import SlurmAdapter
-from tests.factories import ClusterFactory
+from tests.factories import ClusterFactory, kernel_log_blames
 
 pytestmark = pytest.mark.django_db
 
@@ -173,39 +168,6 @@ def controller(cluster: Cluster, adapter: SlurmAdapter) -> AdvisorController:
     )
 
 
-def xid_79_on_node003(cluster: Cluster) -> Workload:
-    """Xid 79 in node003's kernel log, for another user's job there: a drain is due."""
-    workload = Workload.objects.create(
-        cluster=cluster,
-        job_id="990001",
-        submit_time=timezone.now(),
-        user="alice",
-        partition="gpu",
-        opted_in=True,
-        current_attempt=1,
-    )
-    attempt = Attempt.objects.create(workload=workload, number=1, nodes=[NODE])
-    finding = Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
-        nodes=[NODE],
-        detail={"role": "cause", "xid": 79},
-    )
-    record_anomalies(
-        workload,
-        attempt,
-        [finding],
-        timezone.now(),
-        scope=f"kernel:{NODE}",
-        source=EvidenceSource.KERNEL_LOG,
-    )
-    return workload
-
-
 def drains() -> list[Recommendation]:
     return list(Recommendation.objects.filter(action=RecommendationAction.DRAIN).order_by("pk"))
 
@@ -235,7 +197,7 @@ def test_a_node_an_administrator_set_down_gets_no_drain_and_keeps_its_reason(
     slurm, adapter = slurm_with(state=["DOWN"])
     slurm.administrator(NODE, "DOWN", RMA)
     poll_cluster(cluster, adapter)
-    workload = xid_79_on_node003(cluster)
+    workload = kernel_log_blames(cluster, NODE)
     assert drains() == []
 
     earlier = approved_before(workload, RecommendationAction.DRAIN, "workload-recovery: xid 79")
@@ -264,7 +226,7 @@ def test_a_node_an_administrator_drained_gets_no_drain_of_recoverys(cluster: Clu
     """
     slurm, adapter = slurm_with(state=["ALLOCATED"])
     poll_cluster(cluster, adapter)
-    workload = xid_79_on_node003(cluster)
+    workload = kernel_log_blames(cluster, NODE)
     [drain] = drains()
     slurm.administrator(NODE, "DRAIN", "admin: swap PSU")
     poll_cluster(cluster, adapter)
@@ -276,7 +238,7 @@ def test_a_node_an_administrator_drained_gets_no_drain_of_recoverys(cluster: Clu
     assert slurm.updates == []
     assert slurm.nodes[NODE]["reason"] == "admin: swap PSU"
     assert not Node.objects.get(name=NODE).drained_by_recovery
-    xid_79_on_node003(cluster)
+    kernel_log_blames(cluster, NODE)
     assert drains() == [drain, earlier]
 
 
@@ -291,7 +253,7 @@ def test_a_node_whose_state_cannot_be_read_gets_no_drain_and_the_controller_runs
     """
     slurm, adapter = slurm_with(state={"base": "IDLE", "flags": ["DRAIN"]}, reason="admin: PSU")
     poll_cluster(cluster, adapter)
-    workload = xid_79_on_node003(cluster)
+    workload = kernel_log_blames(cluster, NODE)
     assert drains() == []
 
     earlier = approved_before(workload, RecommendationAction.DRAIN, "workload-recovery: xid 79")
@@ -314,7 +276,7 @@ def test_a_node_recovery_drained_then_an_administrator_set_down_is_not_resumed(
     """
     slurm, adapter = slurm_with(state=["ALLOCATED"])
     poll_cluster(cluster, adapter)
-    xid_79_on_node003(cluster)
+    kernel_log_blames(cluster, NODE)
     [drain] = drains()
     assert recommendations.approve(drain.pk, operator="ops").changed
     advisor = controller(cluster, adapter)

@@ -12,6 +12,7 @@ when the answer arrives and how much the server's memory grows while the client 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import io
 import json
@@ -936,6 +937,11 @@ def push_500_mb(server: WebServer, *, token: str | None, chunked: bool, path: st
                 except BlockingIOError:
                     continue
                 except (BrokenPipeError, ConnectionResetError) as error:
+                    # The answer may have arrived after the last select: take what is queued.
+                    sock.settimeout(2)
+                    with contextlib.suppress(TimeoutError):
+                        while not push.answered and push.read(sock, started):
+                            pass
                     push.stopped_by = f"sending failed ({type(error).__name__})"
                     break
                 if push.sent == total and end:

@@ -56,17 +56,10 @@ from tests.security.test_tenant_credentials import (
     victim_line,
 )
 
+# The per-minute counters live in Redis with the throttle counters: tests/conftest.py's
+# _own_throttle_counters gives each test its own prefix, so tests (and earlier runs within the
+# minute) do not share them.
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_budget_counters(settings: SettingsWrapper) -> None:
-    # The per-minute counters live in Redis with the throttle counters; a prefix per test keeps
-    # tests (and earlier runs within the minute) from sharing them.
-    settings.CACHES = {
-        **settings.CACHES,
-        "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": f"test-{uuid.uuid4().hex}"},
-    }
 
 
 @pytest.fixture

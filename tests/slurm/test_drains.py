@@ -18,21 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from recovery.choices import (
     AuditKind,
     ClusterMode,
-    EvidenceSource,
     RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
 from recovery.controller.client import AdvisorClient
 from recovery.controller.controller import AdvisorController
-from recovery.detection.findings import Finding
 from recovery.loop import recommendations
-from recovery.loop.anomalies import record_anomalies
 from recovery.loop.drains import request_resume
 from recovery.loop.poll import poll_cluster
 from recovery.models import (
@@ -47,6 +43,7 @@ from recovery.models import (
 )
 from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX, CommandResult, NodeInfo
 from recovery.sources.schedulers.slurm import SlurmAdapter
+from tests.factories import kernel_log_blames
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True, reset_sequences=True)]
@@ -100,41 +97,8 @@ def controller(live_server: Any, cluster: Cluster, adapter: SlurmAdapter) -> Adv
 
 def xid_79_in_kernel_log(cluster: Cluster) -> Recommendation:
     """A job on ``NODE`` whose node's kernel log shows Xid 79: the drain it leads to."""
-    kernel_log_blames(cluster)
+    kernel_log_blames(cluster, NODE, partition="debug")
     return Recommendation.objects.get(action=RecommendationAction.DRAIN, node__name=NODE)
-
-
-def kernel_log_blames(cluster: Cluster) -> Workload:
-    """Xid 79 in ``NODE``'s kernel log, for a job there."""
-    workload = Workload.objects.create(
-        cluster=cluster,
-        job_id=str(990001 + Workload.objects.count()),
-        submit_time=timezone.now(),
-        user="alice",
-        partition="debug",
-        opted_in=True,
-        current_attempt=1,
-    )
-    attempt = Attempt.objects.create(workload=workload, number=1, nodes=[NODE])
-    finding = Finding(
-        kind="crash",
-        category="gpu_hardware",
-        attribution="hardware",
-        severity="fatal",
-        signature="xid-79",
-        evidence="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
-        nodes=[NODE],
-        detail={"role": "cause", "xid": 79},
-    )
-    record_anomalies(
-        workload,
-        attempt,
-        [finding],
-        timezone.now(),
-        scope=f"kernel:{NODE}",
-        source=EvidenceSource.KERNEL_LOG,
-    )
-    return workload
 
 
 def slurm_node(adapter: SlurmAdapter, name: str = NODE) -> NodeInfo:
@@ -351,7 +315,7 @@ def test_a_node_an_administrator_set_down_is_left_alone_with_its_reason(
     node = Node.objects.get(cluster=cluster, name=NODE)
     assert node.scheduler_state.startswith("DOWN") and node.state_reason == RMA
     assert node.reason_set_by and node.reason_set_at is not None  # who and when, as Slurm said
-    workload = kernel_log_blames(cluster)
+    workload = kernel_log_blames(cluster, NODE, partition="debug")
     assert not Recommendation.objects.filter(action=RecommendationAction.DRAIN).exists()
     refused = AuditEvent.objects.get(kind=AuditKind.DRAIN_REFUSED)
     assert refused.payload["node_state"]["reason"] == RMA
@@ -380,7 +344,7 @@ def test_a_node_an_administrator_drained_is_left_alone_with_its_reason(
     """
     as_administrator(slurm_cluster, "State=DRAIN", "Reason=admin: swap PSU")
     poll_cluster(cluster, adapter)
-    workload = kernel_log_blames(cluster)
+    workload = kernel_log_blames(cluster, NODE, partition="debug")
     assert not Recommendation.objects.filter(action=RecommendationAction.DRAIN).exists()
 
     earlier = approved_drain(workload)

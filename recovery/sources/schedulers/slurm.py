@@ -519,8 +519,7 @@ def _node_from_fields(fields: list[str]) -> NodeInfo:
         state = base
     else:
         unreadable["state"] = f"StateComplete: {state_text.strip()[:60]!r} is not a node state"
-    reason = reason_text[: -len(SEPARATOR)] if reason_text.endswith(SEPARATOR) else reason_text
-    reason = reason.strip()
+    reason = reason_text.removesuffix(SEPARATOR).strip()
     if reason == "none":
         reason = ""
     set_by, set_at = "", None
