@@ -21,6 +21,7 @@ from recovery.detection.engine import Locator, LocatorPattern
 from recovery.detection.findings import CRASH, DIVERGENCE, Finding, FindingSource
 from recovery.detection.linear_regex import compile_linear, compile_linear_bytes
 from recovery.detection.normalize import LineContext, parse_line, strip_ansi
+from recovery.detection.quiet_phases import EVALUATION_HINT, parse_evaluation_start
 from recovery.detection.refine import Refined, refine
 from recovery.detection.signature_set import SignatureSet
 from recovery.detection.signatures import (
@@ -30,8 +31,18 @@ from recovery.detection.signatures import (
     Signature,
 )
 from recovery.detection.taxonomy import Severity
+from recovery.detection.tracebacks import (
+    NEIGHBOUR_LINES,
+    TRACEBACK_REACH,
+    Printed,
+    continues_chain,
+    is_header,
+    least_handled,
+    printed_as,
+)
 
 CHECKPOINT_ID = 1_000_000
+EVALUATION_ID = 1_000_001
 LINE_CACHE_SIZE = 4096
 PROGRESS_WINDOW_BYTES = 8 * 1024
 # Lines that may report a finished or started checkpoint save. Literal phrases, so the engine
@@ -90,6 +101,14 @@ class CheckpointPoint:
     completed: bool
 
 
+@dataclass(frozen=True)
+class EvaluationPoint:
+    """A line announcing that an evaluation pass begins."""
+
+    line: int
+    at: datetime | None
+
+
 @dataclass
 class Occurrences:
     """Everything seen of one signature (and discriminator) in a log."""
@@ -109,17 +128,23 @@ class Occurrences:
     last_line: int = 0
     ranks: set[int] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
+    # The chains of tracebacks it was printed in (indexes into the scanner's chains), if any.
+    chains: set[int] = field(default_factory=set)
 
-    def add(self, line: int, context: LineContext) -> None:
+    def add(self, line: int, context: LineContext, chain: int | None = None) -> None:
         self.count += 1
+        if chain is not None:
+            self.chains.add(chain)
         self.last_line = line
         if context.rank is not None and len(self.ranks) < MAX_RANKS_KEPT:
             self.ranks.add(context.rank)
         if context.node and len(self.nodes) < MAX_NODES_KEPT:
             self.nodes.add(context.node)
 
-    def to_finding(self) -> Finding:
+    def to_finding(self, chains: list[Printed]) -> Finding:
+        """The finding; ``chains`` says how each chain of tracebacks was printed."""
         implicates = self.signature.implicates_nodes
+        printed = least_handled({chains[chain] for chain in self.chains})
         witnesses = {} if implicates else {"reported_by_nodes": sorted(self.nodes)[:32]}
         return Finding(
             kind=self.kind,
@@ -138,6 +163,7 @@ class Occurrences:
             detail={
                 **self.detail,
                 **witnesses,
+                **({"printed": str(printed)} if self.chains else {}),
                 "role": self.signature.role,
                 "reports_exit": self.signature.reports_exit,
                 "priority": self.priority,
@@ -160,6 +186,7 @@ class ScanResult:
     engine: str
     # Carry to the next read of the same output (``LogScanner(nonfinite_state=...)``).
     nonfinite_state: NonfiniteState = field(default_factory=dict)
+    evaluations: list[EvaluationPoint] = field(default_factory=list)
 
 
 class LogScanner:
@@ -189,9 +216,12 @@ class LogScanner:
         self.track_progress = track_progress
         extra: tuple[LocatorPattern, ...] = ()
         if track_progress:
-            extra = tuple(
-                LocatorPattern(CHECKPOINT_ID, hint, True)
-                for hint in (CHECKPOINT_SAVE_HINT, *self.parser.checkpoint_hints[1:])
+            extra = (
+                *(
+                    LocatorPattern(CHECKPOINT_ID, hint, True)
+                    for hint in (CHECKPOINT_SAVE_HINT, *self.parser.checkpoint_hints[1:])
+                ),
+                LocatorPattern(EVALUATION_ID, EVALUATION_HINT.removeprefix("(?i)"), True),
             )
             self._progress_hint = compile_linear_bytes(
                 "|".join(f"(?:{hint})" for hint in self.parser.progress_hints)
@@ -207,6 +237,7 @@ class LogScanner:
         self._line_cache: dict[bytes, tuple[LineContext, Signature, Refined] | None] = {}
         self._progress: deque[ProgressPoint] = deque(maxlen=MAX_PROGRESS_KEPT)
         self._checkpoints: deque[CheckpointPoint] = deque(maxlen=MAX_CHECKPOINTS_KEPT)
+        self._evaluations: deque[EvaluationPoint] = deque(maxlen=MAX_CHECKPOINTS_KEPT)
         self._last_failure_line = 0
         self._last_failure_offset: int | None = None  # in the block being scanned
         self._failure_step: int | None = None
@@ -218,6 +249,10 @@ class LogScanner:
         self._nonfinite_seen_to: int | None = None  # in the block being scanned
         self._nonfinite_lines: dict[str, int] = {}  # the line of each stream's last count
         self._last_failure_nonfinite = False
+        # How each chain of tracebacks was printed, and per stream its current chain and the
+        # line of that chain's last header.
+        self._chains: list[Printed] = []
+        self._tracebacks: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ feeding
 
@@ -265,7 +300,7 @@ class LogScanner:
         return self.result()
 
     def result(self) -> ScanResult:
-        findings = [o.to_finding() for o in self._occurrences.values()]
+        findings = [o.to_finding(self._chains) for o in self._occurrences.values()]
         findings.sort(key=lambda f: (-f.detail["priority"], f.first_line or 0))
         return ScanResult(
             findings=findings,
@@ -278,6 +313,7 @@ class LogScanner:
             progress_after_last_failure=self._progress_after_failure,
             engine=self.locator.name,
             nonfinite_state={stream: list(value) for stream, value in self._nonfinite.items()},
+            evaluations=list(self._evaluations),
         )
 
     # ------------------------------------------------------------------ scanning
@@ -344,14 +380,20 @@ class LogScanner:
         pattern_ids: set[int],
     ) -> None:
         exhaustive = not self.locator.reports_every_pattern
-        if CHECKPOINT_ID in pattern_ids or (exhaustive and self.track_progress):
-            self._record_checkpoint(line_number, parse_line(_decode(raw)))
+        if self.track_progress and (exhaustive or pattern_ids & {CHECKPOINT_ID, EVALUATION_ID}):
+            line = parse_line(_decode(raw))
+            self._record_checkpoint(line_number, line)
+            if parse_evaluation_start(line.message):
+                self._evaluations.append(EvaluationPoint(line=line_number, at=line.at))
         if not exhaustive and all(i >= CHECKPOINT_ID for i in pattern_ids):
             return
         analysed = self._analyse(raw, pattern_ids)
         if analysed is None:
             return
         context, signature, refined = analysed
+        chain = None
+        if refined.severity != Severity.WARNING:
+            chain = self._traceback_chain(block, start, stop, line_number, context)
         if signature.name == IGNORED_EXCEPTION:
             self._ignored_exception_line = line_number
         elif (
@@ -380,7 +422,7 @@ class LogScanner:
                 kind=DIVERGENCE if refined.discriminator == NONFINITE_STREAK else CRASH,
             )
             self._occurrences[key] = occurrences
-        occurrences.add(line_number, context)
+        occurrences.add(line_number, context, chain)
         if refined.severity != Severity.WARNING:
             self._last_failure_nonfinite = signature.name == NONFINITE_PROGRESS_VALUE
             self._last_failure_line = line_number
@@ -426,6 +468,55 @@ class LogScanner:
         # Ties go to the signature declared first, so the verdict never depends on set order.
         best = max(candidates, key=lambda i: (signatures[i].priority, -i))
         return signatures[best]
+
+    # ------------------------------------------------------------------ tracebacks
+
+    def _traceback_chain(
+        self, block: _Block, start: int, stop: int, line_number: int, context: LineContext
+    ) -> int | None:
+        """The chain of tracebacks this failure line belongs to, if it belongs to one.
+
+        A header starts a stream's traceback; the lines after it, up to ``TRACEBACK_REACH``,
+        are its frames and its exception. A header after "During handling of the above
+        exception" continues the chain before it, and how it was printed decides for all of it.
+        """
+        stream = _stream(context.rank, context.node)
+        known = self._tracebacks.get(stream)
+        if known is not None and line_number - known[1] > TRACEBACK_REACH:
+            known = None
+        if not is_header(context.message):
+            return None if known is None else known[0]
+        before = self._neighbour(block, start, context, forward=False)
+        printed = printed_as(before, self._neighbour(block, stop, context, forward=True))
+        if known is not None and continues_chain(before):
+            chain = known[0]
+            self._chains[chain] = printed
+        else:
+            chain = len(self._chains)
+            self._chains.append(printed)
+        self._tracebacks[stream] = (chain, line_number)
+        return chain
+
+    def _neighbour(
+        self, block: _Block, offset: int, context: LineContext, *, forward: bool
+    ) -> str | None:
+        """The message of the nearest line of the same stream before or after ``offset``."""
+        edge = offset  # forward: the end of the line before; backward: its start
+        for _ in range(NEIGHBOUR_LINES):
+            if forward:
+                begin = edge + 1
+                if begin >= block.end:
+                    return None
+                end = edge = block.segment_end(begin)
+            else:
+                if edge <= block.begin:
+                    return None
+                end = edge - 1
+                begin = edge = block.line_start(end)
+            other = parse_line(_decode(block.data[begin:end][: self.max_line_bytes]))
+            if other.message and _same_stream(context, other):
+                return other.message
+        return None
 
     # ------------------------------------------------------------------ non-finite values
 
@@ -594,6 +685,15 @@ def _default_parser() -> progress_module.ProgressParser:
 
 def _stream(rank: int | None, node: str | None) -> str:
     return str(rank) if rank is not None else (node or "")
+
+
+def _same_stream(one: LineContext, other: LineContext) -> bool:
+    """Whether two lines may come from one process: the same rank, or node, where both say."""
+    if one.rank is not None and other.rank is not None:
+        return one.rank == other.rank
+    if one.node and other.node:
+        return one.node == other.node
+    return True
 
 
 def _valid_nonfinite_state(state: object) -> NonfiniteState:

@@ -28,6 +28,7 @@ from recovery.audit.actors import Actor
 from recovery.audit.record import record_event, record_events
 from recovery.choices import AuditKind, Confirmation, EvidenceSource, Severity, trust_of
 from recovery.detection.findings import Finding, FindingSource
+from recovery.detection.quiet_phases import CHECKPOINT, EVALUATION
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signatures.base import GENERIC_EXCEPTION, SignatureRole
 from recovery.loop.attribution import attribute_builtin, awaiting_provider, complete_attribution
@@ -68,6 +69,9 @@ KEPT_DETAIL = frozenset(
         "baseline_loss",
         "lowest_loss",
         "members_slowed",
+        "printed",
+        "stall_basis",
+        "longest_quiet_seconds",
     }
 )
 MAX_EXCERPT = 4000
@@ -714,7 +718,13 @@ def _suspect_again(
 ) -> None:
     """A crash the job survived before was printed again: this time it may be the last words."""
     settled = look.confirmation != Confirmation.SUSPECTED
-    anomaly.details = {**anomaly.details, "suspect": look.suspect}
+    # How it was printed this time decides how silence after it is read.
+    printed = {"printed": finding.detail["printed"]} if "printed" in finding.detail else {}
+    anomaly.details = {
+        **{k: v for k, v in anomaly.details.items() if k != "printed"},
+        "suspect": look.suspect,
+        **printed,
+    }
     anomaly.confirmation = look.confirmation
     anomaly.confirmation_at = recorded_at if settled else None
     anomaly.confirmation_reason = look.reason[:255]
@@ -765,9 +775,16 @@ def record_progress(
     number = attempt.number if attempt else None
     if number:
         record_progress_samples(workload, number, result, now)
+    resumed = bool(
+        result.progress
+        and number
+        and number > 1
+        and not _has_event(workload, number, AuditKind.PROGRESS_RESUMED)
+    )
+    note_quiet_phases(workload, result, now, continues_attempt=not resumed)
     if result.progress:
         latest = result.progress[-1]
-        if number and number > 1 and not _has_event(workload, number, AuditKind.PROGRESS_RESUMED):
+        if resumed:
             first = result.progress[0]
             record_event(
                 cluster=workload.cluster,
@@ -794,8 +811,53 @@ PROGRESS_FIELDS = [
     "last_progress_at",
     "last_checkpoint_step",
     "last_checkpoint_at",
+    "longest_quiet_seconds",
+    "quiet_phase",
+    "quiet_phase_at",
     "updated_at",
 ]
+
+
+def note_quiet_phases(
+    workload: Workload, result: ScanResult, now: datetime, *, continues_attempt: bool
+) -> None:
+    """Keep what the read shows of the job's quiet phases on ``workload`` (not saved).
+
+    The longest time between two changes of step, within one attempt (the gap across a
+    restart is downtime, not a phase of the job), and a checkpoint save or evaluation pass
+    announced after the read's last step, which the next step ends.
+    """
+    times = [
+        (point.at or now, point.step)
+        for point in sorted(result.progress, key=lambda p: (p.at or now, p.line))
+    ]
+    previous = None
+    if continues_attempt and workload.last_progress_at is not None:
+        previous = (workload.last_progress_at, workload.last_progress_step)
+    longest = workload.longest_quiet_seconds or 0.0
+    for at, step in times:
+        if previous is not None and step != previous[1]:
+            longest = max(longest, (at - previous[0]).total_seconds())
+        if previous is None or step != previous[1]:
+            previous = (at, step)
+    if longest > 0:
+        workload.longest_quiet_seconds = longest
+    last_step_line = max((point.line for point in result.progress), default=0)
+    announced = [
+        (checkpoint.line, CHECKPOINT, checkpoint.at)
+        for checkpoint in result.checkpoints
+        if not checkpoint.completed
+    ] + [(evaluation.line, EVALUATION, evaluation.at) for evaluation in result.evaluations]
+    saved_line = max((c.line for c in result.checkpoints if c.completed), default=0)
+    phase = max(announced, default=None, key=lambda item: item[0])
+    if (
+        phase is not None
+        and phase[0] > last_step_line
+        and not (phase[1] == CHECKPOINT and saved_line > phase[0])
+    ):
+        workload.quiet_phase, workload.quiet_phase_at = phase[1], phase[2] or now
+    elif result.progress or saved_line:
+        workload.quiet_phase, workload.quiet_phase_at = "", None
 
 
 def checkpoint_events(

@@ -10,10 +10,25 @@ recorded as *suspected*, and nothing acts on it until one of these settles it:
   another crash of the same attempt was confirmed. The policy then decides as on any crash.
 * **survived**: training went on after it. The crash stays in the trail and on the timeline,
   and no recommendation is made.
-* **stalled**: the process neither ended nor trained for the confirmation window,
-  ``max(crash_confirmation_seconds, crash_confirmation_step_factor x median step)``. A process
-  that printed an error and stopped without exiting is hung, not crashed: a hang is recorded
-  and decided as any hang.
+* **stalled**: the process neither ended nor trained for longer than its quiet phases allow
+  (``stall_window``). A process that printed an error and stopped without exiting is hung, not
+  crashed: a hang is recorded and decided as any hang.
+
+A quiet phase is not a stall. Jobs go quiet on purpose right after errors they handled (a
+skipped sample, then an eval pass or a checkpoint of many minutes), so silence after a suspect
+is judged by what the job has shown, and by how the error was printed
+(``recovery.detection.tracebacks``):
+
+* a traceback a handler caught and printed (its outermost frame an ordinary function, or a
+  logging record's header before it) says the program went on: silence after it is for the
+  hang rules alone, as any silence;
+* a checkpoint save or evaluation pass announced after the job's last step
+  (``Workload.quiet_phase``) is a phase, not a stall: the hang rules, with their checkpoint
+  grace, judge it;
+* otherwise (the top level ended, a thread or child process died, or it cannot be told) the
+  window is ``max(crash_confirmation_seconds, crash_confirmation_step_factor x median step,
+  QUIET_PHASE_MARGIN x the longest quiet phase the job has shown)``, and never longer than
+  the hang rules would wait (then they decide alone).
 
 Evidence the user does not control (the scheduler's job and node states, a node's kernel log,
 GPU metrics) needs no confirmation, nor do the exit reports themselves. A job that reports no
@@ -41,10 +56,16 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.detection.findings import CRASH, HANG, Finding, FindingSource
-from recovery.detection.hang import ProgressObservation, format_duration, median_step_time
+from recovery.detection.hang import (
+    HangPolicy,
+    ProgressObservation,
+    format_duration,
+    median_step_time,
+)
 from recovery.detection.scanner import ProgressPoint
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.taxonomy import NO_CATEGORY
+from recovery.detection.tracebacks import Printed
 from recovery.models import Anomaly, Attempt, Policy, ProgressSample, Workload
 
 # Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
@@ -60,6 +81,8 @@ TRUSTED_LOG_SCOPES = ("kernel:",)
 # data-parallel job the step in flight when a rank raised completes once on the others (and is
 # printed after the traceback); the next cannot complete without the rank that died.
 SURVIVAL_STEPS = 2
+# How much longer than the longest quiet phase the job has shown silence after an error may last.
+QUIET_PHASE_MARGIN = 1.5
 # How far back progress samples inform the median step time.
 STEP_TIME_LOOK_BACK = timedelta(minutes=30)
 MAX_STEP_SAMPLES = 2000
@@ -236,10 +259,15 @@ def _stall(
     )
     if not reports_progress:
         return None  # silence says nothing about a job that never reports progress
-    median = _median_step_seconds(anomaly.workload, now)
-    window = float(policy.crash_confirmation_seconds)
-    if median is not None:
-        window = max(window, policy.crash_confirmation_step_factor * median)
+    if anomaly.details.get("printed") == Printed.HANDLED:
+        return None  # the program caught it and went on: its silence is the hang rules'
+    workload = anomaly.workload
+    if workload.quiet_phase:
+        return None  # a checkpoint or evaluation it announced: the hang rules judge it
+    median = _median_step_seconds(workload, now)
+    window, basis = stall_window(policy, median, workload.longest_quiet_seconds)
+    if window is None:
+        return None
     since = datetime.fromisoformat(suspect.get("since") or anomaly.detected_at.isoformat())
     silent = (now - since).total_seconds()
     if silent < window:
@@ -263,11 +291,46 @@ def _stall(
             "role": _stall_role(anomaly),
             "silent_seconds": silent,
             "allowed_seconds": window,
+            "stall_basis": basis,
             "median_step_seconds": median,
+            "longest_quiet_seconds": workload.longest_quiet_seconds,
+            "printed": anomaly.details.get("printed", ""),
             "stalled_after": anomaly.pk,
         },
     )
     return Settlement(Confirmation.STALLED, reason, hang)
+
+
+def hang_policy(policy: Policy) -> HangPolicy:
+    floor = policy.hang_timeout_minutes * 60.0
+    return HangPolicy(
+        floor_seconds=floor,
+        step_time_factor=policy.hang_step_time_factor,
+        # Start-up (data loading, communicator set-up) and checkpoint saves may take longer
+        # than a step; a job stuck there is still caught, later.
+        startup_grace_seconds=max(2 * floor, 600.0),
+        checkpoint_grace_seconds=floor,
+    )
+
+
+def stall_window(
+    policy: Policy, median_step: float | None, longest_quiet: float | None
+) -> tuple[float | None, str]:
+    """How long silence after an error may last before it is a stall, and what decided it.
+
+    None when the hang rules would call the silence a hang no later: they decide alone.
+    """
+    candidates = [(float(policy.crash_confirmation_seconds), "confirmation seconds")]
+    if median_step is not None:
+        candidates.append((policy.crash_confirmation_step_factor * median_step, "median step time"))
+    if longest_quiet:
+        candidates.append((QUIET_PHASE_MARGIN * longest_quiet, "longest quiet phase"))
+    window, basis = max(candidates)
+    hang = hang_policy(policy)
+    allowance = max(hang.floor_seconds, hang.step_time_factor * (median_step or 0.0))
+    if window >= allowance:
+        return None, "hang rules"
+    return window, basis
 
 
 def _stall_role(anomaly: Anomaly) -> str:

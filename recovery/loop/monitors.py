@@ -24,7 +24,8 @@ from django.db import transaction
 from recovery.choices import Attribution, Confirmation, EvidenceSource, NodeHealth, WorkloadState
 from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
 from recovery.detection.findings import Finding
-from recovery.detection.hang import HangPolicy, ProgressObservation, detect_hang
+from recovery.detection.hang import ProgressObservation, detect_hang
+from recovery.detection.quiet_phases import CHECKPOINT
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.straggler import (
     StragglerPolicy,
@@ -38,7 +39,7 @@ from recovery.detection.trends import (
     detect_throughput_collapse,
 )
 from recovery.loop.anomalies import record_anomalies
-from recovery.loop.confirmation import apply, settle, suspects_of
+from recovery.loop.confirmation import apply, hang_policy, settle, suspects_of
 from recovery.loop.logs import OnNode, attempts_by_node
 from recovery.loop.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
@@ -51,18 +52,6 @@ TELLING_END_STATES = frozenset(
 )
 MAX_SAMPLES = 2000
 SAMPLE_LOOK_BACK_SECONDS = 1800.0
-
-
-def hang_policy(policy: Policy) -> HangPolicy:
-    floor = policy.hang_timeout_minutes * 60.0
-    return HangPolicy(
-        floor_seconds=floor,
-        step_time_factor=policy.hang_step_time_factor,
-        # Start-up (data loading, communicator set-up) and checkpoint saves may take longer
-        # than a step; a job stuck there is still caught, later.
-        startup_grace_seconds=max(2 * floor, 600.0),
-        checkpoint_grace_seconds=floor,
-    )
 
 
 def straggler_policy(policy: Policy) -> StragglerPolicy:
@@ -297,6 +286,9 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
         now=now,
         started_at=attempt.started_at,
         policy=hang_policy(policy),
+        checkpoint_started_at=(
+            workload.quiet_phase_at if workload.quiet_phase == CHECKPOINT else None
+        ),
         checkpoint_finished_at=workload.last_checkpoint_at,
     )
     if hang is not None:

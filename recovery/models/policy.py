@@ -215,7 +215,9 @@ class Policy(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(3600)],
         help_text="A crash read from a job's log is acted on once the process is seen to end, "
         "or when the job made no progress for this long after it (or the step-time factor "
-        "below, whichever is longer); then it is handled as a hang.",
+        "below, or 1.5 times the longest quiet phase the job has shown, whichever is "
+        "longest); then it is handled as a hang. Silence after an error the program handled, "
+        "or after a checkpoint or evaluation it announced, is left to the hang timeout.",
     )
     crash_confirmation_step_factor = models.FloatField(
         default=3.0,

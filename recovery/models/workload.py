@@ -63,6 +63,19 @@ class Workload(models.Model):
     last_progress_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # What the job has shown of its own quiet phases, for judging silence after an error.
+    longest_quiet_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="The longest time between two progress steps of one attempt seen so far.",
+    )
+    quiet_phase = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="A quiet phase the job announced after its last step (checkpoint, "
+        "evaluation), until the next step.",
+    )
+    quiet_phase_at = models.DateTimeField(null=True, blank=True)
     stdout_path = models.CharField(max_length=1024, blank=True)
     stderr_path = models.CharField(max_length=1024, blank=True)
     work_dir = models.CharField(

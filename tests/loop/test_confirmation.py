@@ -22,7 +22,7 @@ from recovery.choices import (
 )
 from recovery.loop.confirmation import survival_step
 from recovery.loop.logs import ingest_workload_logs
-from recovery.loop.monitors import check_suspects
+from recovery.loop.monitors import check_progress, check_suspects
 from recovery.loop.policy import decide_pending
 from recovery.loop.poll import poll_cluster
 from recovery.loop.push import LogBatch, ingest_log_batch
@@ -41,6 +41,16 @@ CAUGHT = [
     "KeyError: 'shard-00017/sample-004211'",
 ]
 TASK_EXITED = "srun: error: node002: task 1: Exited with exit code 1"
+# A prefetch thread nothing caught: the thread is gone, the process is not.
+THREAD_DIED = [
+    "node002: Exception in thread shard-prefetch:",
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner',
+    "    self.run()",
+    '  File "/workspace/train/data.py", line 73, in read_shard',
+    '    raise RuntimeError(f"read of {path} failed after {tries} tries")',
+    "RuntimeError: read of /lustre/datasets/web-2024/shard-00042.tar failed after 3 tries",
+]
 
 
 def steps(*numbers: int, node: str = "node001") -> list[str]:
@@ -67,6 +77,9 @@ class Job:
     def read(self, now: datetime | None = None) -> None:
         workload = Workload.objects.select_related("cluster").get(pk=self.workload.pk)
         ingest_workload_logs(workload, LocalTransport(), now=now or timezone.now())
+
+    def workload_now(self) -> Workload:
+        return Workload.objects.select_related("cluster").get(pk=self.workload.pk)
 
     def anomaly(self) -> Anomaly:
         """The first crash recorded: the traceback."""
@@ -222,15 +235,16 @@ def test_a_job_failing_after_a_survived_crash_still_gets_its_bare_failure(
     assert Recommendation.objects.get().anomaly == scheduler
 
 
-def test_silence_after_an_error_is_a_stall_decided_as_a_hang(
+def test_silence_after_a_thread_died_is_a_stall_decided_as_a_hang(
     cluster: Cluster, training: Job
 ) -> None:
     """
-    GIVEN a suspected crash in a job that reports its steps
-    WHEN nothing follows it for the confirmation window (10 s by default)
+    GIVEN a job that reports its steps, quick ones, and has shown no long quiet phase
+    WHEN a thread dies on an exception nothing caught, and nothing follows for the
+         confirmation window (10 s by default)
     THEN it is stalled, not confirmed: a hang is recorded after it and decided as a hang
     """
-    training.prints(*CAUGHT)
+    training.prints(*THREAD_DIED)
     training.read()
     now = timezone.now()
     assert check_suspects(cluster, now + timedelta(seconds=9)) == []
@@ -238,19 +252,95 @@ def test_silence_after_an_error_is_a_stall_decided_as_a_hang(
     (hang,) = check_suspects(cluster, now + timedelta(seconds=11))
 
     crash = training.anomaly()
+    assert crash.details["printed"] == "thread_died"
     assert crash.confirmation == Confirmation.STALLED
     assert hang.kind == AnomalyKind.HANG
     assert hang.details["stalled_after"] == crash.pk
-    assert "KeyError" in hang.evidence_line
+    assert hang.details["stall_basis"] == "confirmation seconds"
+    assert "read of /lustre" in hang.evidence_line
     recommendation = Recommendation.objects.get()
     assert (recommendation.anomaly, recommendation.action) == (hang, RecommendationAction.RESTART)
     assert events(AuditKind.STALLED)[0].payload["anomaly"] == crash.pk
 
 
+def test_silence_after_a_handled_error_is_left_to_the_hang_rules(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a job training at step 57, with the default 30-minute hang timeout
+    WHEN it logs an error it handled (a logging record, then the traceback from the function
+         that caught it) and then goes quiet, as for an evaluation pass
+    THEN the silence is no stall, at 11 s or at 25 minutes: the error stays suspected, nothing
+         is recommended; past the hang timeout the hang rules record a hang, as on any silence
+    """
+    training.prints(*CAUGHT)
+    training.read()
+    now = timezone.now()
+    assert check_suspects(cluster, now + timedelta(seconds=11)) == []
+    assert check_suspects(cluster, now + timedelta(minutes=25)) == []
+    crash = training.anomaly()
+    assert crash.details["printed"] == "handled"
+    assert crash.confirmation == Confirmation.SUSPECTED
+    assert check_progress(training.workload_now(), now + timedelta(minutes=25)) == []
+    assert not Recommendation.objects.exists()
+
+    (hang,) = check_progress(training.workload_now(), now + timedelta(minutes=31))
+    assert hang.kind == AnomalyKind.HANG and hang.signature == "no-progress"
+
+
+def test_a_quiet_phase_no_longer_than_the_jobs_own_is_not_a_stall(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """
+    GIVEN a job with 1 s steps that once went 40 s without a step (an evaluation pass)
+    WHEN a thread dies and nothing follows for 45 s
+    THEN it is still suspected (the job has shown quiet phases of 40 s: 1.5 x 40 s = 60 s is
+         allowed); after 61 s it is a stall, and the hang says what set its window
+    """
+    job_ = Job(cluster, tmp_path)
+    start = timezone.now() - timedelta(minutes=3)
+    times = [0, 1, 2, 42, 43, 44]
+    job_.prints(*[f"{(start + timedelta(seconds=t)).isoformat()} {line}" for t, line in
+                  zip(times, steps(1, 2, 3, 4, 5, 6), strict=True)])  # fmt: skip
+    job_.read()
+    assert job_.workload_now().longest_quiet_seconds == pytest.approx(40)
+    job_.prints(*THREAD_DIED)
+    job_.read()
+    now = timezone.now()
+    assert check_suspects(cluster, now + timedelta(seconds=45)) == []
+    assert job_.anomaly().confirmation == Confirmation.SUSPECTED
+
+    (hang,) = check_suspects(cluster, now + timedelta(seconds=61))
+    assert hang.details["stall_basis"] == "longest quiet phase"
+    assert hang.details["allowed_seconds"] == pytest.approx(60)
+
+
+def test_a_checkpoint_announced_after_the_error_is_not_a_stall(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a job training at step 57
+    WHEN a thread dies, and rank 0 then announces a checkpoint save and is quiet for 5 minutes
+    THEN the error is not stalled: the save is a phase the hang rules judge, with their grace;
+         the saved line ends the phase, and silence after that counts again
+    """
+    training.prints(*THREAD_DIED, "node001: saving checkpoint at iteration 57 to /ckpt")
+    training.read()
+    now = timezone.now()
+    assert training.workload_now().quiet_phase == "checkpoint"
+    assert check_suspects(cluster, now + timedelta(minutes=5)) == []
+    assert check_progress(training.workload_now(), now + timedelta(minutes=45)) == []
+
+    training.prints("node001: successfully saved checkpoint from iteration 57 to /ckpt")
+    training.read()
+    assert training.workload_now().quiet_phase == ""
+    assert len(check_suspects(cluster, now + timedelta(minutes=5))) == 1
+
+
 def test_the_window_follows_the_jobs_own_step_time(cluster: Cluster, tmp_path: Path) -> None:
     """
     GIVEN a job whose steps take 20 s
-    WHEN it prints a traceback and then nothing for 30 s
+    WHEN a thread dies and then nothing for 40 s
     THEN it is still suspected: three steps' time (60 s) has not passed
     """
     slow = Job(cluster, tmp_path)
@@ -258,10 +348,10 @@ def test_the_window_follows_the_jobs_own_step_time(cluster: Cluster, tmp_path: P
     slow.prints(*[f"{(start + timedelta(seconds=20 * i)).isoformat()} {line}" for i, line in
                   enumerate(steps(1, 2, 3, 4))])  # fmt: skip
     slow.read()
-    slow.prints(*CAUGHT)
+    slow.prints(*THREAD_DIED)
     slow.read()
     now = timezone.now()
-    assert check_suspects(cluster, now + timedelta(seconds=30)) == []
+    assert check_suspects(cluster, now + timedelta(seconds=40)) == []
     assert slow.anomaly().confirmation == Confirmation.SUSPECTED
     assert len(check_suspects(cluster, now + timedelta(seconds=61))) == 1
 
@@ -386,3 +476,23 @@ def test_the_confirmation_quotes_the_task_that_died_not_its_stopped_peers(traini
     assert training.anomaly().confirmation_reason == f"exit reported: {TASK_EXITED}"
     kinds = [e.kind for e in AuditEvent.objects.order_by("occurred_at", "id")]
     assert kinds.index(AuditKind.DETECTED) < kinds.index(AuditKind.CONFIRMED)
+
+
+def test_a_handled_error_printed_again_by_a_dying_thread_can_stall(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a handled error the job survived
+    WHEN the same exception is printed again, this time by a thread nothing caught
+    THEN silence after it is read by the new printing: it stalls after the window
+    """
+    training.prints(*CAUGHT, *steps(58, 59))
+    training.read()
+    assert training.anomaly().confirmation == Confirmation.SURVIVED
+    training.prints(*THREAD_DIED[:-1], CAUGHT[-1])
+    training.read()
+
+    crash = training.anomaly()
+    assert crash.details["printed"] == "thread_died"
+    assert crash.confirmation == Confirmation.SUSPECTED
+    assert len(check_suspects(cluster, timezone.now() + timedelta(seconds=11))) == 1
