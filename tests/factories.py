@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import factory
@@ -145,3 +145,165 @@ def kernel_log_blames(cluster: Cluster, node: str, *, partition: str = "gpu") ->
     )
     return workload
 
+
+# What a controller and operators record of the loop's actions, at given times: what
+# ``recovery.read.precision`` judges them by.
+def _recorded(
+    cluster: Cluster, kind: str, actor: str, payload: dict[str, Any], **where: Any
+) -> None:
+    """One audit event with the payload its kind declares (``recovery.audit.payloads``)."""
+    from recovery.audit.payloads import payload_problems
+    from recovery.audit.record import record_event
+
+    assert payload_problems(kind, payload) == []
+    record_event(cluster=cluster, kind=kind, actor=actor, payload=payload, **where)
+
+
+def carried_out(
+    recommendation: Recommendation,
+    at: datetime,
+    *,
+    step_reached: int | None = None,
+    controller: str = "controller:c1",
+) -> Recommendation:
+    """A controller ran ``recommendation`` at ``at``, as the loop records it: its command's
+    ``dispatched`` event (with the step the job had reached, for a restart) a few seconds
+    before, then ``scheduler_action``; the row executed."""
+    from recovery.choices import AuditKind
+
+    workload = recommendation.workload
+    attempt = workload.current_attempt or None
+    dispatched: dict[str, Any] = {
+        "recommendation": recommendation.pk,
+        "action": recommendation.action,
+        "argv": ["scontrol", "requeuehold", workload.job_id],
+        "sequence": 1,
+        "controller_instance": "i-1",
+    }
+    if step_reached is not None:
+        dispatched["step_reached"] = step_reached
+    where = {"workload": workload, "attempt": attempt}
+    _recorded(
+        workload.cluster,
+        AuditKind.DISPATCHED,
+        controller,
+        dispatched,
+        occurred_at=at - timedelta(seconds=5),
+        **where,
+    )
+    outcome = {"outcome": RecommendationStatus.EXECUTED, "state_before": {}, "commands": []}
+    _recorded(
+        workload.cluster,
+        AuditKind.SCHEDULER_ACTION,
+        controller,
+        {
+            "recommendation": recommendation.pk,
+            "action": recommendation.action,
+            "excluded_nodes": recommendation.excluded_nodes,
+            **outcome,
+            "converged": True,
+            "detail": "",
+            "controller_instance": "i-1",
+        },
+        occurred_at=at,
+        **where,
+    )
+    Recommendation.objects.filter(pk=recommendation.pk).update(
+        status=RecommendationStatus.EXECUTED, result=outcome
+    )
+    recommendation.refresh_from_db()
+    return recommendation
+
+
+def rejected_by(
+    recommendation: Recommendation, operator: str, at: datetime, note: str = ""
+) -> Recommendation:
+    """An operator rejected ``recommendation`` at ``at``: its ``rejected`` event; the row
+    rejected."""
+    from recovery.choices import AuditKind
+
+    workload = recommendation.workload
+    _recorded(
+        workload.cluster,
+        AuditKind.REJECTED,
+        operator,
+        {
+            "recommendation": recommendation.pk,
+            "action": recommendation.action,
+            "excluded_nodes": recommendation.excluded_nodes,
+            "note": note,
+            **({"node": recommendation.node.name} if recommendation.node else {}),
+        },
+        workload=workload,
+        attempt=workload.current_attempt or None,
+        occurred_at=at,
+    )
+    Recommendation.objects.filter(pk=recommendation.pk).update(
+        status=RecommendationStatus.REJECTED, decided_by=operator, decided_at=at, decision_note=note
+    )
+    recommendation.refresh_from_db()
+    return recommendation
+
+
+def progress_resumed(workload: Workload, attempt: int, step: int, at: datetime) -> None:
+    """Attempt ``attempt`` of ``workload`` printed its first step, ``step``, at ``at``."""
+    from recovery.audit.actors import Actor
+    from recovery.choices import AuditKind
+
+    Workload.objects.filter(pk=workload.pk).update(current_attempt=attempt)
+    workload.current_attempt = attempt
+    _recorded(
+        workload.cluster,
+        AuditKind.PROGRESS_RESUMED,
+        Actor.DETECTOR,
+        {"step": step},
+        workload=workload,
+        attempt=attempt,
+        occurred_at=at,
+    )
+
+
+def node_returned(cluster: Cluster, node: str, operator: str, at: datetime) -> None:
+    """An operator pressed "Return to service" for ``node`` at ``at`` (its ``node_returned``)."""
+    from recovery.choices import AuditKind
+
+    before = {"health": "unhealthy", "excluded_until": None, "suspect_since": None}
+    _recorded(
+        cluster,
+        AuditKind.NODE_RETURNED,
+        operator,
+        {"node": node, "before": before, "note": ""},
+        occurred_at=at,
+    )
+
+
+def resume_requested(drain: Recommendation, operator: str, at: datetime) -> None:
+    """An operator asked for ``drain``'s node to be resumed in the scheduler at ``at`` (the
+    ``approved`` event of the resume it makes)."""
+    from recovery.choices import AuditKind
+
+    assert drain.node is not None
+    resume = RecommendationFactory(
+        workload=drain.workload,
+        node=drain.node,
+        action=RecommendationAction.RESUME,
+        excluded_nodes=[],
+        status=RecommendationStatus.READY,
+        decided_by=operator,
+        approved_by=operator,
+    )
+    _recorded(
+        drain.workload.cluster,
+        AuditKind.APPROVED,
+        operator,
+        {
+            "recommendation": resume.pk,
+            "action": RecommendationAction.RESUME,
+            "excluded_nodes": [],
+            "node": drain.node.name,
+            "drained_with": "workload-recovery: hardware",
+            "note": "",
+        },
+        workload=drain.workload,
+        occurred_at=at,
+    )

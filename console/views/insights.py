@@ -1,8 +1,11 @@
-"""Insights: latency distributions, goodput over time, anomalies by category and attribution.
+"""Insights: latency distributions, goodput over time, anomalies by category and attribution,
+and the precision of the loop's actions.
 
 Goodput figures come from the snapshots the worker takes every few minutes
-(``recovery.read.insights``); nothing here reads the audit trail. Anomaly counts are grouped queries
-over the (much smaller) anomaly table. The figures are built in ``console.insight_charts``.
+(``recovery.read.insights``). Anomaly counts are grouped queries over the (much smaller) anomaly
+table. Action precision reads only the actions in the range and what judged them
+(``recovery.read.precision``), never a whole trail. The figures are built in
+``console.insight_charts``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from recovery.read.insights import (
     ettr_over_time,
     latest_snapshots,
 )
+from recovery.read.precision import action_precision
 
 # A snapshot older than this many snapshot intervals means the worker is not taking them.
 STALE_AFTER_INTERVALS = 3
@@ -44,7 +48,8 @@ DEFAULT_RANGE = "7d"
 # Insights summarise the audit trail; whoever may read the trail may read them.
 @console_view("recovery.view_auditevent", "Viewing insights")
 def insights(request: HttpRequest) -> HttpResponse:
-    """Latency distributions and ETTR from goodput snapshots; anomalies over time."""
+    """Latency distributions and ETTR from goodput snapshots; anomalies over time; how many of
+    the loop's actions in the range were judged unnecessary."""
     clusters = list(Cluster.objects.order_by("name").only("pk", "name"))
     time_range, cluster, ignored = _insights_filters(request, clusters)
     shown = [cluster] if cluster else clusters
@@ -61,6 +66,7 @@ def insights(request: HttpRequest) -> HttpResponse:
         for by in ("category", "attribution")
     }
     names = {c.pk: c.name for c in clusters}
+    precision = action_precision(shown, since=since, until=now)
     charts = {
         "detection": histogram_figure(rows, "detection_latency_histogram", "failures"),
         "action": histogram_figure(rows, "action_latency_histogram", "failures"),
@@ -93,6 +99,7 @@ def insights(request: HttpRequest) -> HttpResponse:
             "stale": newest is not None and now - newest > STALE_AFTER_INTERVALS * interval,
             "interval_text": _interval_text(settings.INSIGHTS_SECONDS),
             "anomaly_total": sum(count.count for count in anomalies["category"]),
+            "precision": precision,
             "charts": {key: figure_payload(figure) for key, figure in charts.items()},
         },
     )

@@ -254,10 +254,12 @@ class DispatchedPayload(_DispatchedRequired, total=False):
 
     ``sequence`` numbers the commands of one controller's handling of a claim from 1, or of one
     watchdog release; the watchdog's have no recommendation (``action``: ``watchdog_release``)
-    and no ``controller_instance``, the id of the controller process that dispatched it.
+    and no ``controller_instance``, the id of the controller process that dispatched it. A
+    restart's also carry ``step_reached``, the job's last progress step, where it is known.
     """
 
     controller_instance: str
+    step_reached: int
 
 
 class _ReportRequired(TypedDict):

@@ -347,6 +347,13 @@ def record_dispatch(
                 f"the next claimant acts on it, not {controller}"
             )
         workload = Workload.objects.select_related("cluster").get(pk=held.workload_id)
+        # The step the job had reached when restarted: its next attempt resuming at or past it
+        # means the restart bought nothing (``recovery.read.precision``).
+        restarting = held.action in (
+            RecommendationAction.RESTART,
+            RecommendationAction.RESTART_EXCLUDING,
+        )
+        step_reached = workload.last_progress_step if restarting else None
         return record_event(
             cluster=workload.cluster,
             workload=workload,
@@ -359,6 +366,7 @@ def record_dispatch(
                 "argv": list(argv),
                 "sequence": sequence,
                 "controller_instance": instance,
+                **({"step_reached": step_reached} if step_reached is not None else {}),
             },
         )
 

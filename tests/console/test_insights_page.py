@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,10 +16,19 @@ from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from console.charts import colour_for_attribution, colour_for_category
-from recovery.models import Cluster, ClusterGoodputSnapshot
+from recovery.choices import RecommendationStatus
+from recovery.models import Cluster, ClusterGoodputSnapshot, Recommendation
 from recovery.read.insights import DETECTION_LATENCY_EDGES
 from tests.conftest import TEST_PASSWORD
-from tests.factories import AnomalyFactory, ClusterFactory
+from tests.factories import (
+    AnomalyFactory,
+    ClusterFactory,
+    carried_out,
+    node_returned,
+    progress_resumed,
+    rejected_by,
+)
+from tests.read.test_precision import drain, restart
 
 pytestmark = pytest.mark.django_db
 
@@ -286,3 +295,119 @@ def test_the_headline_counts_workloads_given_up_apart_from_failures(viewer: User
     snapshot(ClusterFactory(name="lab"), given_up=2)
     headline = region(logged_in(viewer).get(URL).content.decode(), "insights-headline")
     assert re.search(r"Given up</dt><dd[^>]*>2</dd>.*workloads recovery stopped", headline)
+
+
+# --- action precision ---------------------------------------------------------------------------
+
+
+def precision_trail(lab: Cluster, prod: Cluster, now: datetime) -> dict[str, Recommendation]:
+    """On lab: four restarts, one after which the job resumed where it was, and a restart an
+    operator rejected. On prod: two drains, one whose node an operator returned within 10
+    minutes, and a restart from two days ago."""
+    made = {}
+    for index in range(4):
+        made[f"restart-{index}"] = carried_out(
+            restart(lab), now - timedelta(hours=3), step_reached=1150
+        )
+    progress_resumed(made["restart-0"].workload, 2, 1200, now - timedelta(hours=2))
+    made["rejected"] = rejected_by(
+        restart(lab, status=RecommendationStatus.AWAITING_APPROVAL),
+        "otto",
+        now - timedelta(hours=1),
+        note="it saves checkpoints itself",
+    )
+    made["returned"] = carried_out(drain(prod, "gpu-007"), now - timedelta(hours=2))
+    node_returned(prod, "gpu-007", "otto", now - timedelta(hours=1, minutes=50))
+    made["drained"] = carried_out(drain(prod, "gpu-008"), now - timedelta(hours=2))
+    made["old"] = carried_out(restart(prod), now - timedelta(days=2), step_reached=10)
+    return made
+
+
+def test_the_precision_section_shows_each_clusters_actions_and_the_judged_ones(
+    viewer: User,
+) -> None:
+    lab, prod = ClusterFactory(name="lab"), ClusterFactory(name="prod")
+    made = precision_trail(lab, prod, timezone.now())
+
+    body = logged_in(viewer).get(URL).content.decode()
+
+    section = region(body, "insights-precision")
+    assert "Action precision" in section
+    lab_row = region(body, f"insights-precision-{lab.pk}")
+    assert re.search(r"Actions taken</dt><dd[^>]*>4</dd>", lab_row)
+    assert "4 restarts · 0 stops · 0 drains" in lab_row
+    assert re.search(r"Judged unnecessary</dt><dd[^>]*>1</dd>", lab_row)
+    assert "1 resumed where it was · 0 drained nodes returned within an hour" in lab_row
+    assert re.search(r"Precision</dt><dd[^>]*>75.0 %</dd>", lab_row)
+    assert re.search(r"Rejected by an operator</dt><dd[^>]*>1</dd>", lab_row)
+    prod_row = region(body, f"insights-precision-{prod.pk}")
+    assert "1 restart · 0 stops · 2 drains" in prod_row
+    assert re.search(r"Precision</dt><dd[^>]*>66.7 %</dd>", prod_row)
+    assert "1 drained node returned within an hour" in prod_row
+
+    resumed = region(body, f"insights-judged-{made['restart-0'].pk}-resumed_in_place")
+    workload = made["restart-0"].workload
+    assert f'href="/workloads/{workload.pk}/#recommendation-{made["restart-0"].pk}"' in resumed
+    assert workload.job_id in resumed
+    assert "Resumed at step 1200, at or past step 1150 reached before the restart" in resumed
+    assert "GPU has fallen off the bus." in resumed
+    returned = region(body, f"insights-judged-{made['returned'].pk}-returned_within_an_hour")
+    node = made["returned"].node
+    assert node is not None
+    assert f'href="/nodes/?cluster=prod#node-{node.pk}">gpu-007</a>' in returned
+    assert "otto returned the node to service 10 min 00 s after the drain" in returned
+    rejected = region(body, f"insights-judged-{made['rejected'].pk}-rejected")
+    assert "(proposed)" in rejected
+    assert "Rejected by otto: “it saves checkpoints itself”" in rejected
+    for standing in ("restart-1", "drained", "old"):
+        assert f"insights-judged-{made[standing].pk}-" not in body
+
+
+def test_without_actions_the_precision_is_a_dash(viewer: User) -> None:
+    lab = ClusterFactory(name="lab")
+    body = logged_in(viewer).get(URL).content.decode()
+    row = region(body, f"insights-precision-{lab.pk}")
+    assert re.search(r"Precision</dt><dd[^>]*>—</dd>", row)
+    assert "no action taken" in row
+    assert "Judged unnecessary</h3>" not in region(body, "insights-precision")
+
+
+def test_the_cluster_and_range_filters_narrow_the_precision(viewer: User) -> None:
+    lab, prod = ClusterFactory(name="lab"), ClusterFactory(name="prod")
+    made = precision_trail(lab, prod, timezone.now())
+    client = logged_in(viewer)
+
+    body = client.get(URL, {"cluster": "prod", "range": "24h"}).content.decode()
+    section = region(body, "insights-precision")
+    assert "Action precision on prod" in section
+    assert f'id="insights-precision-{lab.pk}"' not in section
+    assert "0 restarts · 0 stops · 2 drains" in region(body, f"insights-precision-{prod.pk}")
+    assert f"insights-judged-{made['returned'].pk}-" in section
+    assert f"insights-judged-{made['rejected'].pk}-" not in section
+
+    week = client.get(URL, {"cluster": "prod", "range": "7d"}).content.decode()
+    assert "1 restart · 0 stops · 2 drains" in region(week, f"insights-precision-{prod.pk}")
+
+
+def test_the_precision_section_reads_a_bounded_number_of_rows(
+    viewer: User, django_assert_max_num_queries: DjangoAssertNumQueries
+) -> None:
+    """
+    GIVEN clusters with many actions, some judged unnecessary
+    WHEN a viewer opens the page
+    THEN the queries do not grow with the clusters or the actions
+    """
+    client = logged_in(viewer)
+    client.get(URL)
+    now = timezone.now()
+
+    def add_clusters() -> None:
+        precision_trail(ClusterFactory(), ClusterFactory(), now)
+
+    add_clusters()
+    with django_assert_max_num_queries(18):
+        assert client.get(URL).status_code == 200
+    for _ in range(3):
+        add_clusters()
+    with django_assert_max_num_queries(18):
+        assert client.get(URL).status_code == 200

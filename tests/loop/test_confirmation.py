@@ -496,3 +496,38 @@ def test_a_handled_error_printed_again_by_a_dying_thread_can_stall(
     assert crash.details["printed"] == "thread_died"
     assert crash.confirmation == Confirmation.SUSPECTED
     assert len(check_suspects(cluster, timezone.now() + timedelta(seconds=11))) == 1
+
+
+def test_a_handled_error_left_to_the_hang_rules_adds_no_second_restart(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a handled error followed by silence past the hang timeout, restarted as a hang
+    WHEN the scheduler shows the job requeued by that restart, and the error's suspicion is
+         settled by the attempt's end
+    THEN the restart on the hang is the only action: the error's confirmation adds none
+    """
+    training.prints(*CAUGHT)
+    training.read()
+    now = timezone.now()
+    (hang,) = check_progress(training.workload_now(), now + timedelta(minutes=31))
+    (restart,) = Recommendation.objects.all()
+    assert restart.anomaly == hang and restart.action == RecommendationAction.RESTART
+    record_event(
+        cluster=cluster,
+        workload=training.workload,
+        attempt=1,
+        kind=AuditKind.SCHEDULER_ACTION,
+        actor="controller:c1",
+        payload={"recommendation": restart.pk, "action": restart.action, "outcome": "executed"},
+    )
+    poll_cluster(
+        cluster,
+        Scripted([job(nodes=["node001", "node002"], state="PENDING", restart_count=1)]),
+    )
+    check_suspects(cluster, now + timedelta(minutes=32))
+
+    assert training.anomaly().confirmation == Confirmation.CONFIRMED
+    assert [r.pk for r in Recommendation.objects.exclude(action=RecommendationAction.NONE)] == [
+        restart.pk
+    ]
