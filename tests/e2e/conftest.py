@@ -1,9 +1,10 @@
 """End-to-end fault scenarios: real multi-node jobs on the local Slurm clusters, the whole loop.
 
 Every scenario runs on each Slurm version of the ``slurm_cluster`` fixture. On 24.11 only the
-scenarios in ``WR_E2E_2411_SCENARIOS`` run (default ``1 2 4 8``: a killed rank, a dead node, an
-Xid with a hardware verdict, a controller killed mid-recovery; ``all`` runs every one); the
-others are skipped with that reason, to keep ``make test`` within its time on two cores.
+scenarios in ``WR_E2E_2411_SCENARIOS`` run (default ``1 2 4 8 15``: a killed rank, a dead node,
+an Xid with a hardware verdict, a controller killed mid-recovery, a handled error then a quiet
+step; ``all`` runs every one); the others are skipped with that reason, to keep ``make test``
+within its time on two cores.
 
 Every scenario records one row of figures in ``var/e2e/report.json`` (``WR_E2E_REPORT`` moves
 it), written at the end of the session and printed by ``tests/e2e/report.py``. The harness is
@@ -26,7 +27,7 @@ from tests.e2e.harness import Harness
 from tests.e2e.job import HERE
 from tests.slurm_fixtures import SlurmCluster
 
-SCENARIOS_2411 = os.environ.get("WR_E2E_2411_SCENARIOS", "1 2 4 8").replace(",", " ").split()
+SCENARIOS_2411 = os.environ.get("WR_E2E_2411_SCENARIOS", "1 2 4 8 15").replace(",", " ").split()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

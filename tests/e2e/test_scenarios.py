@@ -12,11 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -30,9 +32,9 @@ from recovery.choices import (
     StopReason,
     WorkloadState,
 )
-from recovery.models import Anomaly, AuditEvent, Node, Policy, Recommendation
+from recovery.models import Anomaly, AuditEvent, Node, Policy, Recommendation, Workload
 from tests.e2e.harness import Harness
-from tests.e2e.job import E2EJob
+from tests.e2e.job import CKPT_EVERY, E2EJob
 from tests.e2e.slurm_view import expand_nodes, slurm
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -44,6 +46,15 @@ RESTARTS = {RecommendationAction.RESTART, RecommendationAction.RESTART_EXCLUDING
 HANG_TIMEOUT_S = 60
 # Scenario 9's job is short enough to be waited for to its end.
 CAUGHT_TOTAL_STEPS = 120
+# Scenarios 15 and 16 wait for their jobs' ends too; a few steps after the pause show it passed.
+PAUSED_TOTAL_STEPS = 50
+STEPS_AFTER_PAUSE = 20
+# An evaluation pass after a handled error: many times the job's median step (0.3 to 1 s here).
+QUIET_SECONDS = 25
+# A slow synchronous checkpoint save.
+SAVE_SECONDS = 30
+# A timestamped line of the job's log: "1: 2026-11-29T18:00:01.123Z node002: <message>".
+LOG_LINE = re.compile(r"^ *(?:\d+: )?(\d{4}-\d\d-\d\dT[\d:.]+)Z \S+: (.*)$", re.MULTILINE)
 
 
 def acted(scenario: Harness, job: E2EJob) -> list[Recommendation]:
@@ -64,6 +75,25 @@ def scheduler_actions(scenario: Harness, job: E2EJob) -> list[AuditEvent]:
             kind=AuditKind.SCHEDULER_ACTION,
         ).order_by("occurred_at", "pk")
     )
+
+
+def acted_on(scenario: Harness, job: E2EJob) -> str | None:
+    """Why a job that was meant to be left alone is known to have been acted on, if it was."""
+    if not scheduler_actions(scenario, job):
+        return None
+    return "a job that kept training was acted on: " + "; ".join(
+        f"{r.action} ({r.reason}; anomaly: {r.anomaly.evidence_line if r.anomaly else None})"
+        for r in acted(scenario, job)
+    )
+
+
+def logged_at(job: E2EJob, message: re.Pattern[str]) -> list[datetime]:
+    """When the job printed a line whose message (after its time and node) matches."""
+    return [
+        datetime.fromisoformat(m.group(1))
+        for m in LOG_LINE.finditer(job.log())
+        if message.match(m.group(2))
+    ]
 
 
 def resumed_after(job: E2EJob, restart: int) -> int | None:
@@ -407,38 +437,13 @@ def test_9_a_caught_exception_does_not_restart_a_job_that_keeps_training(
     )
     job.set_faults(caught_exception={"rank": 1, "at_steps": at_steps})
 
-    def acted_on() -> str | None:
-        if not scheduler_actions(scenario, job):
-            return None
-        return "a job that kept training was acted on: " + "; ".join(
-            f"{r.action} ({r.reason}; anomaly: {r.anomaly.evidence_line if r.anomaly else None})"
-            for r in acted(scenario, job)
-        )
+    fields = scenario.wait_until_finished(job, timeout=150, unless=lambda: acted_on(scenario, job))
 
-    fields = scenario.wait_until_finished(job, timeout=150, unless=acted_on)
-
-    workload = scenario.workload(job)
-    assert workload is not None
-    anomalies = Anomaly.objects.filter(workload=workload)
-    trail = [
-        (a.kind, a.signature, a.confirmation, a.confirmation_reason, a.evidence_line[:120])
-        for a in anomalies
-    ]
+    workload, anomalies, trail = _trail(scenario, job)
     scenario.record(log_tail=_tail_around_failure(job))
     assert job.log().count("ERROR:train.data:") == 2, job.log()[-3000:]
-    assert fields["JobState"] == "COMPLETED", fields
-    assert int(fields["Restarts"]) == 0, fields
-    assert scheduler_actions(scenario, job) == []
-    assert [r.action for r in Recommendation.objects.filter(workload=workload)] in (
-        [],
-        [RecommendationAction.NONE],
-    )
-    assert anomalies.filter(confirmation=Confirmation.SURVIVED).exists(), trail
-    assert not anomalies.filter(
-        confirmation__in=[Confirmation.CONFIRMED, Confirmation.STALLED]
-    ).exists(), trail
-    assert not anomalies.filter(kind=AnomalyKind.HANG).exists(), trail
-    assert AuditEvent.objects.filter(workload=workload, kind=AuditKind.SURVIVED).exists()
+    _assert_untouched(scenario, job, workload, fields)
+    _assert_survived(workload, anomalies, trail)
 
 
 def test_10_a_traceback_then_the_death_of_the_rank_restarts_the_job_once(
@@ -510,13 +515,57 @@ def test_11_an_error_then_a_hang_is_restarted_as_a_hang(scenario: Harness) -> No
     trail = [
         (a.signature, a.confirmation, a.confirmation_reason, a.evidence_line[:120]) for a in crashes
     ]
+    actions = scheduler_actions(scenario, job)
+    hang_after = (basis.detected_at - injection.at).total_seconds()
+    scenario.record(
+        hang_after_error_s=round(hang_after, 2),
+        restart_after_error_s=round((actions[0].occurred_at - injection.at).total_seconds(), 2)
+        if actions
+        else None,
+    )
     assert basis.kind == AnomalyKind.HANG, (basis.signature, executed[0].reason, trail)
     # The stalled path, not the hang detector: that would wait the policy's 30 minutes.
-    assert (basis.detected_at - injection.at).total_seconds() < HANG_TIMEOUT_S, basis.detected_at
+    assert hang_after <= HANG_TIMEOUT_S, (basis.detected_at, trail)
     assert crashes.filter(confirmation=Confirmation.STALLED).exists(), trail
     assert int(fields["Restarts"]) == 1
     assert len(scheduler_actions(scenario, job)) == 1
     assert_resumed_and_progressed(job, before.last_checkpoint_step or 0)
+
+
+def _trail(scenario: Harness, job: E2EJob) -> tuple[Workload, QuerySet[Anomaly], list[Any]]:
+    """The job's workload, its anomalies, and what they were, for assertion messages."""
+    workload = scenario.workload(job)
+    assert workload is not None
+    anomalies = Anomaly.objects.filter(workload=workload)
+    trail = [
+        (a.kind, a.signature, a.confirmation, a.confirmation_reason, a.evidence_line[:120])
+        for a in anomalies
+    ]
+    return workload, anomalies, trail
+
+
+def _assert_untouched(
+    scenario: Harness, job: E2EJob, workload: Workload, fields: dict[str, str]
+) -> None:
+    """The job trained to its end with no restart, nothing sent to the scheduler and no
+    recommendation to act."""
+    assert fields["JobState"] == "COMPLETED", fields
+    assert int(fields["Restarts"]) == 0, fields
+    assert scheduler_actions(scenario, job) == []
+    assert [r.action for r in Recommendation.objects.filter(workload=workload)] in (
+        [],
+        [RecommendationAction.NONE],
+    )
+
+
+def _assert_survived(workload: Workload, anomalies: QuerySet[Anomaly], trail: list[Any]) -> None:
+    """The error is in the trail as a crash the job survived, never confirmed, stalled or hung."""
+    assert anomalies.filter(confirmation=Confirmation.SURVIVED).exists(), trail
+    assert not anomalies.filter(
+        confirmation__in=[Confirmation.CONFIRMED, Confirmation.STALLED]
+    ).exists(), trail
+    assert not anomalies.filter(kind=AnomalyKind.HANG).exists(), trail
+    assert AuditEvent.objects.filter(workload=workload, kind=AuditKind.SURVIVED).exists()
 
 
 def _kill_between_requeue_and_release(
@@ -663,3 +712,74 @@ def test_14_a_job_submitted_after_another_follows_it_in_one_workflow(scenario: H
     assert restart.exclusion_sources.get(node) == "earlier attempt", restart.reason
     assert node in expand_nodes(scenario.slurm, fields.get("ExcNodeList", ""))
     assert node not in expand_nodes(scenario.slurm, fields.get("NodeList", ""))
+
+
+def test_15_a_handled_error_then_a_quiet_step_does_not_restart_the_job(
+    scenario: Harness,
+) -> None:
+    """
+    GIVEN a three-node job training and checkpointing, with the default 30-minute hang timeout
+    WHEN one rank logs a handled error with its traceback, and right after that step takes 25 s
+         longer on every rank, as an evaluation pass does: every process alive, nothing printed,
+         many times the job's median step
+    THEN the job trains to its end with no restart and nothing sent to the scheduler, no hang
+         is recorded, and the error stays in the trail as a crash that was survived
+    """
+    scenario.setup("15-handled-then-quiet", hang_timeout_minutes=30)
+    job = scenario.submit(total_steps=PAUSED_TOTAL_STEPS)
+    scenario.wait_until_training(job)
+    node = job.ranks()[1].env["SLURMD_NODENAME"]
+    # The ranks may be a step or two ahead of what srun has written to the log so far.
+    at_step = job.last_step() + 6
+    assert at_step + STEPS_AFTER_PAUSE <= PAUSED_TOTAL_STEPS, f"the job started late: {at_step}"
+    scenario.inject(
+        job,
+        f"handled KeyError with its traceback on rank 1, then a {QUIET_SECONDS} s quiet step",
+        node=node,
+        step=at_step,
+    )
+    job.set_faults(
+        handled_then_quiet={"rank": 1, "at_step": at_step, "quiet_seconds": QUIET_SECONDS}
+    )
+
+    fields = scenario.wait_until_finished(job, timeout=150, unless=lambda: acted_on(scenario, job))
+
+    workload, anomalies, trail = _trail(scenario, job)
+    # The silence the loop saw: from the error to the first rank's line of the quiet step.
+    (error_at,) = logged_at(job, re.compile(r"ERROR:train\.data:"))
+    resumed_at = min(logged_at(job, re.compile(rf"step: {at_step}\b")))
+    quiet = (resumed_at - error_at).total_seconds()
+    scenario.record(quiet_after_error_s=round(quiet, 2), log_tail=_tail_around_failure(job))
+    assert quiet >= QUIET_SECONDS, job.log()[-3000:]
+    _assert_untouched(scenario, job, workload, fields)
+    _assert_survived(workload, anomalies, trail)
+
+
+def test_16_a_slow_checkpoint_save_is_neither_a_stall_nor_a_hang(scenario: Harness) -> None:
+    """
+    GIVEN a three-node job training and checkpointing, with the default policy
+    WHEN one checkpoint save takes 30 s: rank 0 prints that it starts saving and writes for
+         30 s while every other rank waits in the next all-reduce; no error is printed
+    THEN the job trains to its end with no restart and nothing sent to the scheduler, and
+         neither a hang nor a straggler is recorded
+    """
+    scenario.setup("16-slow-checkpoint")
+    job = scenario.submit(total_steps=PAUSED_TOTAL_STEPS)
+    scenario.wait_until_training(job)
+    # A step that saves a checkpoint anyway, a few steps ahead of the ranks.
+    at_step = -(-(job.last_step() + 6) // CKPT_EVERY) * CKPT_EVERY
+    assert at_step + STEPS_AFTER_PAUSE <= PAUSED_TOTAL_STEPS, f"the job started late: {at_step}"
+    scenario.inject(job, f"a {SAVE_SECONDS} s checkpoint save on rank 0", step=at_step)
+    job.set_faults(checkpoint_pause={"at_step": at_step, "seconds": SAVE_SECONDS})
+
+    fields = scenario.wait_until_finished(job, timeout=150, unless=lambda: acted_on(scenario, job))
+
+    workload, anomalies, trail = _trail(scenario, job)
+    (began,) = logged_at(job, re.compile(rf"saving checkpoint at iteration {at_step} "))
+    saved_line = re.compile(rf"successfully saved checkpoint from iteration {at_step} ")
+    (saved,) = logged_at(job, saved_line)
+    save = (saved - began).total_seconds()
+    scenario.record(checkpoint_save_s=round(save, 2))
+    assert save >= SAVE_SECONDS, job.log()[-3000:]
+    _assert_untouched(scenario, job, workload, fields)
+    assert not anomalies.filter(kind__in=[AnomalyKind.HANG, AnomalyKind.STRAGGLER]).exists(), trail

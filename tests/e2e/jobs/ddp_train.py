@@ -16,7 +16,9 @@ one. Faults the harness asks for are read from CONTROL_FILE (JSON) before every 
      "slow": {"node": "node003", "factor": 3.0},
      "caught_exception": {"rank": 1, "at_steps": [40, 52]},
      "traceback_then_exit": {"rank": 1, "restart_count": 0},
-     "error_then_hang": {"node": "node002", "restart_count": 0}}
+     "error_then_hang": {"node": "node002", "restart_count": 0},
+     "handled_then_quiet": {"rank": 1, "at_step": 14, "quiet_seconds": 25},
+     "checkpoint_pause": {"at_step": 15, "seconds": 30}}
 
 ``cuda_error`` fires on the selected rank (``node`` or ``rank``) only on the named restart
 count; ``app_exception`` fires on rank 0 of every attempt once it has run ``after_steps``
@@ -32,6 +34,16 @@ selected rank, only on the named restart count. ``error_then_hang`` prints the t
 storage read that failed in a prefetch thread, then blocks for ever without exiting (its main
 loop waits for a batch that never comes), so every other rank waits in the all-reduce; only on
 the named restart count.
+
+``handled_then_quiet`` is a handled error followed by one long quiet step: at global step
+``at_step`` the selected rank logs the same error as ``caught_exception``, then that step takes
+``quiet_seconds`` longer on every rank, as an evaluation pass does (all processes alive, none
+printing anything; the step's compute, and so its throughput, is unchanged), and training goes
+on to the end; only on ``restart_count`` (0 unless given). ``checkpoint_pause`` is a slow
+synchronous checkpoint save: at global step ``at_step`` rank 0 prints the save-start line
+(saving there even if the step is not a multiple of CKPT_EVERY), takes ``seconds`` longer to
+write, then prints the saved line, while every other rank waits in the next all-reduce; no
+error at all; only on ``restart_count`` when given.
 
 Environment: CKPT_DIR, CONTROL_FILE, TOTAL_STEPS (200), STEP_SECONDS (0.3), CKPT_EVERY (5),
 plus what Slurm and ddp_train.sh set (SLURM_PROCID, SLURM_NTASKS, SLURMD_NODENAME,
@@ -206,6 +218,18 @@ def error_then_hang(node: str) -> None:
     threading.Event().wait()
 
 
+def at_step(spec: Any, step: int, restarts: int, *, default_restart: int | None) -> bool:
+    """Whether the all-ranks fault ``spec`` fires at ``step`` in this attempt.
+
+    ``default_restart`` is the restart count it fires on when the spec names none (``None``:
+    every attempt).
+    """
+    if not isinstance(spec, dict) or int(spec.get("at_step", -1)) != step:
+        return False
+    wanted = spec.get("restart_count", default_restart)
+    return wanted is None or int(wanted) == restarts
+
+
 def on_attempt(spec: Any, rank: int, node: str, restarts: int) -> bool:
     """Whether the fault ``spec`` fires on this rank in this attempt."""
     return (
@@ -275,6 +299,19 @@ def main() -> None:
             and step in {int(n) for n in caught.get("at_steps", [])}
         ):
             caught_exception(node, step)
+        # Extra seconds of this step on every rank: an evaluation pass after a handled error.
+        quiet_seconds = 0.0
+        quiet = faults.get("handled_then_quiet")
+        if at_step(quiet, step, restarts, default_restart=0):
+            assert isinstance(quiet, dict)
+            if selects(quiet, rank, node):
+                caught_exception(node, step)
+            quiet_seconds = float(quiet.get("quiet_seconds", 25))
+        pause = faults.get("checkpoint_pause")
+        save_pause = 0.0
+        if at_step(pause, step, restarts, default_restart=None):
+            assert isinstance(pause, dict)
+            save_pause = float(pause.get("seconds", 30))
         slow = faults.get("slow")
         factor = float(slow.get("factor", 1.0)) if isinstance(slow, dict) else 1.0
         if not (isinstance(slow, dict) and selects(slow, rank, node)):
@@ -290,6 +327,8 @@ def main() -> None:
         # The step's compute stands for a GPU's forward and backward pass.
         time.sleep(step_seconds * factor)
         compute = time.monotonic() - began
+        # Not part of the compute: a pass that prints nothing, the same on every rank.
+        time.sleep(quiet_seconds)
         for parameter in model.parameters():
             assert parameter.grad is not None
             dist.all_reduce(parameter.grad)
@@ -300,11 +339,13 @@ def main() -> None:
             node,
             f"step: {step}  loss: {loss.item():.4f}  memory: 0.10GiB  tps: {tps:,.0f}",
         )
-        if rank == 0 and step % ckpt_every == 0:
+        if rank == 0 and (step % ckpt_every == 0 or save_pause):
             final = ckpt_dir / f"step_{step}.pt"
             partial = ckpt_dir / f".step_{step}.pt.tmp"
             say(node, f"saving checkpoint at iteration {step} to {ckpt_dir}")
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
+            # A slow synchronous save: the other ranks wait for rank 0 in the next all-reduce.
+            time.sleep(save_pause)
             partial.rename(final)
             say(node, f"successfully saved checkpoint from iteration {step} to {ckpt_dir}")
     dist.barrier()
