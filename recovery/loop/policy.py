@@ -32,6 +32,7 @@ from recovery.audit.record import record_event
 from recovery.choices import (
     OPEN_RECOMMENDATION_STATUSES,
     AnomalyKind,
+    AttemptExitState,
     Attribution,
     AuditKind,
     ClusterNodeState,
@@ -66,6 +67,9 @@ POLICY_RETRY_SECONDS = 30
 DECISION_HORIZON = timedelta(hours=6)
 # Crashes nothing may act on: not yet seen to end the process, or seen not to.
 UNCONFIRMED = frozenset({Confirmation.SUSPECTED, Confirmation.SURVIVED, Confirmation.STALLED})
+# Slurm's word that it ended an attempt for a preemption or for a requeue someone asked for
+# ("CANCELLED AT ... DUE TO PREEMPTION", "... DUE TO JOB REQUEUE"), or its PREEMPTED state.
+SCHEDULER_REQUEUE_SIGNATURE = "slurm-preempted"
 # Categories that say the program itself is wrong: a restart repeats them.
 APPLICATION_FAULTS = frozenset(
     {
@@ -392,6 +396,10 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
             exclusion_sources=sources,
         )
     what = f"{anomaly.get_kind_display().lower()} ({anomaly.category or 'no log category'})"
+    if _requeued_by_the_scheduler(anomaly):
+        return Decision(
+            RecommendationAction.NONE, reason=f"{what}: the scheduler requeued the job itself"
+        )
     if (
         policy.stop_on_application_fault
         and anomaly.category in APPLICATION_FAULTS
@@ -435,6 +443,19 @@ def decide(anomaly: Anomaly, policy: Policy, history: History) -> Decision:
         )
     return Decision(
         RecommendationAction.RESTART, reason=f"{what}; restart from the last checkpoint"
+    )
+
+
+def _requeued_by_the_scheduler(anomaly: Anomaly) -> bool:
+    """Slurm ended the attempt for a preemption or an administrator's requeue and put the job
+    back in its queue itself: it restarts without the loop, and nothing failed that a restart,
+    an exclusion or a stop would mend."""
+    attempt = anomaly.attempt
+    if anomaly.signature != SCHEDULER_REQUEUE_SIGNATURE or attempt is None:
+        return False
+    return (
+        attempt.exit_state == AttemptExitState.REQUEUED
+        or anomaly.workload.current_attempt > attempt.number
     )
 
 
