@@ -42,6 +42,7 @@ from recovery.loop.anomalies import (
     attempt_writing_of,
     checkpoint_events,
     finite_or_none,
+    note_quiet_phases,
     record_read,
 )
 from recovery.loop.bulk import insert_values, update_rows
@@ -263,6 +264,10 @@ def _needs_full_record(read: _Read, batch: _Batch) -> bool:
     )
 
 
+def _quiet(workload: Workload) -> tuple[object, ...]:
+    return (workload.longest_quiet_seconds, workload.quiet_phase, workload.quiet_phase_at)
+
+
 def _unmoved(reads: list[_Read]) -> list[_Read]:
     """The reads whose cursor no other reader moved since they began, their rows now locked
     (a read whose cursor moved is dropped: the next read starts where the other one left)."""
@@ -306,6 +311,11 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
         produced: set[int] = set()
         for read in reads:
             number = read.attempt.number if read.attempt is not None else None
+            # Before the last progress moves: the gap from it is a quiet phase of the job.
+            quiet_before = _quiet(read.workload)
+            note_quiet_phases(read.workload, read.result, now, continues_attempt=True)
+            if _quiet(read.workload) != quiet_before:
+                progressed[read.workload.pk] = read.workload
             saved = checkpoint_events(read.workload, number, read.result, now)
             events += saved
             if saved:
