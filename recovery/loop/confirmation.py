@@ -8,9 +8,7 @@ recorded as *suspected*, and nothing acts on it until one of these settles it:
 * **confirmed**: the process is seen to end. The attempt ended, a launcher reported a task's
   exit (srun's task-exit lines, torchrun's child failure, slurmstepd's cancel notice), or
   another crash of the same attempt was confirmed. The policy then decides as on any crash.
-* **survived**: training went on after it, or the attempt was ended by someone else before the
-  error showed anything (an administrator's requeue, a preemption, a cancel: Slurm's own
-  record of how the attempt ended says so). The crash stays in the trail and on the timeline,
+* **survived**: training went on after it. The crash stays in the trail and on the timeline,
   and no recommendation is made.
 * **stalled**: the process neither ended nor trained for longer than its quiet phases allow
   (``stall_window``). A process that printed an error and stopped without exiting is hung, not
@@ -182,8 +180,6 @@ def first_look(
         first_exit = min(read.exits, key=lambda f: f.first_line or 0)
         return FirstLook(Confirmation.CONFIRMED, _exit_reason(first_exit), suspect)
     if attempt is not None and (ended := attempt_ending(attempt)):
-        if ended_by_others := _ended_by_someone_else(attempt):
-            return FirstLook(Confirmation.SURVIVED, ended_by_others, suspect)
         return FirstLook(Confirmation.CONFIRMED, ended, suspect)
     return FirstLook(Confirmation.SUSPECTED, "", suspect)
 
@@ -207,26 +203,6 @@ def attempt_ending(attempt: Attempt) -> str:
     if workload.state not in (WorkloadState.RUNNING, WorkloadState.UNKNOWN):
         return f"the job left running ({workload.get_state_display().lower()})"
     return ""
-
-
-# How Slurm ended attempts it was asked to end, or chose to: not the error's doing.
-ENDED_BY_OTHERS = frozenset(
-    {AttemptExitState.REQUEUED, AttemptExitState.PREEMPTED, AttemptExitState.CANCELLED}
-)
-
-
-def _ended_by_someone_else(attempt: Attempt) -> str:
-    """Why the attempt's end does not confirm its suspects, or "" when it may.
-
-    An administrator's requeue, a preemption or a cancel ends an attempt whatever it printed:
-    a restart on the error would act on a job the scheduler (or a person) already dealt with.
-    """
-    if attempt.exit_state not in ENDED_BY_OTHERS:
-        return ""
-    return (
-        f"the scheduler ended the attempt ({attempt.get_exit_state_display().lower()}), "
-        "not this error"
-    )
 
 
 def _completed(attempt: Attempt) -> bool:
@@ -254,8 +230,6 @@ def settle(anomaly: Anomaly, policy: Policy, now: datetime) -> Settlement | None
         return Settlement(Confirmation.SURVIVED, "the job completed")
     ended = attempt_ending(attempt)
     if ended:
-        if ended_by_others := _ended_by_someone_else(attempt):
-            return Settlement(Confirmation.SURVIVED, ended_by_others)
         return Settlement(Confirmation.CONFIRMED, ended)
     failed = (
         Anomaly.objects.filter(

@@ -527,37 +527,7 @@ def test_a_handled_error_left_to_the_hang_rules_adds_no_second_restart(
     )
     check_suspects(cluster, now + timedelta(minutes=32))
 
-    crash = training.anomaly()
-    assert crash.confirmation == Confirmation.SURVIVED
-    assert "the scheduler ended the attempt (requeued), not this error" in (
-        crash.confirmation_reason
-    )
+    assert training.anomaly().confirmation == Confirmation.CONFIRMED
     assert [r.pk for r in Recommendation.objects.exclude(action=RecommendationAction.NONE)] == [
         restart.pk
     ]
-
-
-@pytest.mark.parametrize("ended_as", ["PREEMPTED", "CANCELLED", "requeued by an administrator"])
-def test_an_attempt_someone_else_ended_does_not_confirm_its_suspect(
-    cluster: Cluster, training: Job, ended_as: str
-) -> None:
-    """
-    GIVEN a handled error, suspected, and a quiet checkpoint save after it
-    WHEN an administrator requeues the job, it is preempted, or its user cancels it
-    THEN the end is not the error's: the suspect is settled without confirmation, and nothing
-         is recommended on it (a preemption Slurm did not requeue is the scheduler's own
-         anomaly, decided as such)
-    """
-    training.prints(*CAUGHT, "node001: saving checkpoint at iteration 57 to /ckpt")
-    training.read()
-    if ended_as == "requeued by an administrator":
-        seen = job(nodes=["node001", "node002"], state="PENDING", restart_count=1)
-    else:
-        seen = job(nodes=["node001", "node002"], state=ended_as)
-    poll_cluster(cluster, Scripted([seen]))
-    check_suspects(cluster, timezone.now() + timedelta(seconds=30))
-
-    crash = training.anomaly()
-    assert crash.confirmation == Confirmation.SURVIVED, crash.confirmation_reason
-    assert "not this error" in crash.confirmation_reason
-    assert not Recommendation.objects.filter(anomaly=crash).exists()
