@@ -20,7 +20,7 @@ E2E_SLURM2411_CTLD_PORT ?= 17400
 E2E_SLURM2411_NODE_PORT ?= 17401
 E2E_SLURM2411_SSH_PORT ?= 2400
 
-.PHONY: install install-e2e install-browser install-prometheus install-deploy demo test deploy-check image e2e chaos lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
+.PHONY: install install-e2e install-browser install-prometheus install-deploy demo test deploy-check image e2e chaos soak lint format clean bench bench-detect bench-scale bench-console eval-detect fuzz-api slurm-up slurm-down
 
 install: $(STAMP)
 
@@ -108,6 +108,19 @@ CHAOS_SEED ?= 1
 
 chaos: install
 	$(BIN)/python -m bench.chaos --seed $(CHAOS_SEED)
+
+# Healthy jobs doing what healthy jobs do (handled tracebacks, warnings, evaluations, long
+# checkpoints and stalls, requeues, preemptions, cancels, drains, benign kernel lines) against the
+# production process layout on a simulated cluster in acknowledged action mode, with real faults
+# at a low rate, and a MariaDB and a Redis of its own; writes var/soak/report.json and fails on any
+# action taken on a job or node that had no real fault, or a real fault never acted on.
+# SOAK_JOB_HOURS sets the size in simulated job-hours. `make test` runs the short version
+# (tests/soak).
+SOAK_SEED ?= 1
+SOAK_JOB_HOURS ?= 10000
+
+soak: install
+	$(BIN)/python -m bench.soak --seed $(SOAK_SEED) --job-hours $(SOAK_JOB_HOURS)
 
 # Benchmarks print their figures next to a reference measured in the same run.
 bench: bench-detect bench-scale bench-console

@@ -277,3 +277,19 @@ def test_a_state_of_the_previous_version_is_refused(tmp_path: Path) -> None:
         del state[key]
     with pytest.raises(ValueError, match="unknown simulator state version 1"):
         SimulatedCluster(cluster.config, state, now=START)
+
+
+@pytest.mark.parametrize("kind", ["hang", "app_exception", "gpu_faulty", "nccl_timeout"])
+def test_a_fault_journals_the_node_it_showed_on_whatever_its_kind(
+    tmp_path: Path, kind: str
+) -> None:
+    """A hung rank or a raising one is on a node even when its kind blames none: the soak keeps
+    the job's own restarts from counting that node's exclusion as a false action."""
+    cluster = SimulatedCluster(quiet_config(tmp_path), now=START)
+    now = run(cluster, 10)
+    job_id = only_job(cluster)
+    nodes = listed_job(cluster, job_id).nodes
+    cluster.inject(job_id, kind, 1, now.timestamp())
+    [failure] = cluster.journal()["failures"]
+    assert failure["host"] in nodes
+    assert failure["node"] == (failure["host"] if KINDS[kind].node_level else "")

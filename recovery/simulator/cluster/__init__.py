@@ -11,8 +11,9 @@ Everything, the random generator included, is kept in a JSON-able state so that 
 restored from ``to_state()`` in another process continues exactly as it would have.
 
 The package: ``config`` (``SimConfig``), ``records`` (per node and per job), ``journal`` (the
-commands received, the failures and attempts, and the chaos controls, kept in the state),
-``state``, ``training`` and ``slurm`` (the layers of ``SimulatedCluster``, see ``state``).
+commands received, the failures and attempts, the benign events, and the chaos controls, kept in
+the state), ``state``, ``benign``, ``training`` and ``slurm`` (the layers of
+``SimulatedCluster``, see ``state``).
 """
 
 from __future__ import annotations

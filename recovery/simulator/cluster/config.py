@@ -92,3 +92,12 @@ class SimConfig:
     first_job_id: int = 1001
     # Real seconds after which an operator has fixed a DOWN or drained node; None: never.
     repair_after_seconds: float | None = None
+    # Per kind of benign event (recovery.simulator.benign), how many a running job has per hour
+    # of real time; empty: none, and the cluster behaves exactly as without them.
+    benign_events: tuple[tuple[str, float], ...] = ()
+    # Real seconds an announced evaluation or checkpoint pause lasts (a stall is shorter than
+    # the longest pause its attempt has shown).
+    benign_pause_seconds: tuple[float, float] = (10.0, 90.0)
+    # The JSON file of real tracebacks and warnings the benign events print
+    # (recovery.simulator.logtext.benign.load_corpus); needed when those kinds have a rate.
+    benign_corpus: str = ""

@@ -12,7 +12,7 @@ simulated adapter acts on them, since they are about how its callers reach the s
 
 from __future__ import annotations
 
-from typing import TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from recovery.simulator.cluster.config import JOURNAL_LIMIT
 
@@ -43,6 +43,9 @@ class FailureEntry(TypedDict):
     category: str
     effect: str
     node: str  # the node a node-level kind blames, else ""
+    # The node the fault showed on (the rank that raised, the one that hung), whatever its kind;
+    # "" for a time limit. Absent from entries journaled before it was kept.
+    host: str
 
 
 class AttemptEntry(TypedDict):
@@ -55,6 +58,26 @@ class AttemptEntry(TypedDict):
     ended_at: float | None
     end: str | None  # the job's finished state, or "requeued"
     by_command: bool  # ended by a command received (else by the job or by Slurm itself)
+
+
+class BenignEntry(TypedDict):
+    """A benign event (``recovery.simulator.benign``) that happened to a running attempt."""
+
+    job_id: int
+    attempt: int  # restart_count of the attempt
+    at: float
+    kind: str  # a name in recovery.simulator.benign.KINDS
+    node: str  # the node it concerns (a slow rank, a drain, a kernel line), else ""
+    until: float | None  # when a pause, a slowdown or a drain ends
+    detail: dict[str, Any]  # what was printed: corpus id and source, Xid code, pause kind
+
+
+class BenignJournal(TypedDict):
+    """The benign events, the newest ``JOURNAL_LIMIT`` of them, and a count of all by kind."""
+
+    events: list[BenignEntry]
+    counts: dict[str, int]
+    dropped: int
 
 
 class DroppedEntries(TypedDict):
@@ -92,7 +115,7 @@ def no_chaos() -> ChaosControls:
     }
 
 
-Entry = TypeVar("Entry", CommandEntry, FailureEntry, AttemptEntry)
+Entry = TypeVar("Entry", CommandEntry, FailureEntry, AttemptEntry, BenignEntry)
 
 
 def none_dropped() -> DroppedEntries:

@@ -89,6 +89,15 @@ class SimJob:
     frozen: bool = False
     frozen_until: float | None = None  # when a frozen job's watchdog ends it
     frozen_kind: str = ""
+    # Benign events (recovery.simulator.benign), on a cluster that has them; per attempt.
+    benign_at: float | None = None  # when the next one happens
+    # [[at, lines, checkpoint step or -1]]: output a pause writes when it ends.
+    benign_due: list[list[Any]] = field(default_factory=list)
+    paused_until: float | None = None  # the end of the pause under way
+    longest_quiet: float = 0.0  # real seconds of the longest pause taken so far
+    slow_node: str = ""  # a node whose ranks are slow for a while
+    slow_factor: float = 1.0
+    slow_until: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -237,6 +237,7 @@ class SimulatedCluster(TrainingJobs):
         self._finish_completing(until)
         self._notice_dead_nodes(until)
         self._repair_due_nodes(until)
+        self._resume_admin_drains(until)
         for job in sorted(self.jobs_by_id.values(), key=lambda job: job.job_id):
             if job.state == "RUNNING":
                 self._run(job, until)
@@ -406,3 +407,6 @@ class SimulatedCluster(TrainingJobs):
         )
         self._log(job.job_id, lines)
         self._draw_next_fault(job, job.step_at)
+        job.longest_quiet = 0.0
+        job.slow_node, job.slow_factor, job.slow_until = "", 1.0, None
+        self._draw_next_benign(job, job.step_at)

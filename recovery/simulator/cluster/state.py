@@ -1,9 +1,10 @@
 """The state every part of the simulated cluster shares, and the changes all of them make.
 
 The cluster is built in layers: ``ClusterState`` (this module: the state, saving and
-restoring it, the job output, the journal, and ending or requeueing an attempt),
-``TrainingJobs`` (running jobs and the faults that strike them) and ``SimulatedCluster`` (what
-Slurm does: commands, scheduling, the passing of time).
+restoring it, the job output and the nodes' kernel logs, the journal, and ending or requeueing
+an attempt), ``BenignEvents`` (what healthy jobs, administrators and nodes do that can look like
+trouble, when configured), ``TrainingJobs`` (running jobs and the faults that strike them) and
+``SimulatedCluster`` (what Slurm does: commands, scheduling, the passing of time).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from recovery.simulator import logtext
+from recovery.simulator.benign import BenignTable
 from recovery.simulator.cluster.config import STATE_VERSION, SimConfig
 from recovery.simulator.cluster.journal import (
     AttemptEntry,
+    BenignEntry,
+    BenignJournal,
     ChaosControls,
     CommandEntry,
     DroppedEntries,
@@ -49,16 +53,22 @@ class ClusterState:
     attempts: list[AttemptEntry]
     dropped: DroppedEntries
     chaos: ChaosControls
+    benign_rng: random.Random
+    benign: BenignJournal
+    # [when, node, reason]: nodes an administrator drained, to be resumed then.
+    admin_resumes: list[list[Any]]
 
     def __init__(
         self, config: SimConfig, state: dict[str, Any] | None = None, *, now: datetime
     ) -> None:
         self.config = config
         self.table = FaultTable(config.fault_weights)
+        self.benign_table = BenignTable(config.benign_events)
         # Resolved, as Slurm reports a working directory: output under a symbolic link is not
         # read (recovery.sources.schedulers.output_files).
         self.log_root = Path(config.log_dir).resolve() / config.name
         self._pending_lines: dict[int, list[str]] = {}
+        self._pending_kernel: dict[str, list[str]] = {}
         # When this copy was loaded: a command received through it arrives then, while the
         # cluster's own clock stays at its last advance.
         self.opened_at = epoch_seconds(now)
@@ -78,6 +88,7 @@ class ClusterState:
         self.commands, self.failures, self.attempts = [], [], []
         self.dropped = none_dropped()
         self.chaos = no_chaos()
+        self._no_benign_events_yet()
         for node in self.node_list:
             if self.rng.random() < config.bad_node_fraction:
                 kind = self.table.draw_node_level(self.rng)
@@ -90,7 +101,7 @@ class ClusterState:
         # saved: a saved state never has output that was lost.
         self._flush()
         version, internal, gauss = self.rng.getstate()
-        return {
+        state: dict[str, Any] = {
             "version": STATE_VERSION,
             "now": self.now,
             "next_job_id": self.next_job_id,
@@ -104,6 +115,21 @@ class ClusterState:
             "commands": self.commands,
             "dropped": self.dropped,
         }
+        if self.benign_table.enabled:
+            # Only where there are benign events: a cluster without them saves what it did.
+            benign_version, benign_internal, benign_gauss = self.benign_rng.getstate()
+            state["benign"] = {
+                "rng": [benign_version, list(benign_internal), benign_gauss],
+                "journal": self.benign,
+                "admin_resumes": self.admin_resumes,
+            }
+        return state
+
+    def _no_benign_events_yet(self) -> None:
+        # Its own generator: benign events never change what the cluster's own draws give.
+        self.benign_rng = random.Random(f"benign:{self.config.seed}")
+        self.benign = {"events": [], "counts": {}, "dropped": 0}
+        self.admin_resumes = []
 
     def _restore(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
@@ -132,6 +158,13 @@ class ClusterState:
         if set(state["dropped"]) != set(none_dropped()):
             raise ValueError(f"unknown simulator journal lists {sorted(state['dropped'])}")
         self.dropped = state["dropped"]
+        self._no_benign_events_yet()
+        benign = state.get("benign")
+        if benign is not None:
+            version, internal, gauss = benign["rng"]
+            self.benign_rng.setstate((version, tuple(internal), gauss))
+            self.benign = benign["journal"]
+            self.admin_resumes = [list(entry) for entry in benign["admin_resumes"]]
         self._index_nodes()
 
     def journal(self) -> Journal:
@@ -144,6 +177,15 @@ class ClusterState:
             "dropped": self.dropped,
         }
         return copy.deepcopy(journal)
+
+    def benign_journal(self) -> BenignJournal:
+        """A copy of the benign events that happened (the newest), and how many of each kind."""
+        return copy.deepcopy(self.benign)
+
+    def kernel_log_template(self) -> str:
+        """Where each node's kernel log is, with ``{node}``, as a cluster's
+        ``node_kernel_log`` names it."""
+        return str(self.log_root / "kernel" / "{node}.log")
 
     def set_chaos(
         self,
@@ -227,6 +269,13 @@ class ClusterState:
             self._pending_lines.setdefault(job_id, []).extend(lines)
 
     def _flush(self) -> None:
+        if self._pending_kernel:
+            folder = self.log_root / "kernel"
+            folder.mkdir(parents=True, exist_ok=True)
+            for node, lines in self._pending_kernel.items():
+                with (folder / f"{node}.log").open("a", encoding="utf-8") as handle:
+                    handle.write("\n".join(lines) + "\n")
+            self._pending_kernel = {}
         if not self._pending_lines:
             return
         self.log_root.mkdir(parents=True, exist_ok=True)
@@ -234,6 +283,15 @@ class ClusterState:
             with (self.log_root / f"{job_id}.out").open("a", encoding="utf-8") as handle:
                 handle.write("\n".join(lines) + "\n")
         self._pending_lines = {}
+
+    def _log_kernel(self, node: str, lines: list[str]) -> None:
+        if lines:
+            self._pending_kernel.setdefault(node, []).extend(lines)
+
+    def _record_benign(self, entry: BenignEntry) -> None:
+        self.benign["dropped"] += append_capped(self.benign["events"], entry)
+        counts = self.benign["counts"]
+        counts[entry["kind"]] = counts.get(entry["kind"], 0) + 1
 
     def _checkpoint_dir(self, job: SimJob) -> str:
         return f"/checkpoints/{job.name}/{job.job_id}"
@@ -260,9 +318,25 @@ class ClusterState:
 
     def _pace(self, job: SimJob) -> float:
         """Real seconds per step until the next logged step: the slowest node sets the pace."""
-        slowest = max((self.nodes_by_name[name].slow for name in job.nodes), default=1.0)
+        slowest = max(
+            (
+                self.nodes_by_name[name].slow * self._benign_slowness(job, name)
+                for name in job.nodes
+            ),
+            default=1.0,
+        )
         noise = min(max(self.rng.gauss(1.0, 0.03), 0.9), 1.15)
         return job.step_seconds * slowest * noise / self.config.speedup
+
+    @staticmethod
+    def _benign_slowness(job: SimJob, name: str) -> float:
+        """How much slower a benign slow rank makes ``name``'s ranks for now."""
+        return job.slow_factor if name == job.slow_node else 1.0
+
+    def _stop_benign(self, job: SimJob) -> None:
+        """The attempt's process stopped (ended, requeued, stuck): no more benign events, and
+        what a pause would still have printed is never printed."""
+        job.benign_at, job.benign_due, job.paused_until = None, [], None
 
     def _draw_next_fault(self, job: SimJob, after: float) -> None:
         """The next fault of this attempt, from the job's own rate and its defective nodes'."""
@@ -277,7 +351,9 @@ class ClusterState:
         simulated = self.rng.expovariate(rate / 3600.0)
         job.fault_at = after + simulated / self.config.speedup
 
-    def _record_failure(self, job: SimJob, kind: FaultKind, at: float, *, node: str) -> None:
+    def _record_failure(
+        self, job: SimJob, kind: FaultKind, at: float, *, node: str, host: str
+    ) -> None:
         entry: FailureEntry = {
             "job_id": job.job_id,
             "attempt": job.restart_count,
@@ -287,6 +363,7 @@ class ClusterState:
             "category": kind.category,
             "effect": kind.effect,
             "node": node,
+            "host": host,
         }
         self.dropped["failures"] += append_capped(self.failures, entry)
 
@@ -348,6 +425,7 @@ class ClusterState:
         )
         job.fault_at = None
         job.hold = ""
+        self._stop_benign(job)
 
     def _requeue(self, job: SimJob, at: float, *, hold: bool) -> None:
         """Slurm's requeue: COMPLETING for a moment, then PENDING with the requeue delay."""
@@ -361,6 +439,7 @@ class ClusterState:
         job.end_time = at
         job.exit_code = job.exit_signal = None
         job.fault_at = None
+        self._stop_benign(job)
         job.frozen, job.hang_tail, job.hung_node = False, False, ""
         job.frozen_until, job.frozen_kind = None, ""
         job.hold = "job_requeued_in_held_state" if hold else ""

@@ -6,9 +6,9 @@ import math
 import random
 
 from recovery.simulator import logtext
+from recovery.simulator.cluster.benign import BenignEvents
 from recovery.simulator.cluster.config import DRAINING_XIDS, FAILURE_TEXT_SECONDS, GPUS
 from recovery.simulator.cluster.records import SimJob
-from recovery.simulator.cluster.state import ClusterState
 from recovery.simulator.faults import (
     CRASH,
     HANG,
@@ -20,7 +20,7 @@ from recovery.simulator.faults import (
 )
 
 
-class TrainingJobs(ClusterState):
+class TrainingJobs(BenignEvents):
     """Runs the cluster's training jobs and makes faults happen to them."""
 
     def _run(self, job: SimJob, until: float) -> None:
@@ -54,6 +54,17 @@ class TrainingJobs(ClusterState):
             reached_at = job.step_at + (target - job.step) * job.pace
             fault_at = job.fault_at if job.fault_at is not None else math.inf
             first = min(reached_at, fault_at, limit)
+            benign_at = self._next_benign_moment(job)
+            if benign_at is not None and benign_at < first and not job.hang_tail:
+                if benign_at > until:
+                    break
+                # Steps done by then; none reaches a logged step or a checkpoint, which
+                # come later.
+                done = max(int((benign_at - job.step_at) / job.pace), 0)
+                job.step += done
+                job.step_at += done * job.pace
+                self._benign_step(job, benign_at)
+                continue
             if first > until:
                 break
             if limit <= min(reached_at, fault_at):
@@ -74,6 +85,7 @@ class TrainingJobs(ClusterState):
                 if job.hang_tail:
                     job.hang_tail, job.frozen = False, True
                     continue
+                self._recover_slow_rank(job, reached_at)
                 job.pace = self._pace(job)
             if job.step % job.checkpoint_every == 0 and not job.hang_tail:
                 self._log(
@@ -103,7 +115,7 @@ class TrainingJobs(ClusterState):
         for index, name in enumerate(job.nodes):
             if name == job.hung_node:
                 continue
-            slow = self.nodes_by_name[name].slow
+            slow = self.nodes_by_name[name].slow * self._benign_slowness(job, name)
             lines.append(
                 logtext.progress_line(
                     rank=index * GPUS,
@@ -149,7 +161,8 @@ class TrainingJobs(ClusterState):
             self._bug(job, at)
             return
         # Journaled when it strikes, also where its effect comes later (a hang, a dead node).
-        self._record_failure(job, kind, at, node=job.nodes[node] if kind.node_level else "")
+        shown_on = job.nodes[node]
+        self._record_failure(job, kind, at, node=shown_on if kind.node_level else "", host=shown_on)
         if kind.effect == CRASH and kind.name == "nccl_timeout":
             self._freeze(job, node, at, crash_kind="nccl_timeout")
         elif kind.effect == CRASH:
@@ -170,6 +183,7 @@ class TrainingJobs(ClusterState):
         elif kind.effect == NODE_DEATH:
             job.frozen, job.hung_node = True, job.nodes[node]
             job.fault_at = None
+            self._stop_benign(job)
             self.nodes_by_name[job.nodes[node]].defect = "node_death"
             self.dying.append(
                 [at + self.config.node_failure_detect_seconds, job.nodes[node], job.job_id]
@@ -188,6 +202,7 @@ class TrainingJobs(ClusterState):
         job.hung_node = job.nodes[node]
         job.hang_tail = True
         job.fault_at = None
+        self._stop_benign(job)
         if crash_kind:
             job.frozen_kind = crash_kind
             job.frozen_until = at + self.config.collective_timeout_seconds / self.config.speedup
@@ -196,9 +211,9 @@ class TrainingJobs(ClusterState):
         assert job.bug is not None
         kind_name, _, seed = job.bug
         kind = KINDS[kind_name]
-        self._record_failure(job, kind, at, node="")
         text_rng = random.Random(seed)
         node = text_rng.randrange(len(job.nodes))
+        self._record_failure(job, kind, at, node="", host=job.nodes[node])
         context = self._context(job, node, at - FAILURE_TEXT_SECONDS, rng=text_rng)
         self._log(job.job_id, logtext.failure_lines(kind, context))
         self._end(job, at, "FAILED", reason="NonZeroExitCode", code=1)
@@ -220,7 +235,7 @@ class TrainingJobs(ClusterState):
             self._out_of_service(host, at)
 
     def _time_out(self, job: SimJob, at: float) -> None:
-        self._record_failure(job, KINDS["time_limit"], at, node="")
+        self._record_failure(job, KINDS["time_limit"], at, node="", host="")
         context = self._context(job, 0, at)
         self._log(job.job_id, logtext.failure_lines(KINDS["time_limit"], context))
         self._end(job, at, "TIMEOUT", reason="TimeLimit", signal=15)

@@ -13,12 +13,26 @@ numbers of the job at hand, so that no two failures read alike.
 
 By topic: ``layout`` (timestamps, hosts, ranks), ``healthy`` (start-up, progress, checkpoints),
 ``context`` (where a failure happens, and text many failures share), the failure families
-``gpu``, ``application``, ``network`` and ``system``, and ``failures`` (the text of each fault
-kind).
+``gpu``, ``application``, ``network`` and ``system``, ``failures`` (the text of each fault
+kind), and ``benign`` (what healthy jobs and their nodes print that can look like trouble).
 """
 
 from __future__ import annotations
 
+from recovery.simulator.logtext.benign import (
+    application_xid_lines,
+    checkpoint_saved_line,
+    checkpoint_started_line,
+    eval_finished,
+    eval_started,
+    handled_traceback,
+    kernel_line,
+    loss_scale_overflow,
+    module_load_lines,
+    nccl_warning,
+    persistence_mode_lines,
+    warning_lines,
+)
 from recovery.simulator.logtext.context import FailureContext
 from recovery.simulator.logtext.failures import failure_lines
 from recovery.simulator.logtext.healthy import (
@@ -50,14 +64,25 @@ __all__ = (
     "NIC_BUSES",
     "PCI_LAYOUTS",
     "FailureContext",
+    "application_xid_lines",
     "cancel_notice",
     "checkpoint_lines",
+    "checkpoint_saved_line",
+    "checkpoint_started_line",
+    "eval_finished",
+    "eval_started",
     "failure_lines",
     "finished_line",
+    "handled_traceback",
     "host_line",
+    "kernel_line",
+    "loss_scale_overflow",
+    "module_load_lines",
+    "nccl_warning",
     "node_ip",
     "node_number",
     "pci_bus",
+    "persistence_mode_lines",
     "progress_line",
     "rank_line",
     "requeue_notice",
@@ -66,4 +91,5 @@ __all__ = (
     "startup_lines",
     "thermal_lines",
     "training_loss",
+    "warning_lines",
 )
