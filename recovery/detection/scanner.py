@@ -131,6 +131,9 @@ class Occurrences:
     # The chains of tracebacks it was printed in (indexes into the scanner's chains), if any.
     chains: set[int] = field(default_factory=set)
 
+    # Nodes that printed a line which accuses another node (or nobody).
+    witnesses: set[str] = field(default_factory=set)
+
     def add(self, line: int, context: LineContext, chain: int | None = None) -> None:
         self.count += 1
         if chain is not None:
@@ -138,14 +141,20 @@ class Occurrences:
         self.last_line = line
         if context.rank is not None and len(self.ranks) < MAX_RANKS_KEPT:
             self.ranks.add(context.rank)
-        if context.node and len(self.nodes) < MAX_NODES_KEPT:
-            self.nodes.add(context.node)
+        accused, witness = _accused_node(self.signature, context)
+        if accused and len(self.nodes) < MAX_NODES_KEPT:
+            self.nodes.add(accused)
+        if witness and len(self.witnesses) < MAX_NODES_KEPT:
+            self.witnesses.add(witness)
 
     def to_finding(self, chains: list[Printed]) -> Finding:
         """The finding; ``chains`` says how each chain of tracebacks was printed."""
         implicates = self.signature.implicates_nodes
         printed = least_handled({chains[chain] for chain in self.chains})
-        witnesses = {} if implicates else {"reported_by_nodes": sorted(self.nodes)[:32]}
+        reporters = self.witnesses if implicates else self.witnesses | self.nodes
+        witnesses = (
+            {"reported_by_nodes": sorted(reporters)[:32]} if reporters or not implicates else {}
+        )
         return Finding(
             kind=self.kind,
             category=self.category,
@@ -171,6 +180,19 @@ class Occurrences:
                 "excerpt": self.excerpt,
             },
         )
+
+
+def _accused_node(signature: Signature, context: LineContext) -> tuple[str | None, str | None]:
+    """(The node a line accuses, the node that printed it as a mere witness)."""
+    if not signature.accused_node:
+        return context.node, None
+    hit = compile_linear(signature.accused_node).search(context.message)
+    if hit is None:
+        return None, context.node
+    named = next((group for group in hit.groups() if group), None)
+    if named is None:
+        return context.node, None
+    return named, (context.node if context.node != named else None)
 
 
 @dataclass

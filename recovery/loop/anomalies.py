@@ -527,8 +527,14 @@ def _seen_again(
 ) -> bool:
     """Add a finding seen before to its anomaly; True when it must be decided again."""
     anomaly.occurrences += finding.count
-    anomaly.implicated_nodes = sorted(set(anomaly.implicated_nodes) | set(finding.nodes))
-    anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
+    if anomaly.confirmation == Confirmation.SURVIVED:
+        # The nodes it was seen on before did not stop the job: only the new sighting is
+        # evidence against its nodes, should this one end the attempt.
+        anomaly.implicated_nodes = sorted(set(finding.nodes))
+        anomaly.implicated_ranks = sorted(set(finding.ranks))
+    else:
+        anomaly.implicated_nodes = sorted(set(anomaly.implicated_nodes) | set(finding.nodes))
+        anomaly.implicated_ranks = sorted(set(anomaly.implicated_ranks) | set(finding.ranks))
     seen = finding.at or now
     if anomaly.last_seen_at is None or seen > anomaly.last_seen_at:
         anomaly.last_seen_at = seen

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from recovery.audit.actors import Actor, attribution_actor
 from recovery.audit.record import record_event
-from recovery.choices import Attribution, AuditKind, FailureCategory
+from recovery.choices import Attribution, AuditKind, Confirmation, FailureCategory
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.models import Anomaly, Verdict
@@ -75,6 +75,11 @@ HARDWARE_SHOWS_AS = frozenset(
 )
 
 
+# The program's own checks failing (a device-side assert, an index out of bounds): the same on
+# any GPU, whatever hardware evidence the attempt also showed.
+PROGRAM_OWN_CHECKS = frozenset({"cuda-device-assert"})
+
+
 def builtin_confidence(anomaly: Anomaly) -> float:
     if anomaly.attribution == Attribution.UNKNOWN:
         return 0.4
@@ -94,13 +99,21 @@ def hardware_behind(anomaly: Anomaly) -> tuple[list[str], str] | None:
     """
     if anomaly.category not in HARDWARE_SHOWS_AS or anomaly.attribution == Attribution.HARDWARE:
         return None
+    if anomaly.signature in PROGRAM_OWN_CHECKS:
+        return None
     if anomaly.attempt_id is None:
         return None
-    others = Anomaly.objects.filter(
-        workload_id=anomaly.workload_id,
-        attempt_id=anomaly.attempt_id,
-        attribution=Attribution.HARDWARE,
-    ).exclude(pk=anomaly.pk)
+    # Hardware evidence the job printed and went on from (or that is not yet seen to have
+    # ended anything) explains nothing: a port error an hour ago that the job survived.
+    others = (
+        Anomaly.objects.filter(
+            workload_id=anomaly.workload_id,
+            attempt_id=anomaly.attempt_id,
+            attribution=Attribution.HARDWARE,
+        )
+        .exclude(pk=anomaly.pk)
+        .exclude(confirmation__in=(Confirmation.SURVIVED, Confirmation.SUSPECTED))
+    )
     named = set(anomaly.implicated_nodes)
     for other in others.order_by("detected_at", "id"):
         nodes = sorted(set(other.implicated_nodes) & named if named else other.implicated_nodes)

@@ -8,8 +8,10 @@ recorded as *suspected*, and nothing acts on it until one of these settles it:
 * **confirmed**: the process is seen to end. The attempt ended, a launcher reported a task's
   exit (srun's task-exit lines, torchrun's child failure, slurmstepd's cancel notice), or
   another crash of the same attempt was confirmed. The policy then decides as on any crash.
-* **survived**: training went on after it. The crash stays in the trail and on the timeline,
-  and no recommendation is made.
+* **survived**: training went on after it; or the program handled it (``printed`` handled)
+  and something else ended the attempt: an administrator's requeue, a preemption or a cancel
+  (Slurm's own record of the end says so), or another error that was confirmed. The crash
+  stays in the trail and on the timeline, and no recommendation is made.
 * **stalled**: the process neither ended nor trained for longer than its quiet phases allow
   (``stall_window``). A process that printed an error and stopped without exiting is hung, not
   crashed: a hang is recorded and decided as any hang.
@@ -180,6 +182,8 @@ def first_look(
         first_exit = min(read.exits, key=lambda f: f.first_line or 0)
         return FirstLook(Confirmation.CONFIRMED, _exit_reason(first_exit), suspect)
     if attempt is not None and (ended := attempt_ending(attempt)):
+        if elsewhere := ended_by_something_else(attempt, finding.detail.get("printed")):
+            return FirstLook(Confirmation.SURVIVED, elsewhere, suspect)
         return FirstLook(Confirmation.CONFIRMED, ended, suspect)
     return FirstLook(Confirmation.SUSPECTED, "", suspect)
 
@@ -205,6 +209,57 @@ def attempt_ending(attempt: Attempt) -> str:
     return ""
 
 
+# How Slurm ended attempts it was asked to end, or chose to.
+ENDED_BY_OTHERS = frozenset(
+    {AttemptExitState.REQUEUED, AttemptExitState.PREEMPTED, AttemptExitState.CANCELLED}
+)
+
+
+def ended_by_something_else(
+    attempt: Attempt, printed: object, anomaly: Anomaly | None = None
+) -> str:
+    """Why the end of ``attempt`` is not that of an error it printed, or "" when it may be.
+
+    Only an error the program caught and went on from (``printed`` handled) can be told apart
+    from the end: an administrator's requeue, a preemption or a cancel, or another error that
+    was confirmed, ended the attempt. A restart on the handled one would act on a job already
+    dealt with, and exclude the nodes of an error that changed nothing. A traceback that ended
+    the top level, a thread or a child is taken for the end's cause, as before.
+    """
+    if printed != Printed.HANDLED:
+        return ""
+    if attempt.exit_state in ENDED_BY_OTHERS:
+        return (
+            f"the scheduler ended the attempt ({attempt.get_exit_state_display().lower()}), "
+            "not this error the program handled"
+        )
+    if anomaly is None:
+        return ""
+    other = _other_confirmed(anomaly, causes_only=True)
+    if other is None:
+        return ""
+    return (
+        f"the program handled it; the attempt failed on another error: {other.evidence_line[:200]}"
+    )
+
+
+def _other_confirmed(anomaly: Anomaly, *, causes_only: bool = False) -> Anomaly | None:
+    """The first other confirmed anomaly of the attempt; with ``causes_only``, not a mere
+    report that a process ended (srun's task exit, a cancel notice): that ends the handled
+    error's process as much as any other's."""
+    confirmed = (
+        Anomaly.objects.filter(
+            workload=anomaly.workload, attempt=anomaly.attempt, confirmation=Confirmation.CONFIRMED
+        )
+        .exclude(pk=anomaly.pk)
+        .order_by("detected_at", "id")
+    )
+    for other in confirmed[:50]:
+        if not causes_only or not other.details.get("reports_exit"):
+            return other
+    return None
+
+
 def _completed(attempt: Attempt) -> bool:
     """The attempt ended successfully: whatever it printed did not end it."""
     workload = attempt.workload
@@ -228,18 +283,16 @@ def settle(anomaly: Anomaly, policy: Policy, now: datetime) -> Settlement | None
         return Settlement(Confirmation.SURVIVED, _survival_reason(went_on))
     if _completed(attempt):
         return Settlement(Confirmation.SURVIVED, "the job completed")
+    printed = anomaly.details.get("printed")
     ended = attempt_ending(attempt)
     if ended:
+        if elsewhere := ended_by_something_else(attempt, printed, anomaly):
+            return Settlement(Confirmation.SURVIVED, elsewhere)
         return Settlement(Confirmation.CONFIRMED, ended)
-    failed = (
-        Anomaly.objects.filter(
-            workload=anomaly.workload, attempt=attempt, confirmation=Confirmation.CONFIRMED
-        )
-        .exclude(pk=anomaly.pk)
-        .order_by("detected_at", "id")
-        .first()
-    )
+    failed = _other_confirmed(anomaly)
     if failed is not None:
+        if elsewhere := ended_by_something_else(attempt, printed, anomaly):
+            return Settlement(Confirmation.SURVIVED, elsewhere)
         return Settlement(
             Confirmation.CONFIRMED, f"the attempt failed: {failed.evidence_line[:200]}"
         )

@@ -156,3 +156,22 @@ def test_a_line_reporting_a_lost_peer_implicates_no_node() -> None:
     assert (finding.category, finding.signature) == ("interconnect", "nccl-socket-peer-lost")
     assert finding.nodes == [] and finding.ranks == []
     assert finding.detail["reported_by_nodes"] == ["node07"]
+
+
+def test_a_node_failure_implicates_the_node_srun_names_not_the_one_printing_the_notice() -> None:
+    notice = (
+        "slurmstepd: error: *** JOB 48213 ON gpu-001 CANCELLED AT 2026-11-28T03:14:15 DUE TO "
+        "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
+    )
+    (alone,) = scan_text(notice).findings
+    assert (alone.signature, alone.nodes) == ("slurm-node-failure", [])
+    assert alone.detail["reported_by_nodes"] == ["gpu-001"]
+
+    (named,) = scan_text(notice + "gpu-001: srun: error: Node failure on gpu-007\n").findings
+    assert named.nodes == ["gpu-007"]
+    assert named.detail["reported_by_nodes"] == ["gpu-001"]
+
+
+def test_an_unkillable_task_implicates_the_node_that_reports_it() -> None:
+    (finding,) = scan_text("gpu-003: slurmstepd: error: Kill task failed\n").findings
+    assert (finding.signature, finding.nodes) == ("slurm-node-failure", ["gpu-003"])

@@ -527,7 +527,113 @@ def test_a_handled_error_left_to_the_hang_rules_adds_no_second_restart(
     )
     check_suspects(cluster, now + timedelta(minutes=32))
 
-    assert training.anomaly().confirmation == Confirmation.CONFIRMED
+    crash = training.anomaly()
+    assert crash.confirmation == Confirmation.SURVIVED
+    assert "the scheduler ended the attempt (requeued), not this error" in (
+        crash.confirmation_reason
+    )
     assert [r.pk for r in Recommendation.objects.exclude(action=RecommendationAction.NONE)] == [
         restart.pk
     ]
+
+
+@pytest.mark.parametrize("ended_as", ["PREEMPTED", "CANCELLED", "requeued by an administrator"])
+def test_an_attempt_someone_else_ended_does_not_confirm_its_suspect(
+    cluster: Cluster, training: Job, ended_as: str
+) -> None:
+    """
+    GIVEN a handled error, suspected, and a quiet checkpoint save after it
+    WHEN an administrator requeues the job, it is preempted, or its user cancels it
+    THEN the end is not the error's: the suspect is settled without confirmation, and nothing
+         is recommended on it (a preemption Slurm did not requeue is the scheduler's own
+         anomaly, decided as such)
+    """
+    training.prints(*CAUGHT, "node001: saving checkpoint at iteration 57 to /ckpt")
+    training.read()
+    if ended_as == "requeued by an administrator":
+        seen = job(nodes=["node001", "node002"], state="PENDING", restart_count=1)
+    else:
+        seen = job(nodes=["node001", "node002"], state=ended_as)
+    poll_cluster(cluster, Scripted([seen]))
+    check_suspects(cluster, timezone.now() + timedelta(seconds=30))
+
+    crash = training.anomaly()
+    assert crash.confirmation == Confirmation.SURVIVED, crash.confirmation_reason
+    assert "not this error" in crash.confirmation_reason
+    assert not Recommendation.objects.filter(anomaly=crash).exists()
+
+
+UNCAUGHT = [
+    "node002: Traceback (most recent call last):",
+    'node002:   File "/workspace/train/main.py", line 212, in <module>',
+    "node002:     main()",
+    'node002:   File "/workspace/train/main.py", line 170, in main',
+    "node002:     loss = model(batch)",
+    "node002: ValueError: expected sequence of length 4096 at dim 1 (got 2048)",
+]
+
+
+def test_an_uncaught_error_is_confirmed_by_any_end_of_its_attempt(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a traceback that ended the program's top level, suspected
+    WHEN the job is requeued (its own script, or Slurm, did it after the crash)
+    THEN the end is taken for the error's: confirmed and decided as a crash
+    """
+    training.prints(*UNCAUGHT)
+    training.read()
+    poll_cluster(
+        cluster,
+        Scripted([job(nodes=["node001", "node002"], state="PENDING", restart_count=1)]),
+    )
+    check_suspects(cluster, timezone.now() + timedelta(seconds=30))
+
+    crash = training.anomaly()
+    assert crash.details["printed"] == "top_level"
+    assert crash.confirmation == Confirmation.CONFIRMED, crash.confirmation_reason
+
+
+def test_a_handled_error_is_not_confirmed_by_another_error_that_ended_the_attempt(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a handled error on node002, suspected
+    WHEN another error ends the attempt (an uncaught one, then srun's task exit)
+    THEN the handled one is settled as survived, naming the other, and only the other is
+         decided on: the handled error's nodes are not blamed for an end it did not cause
+    """
+    training.prints(*CAUGHT)
+    training.read()
+    training.prints(*UNCAUGHT, TASK_EXITED)
+    training.read()
+    check_suspects(cluster, timezone.now() + timedelta(seconds=30))
+
+    handled, uncaught = Anomaly.objects.filter(kind=AnomalyKind.CRASH).order_by("id")[:2]
+    assert handled.confirmation == Confirmation.SURVIVED, handled.confirmation_reason
+    assert "the attempt failed on another error" in handled.confirmation_reason
+    assert uncaught.confirmation == Confirmation.CONFIRMED
+    assert not Recommendation.objects.filter(anomaly=handled).exists()
+
+
+def on(node: str, lines: list[str]) -> list[str]:
+    return [f"{node}: {line.removeprefix('node002: ')}" for line in lines]
+
+
+def test_a_survived_crash_seen_again_on_another_node_implicates_only_that_node(
+    training: Job,
+) -> None:
+    """
+    GIVEN a caught exception on node002 the job survived
+    WHEN the same error is printed on node001 and this time srun reports the exit
+    THEN the crash is confirmed on node001 alone: node002 went on training after it
+    """
+    training.prints(*on("node002", CAUGHT), *steps(58, 59))
+    training.read()
+    assert training.anomaly().implicated_nodes == ["node002"]
+    training.prints(*on("node001", CAUGHT), "srun: error: node001: task 0: Exited with exit code 1")
+    training.read()
+
+    anomaly = training.anomaly()
+    assert anomaly.confirmation == Confirmation.CONFIRMED
+    assert anomaly.implicated_nodes == ["node001"]

@@ -472,6 +472,60 @@ def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
     assert job_recommendations().get().excluded_nodes == ["node002"]
 
 
+def test_hardware_evidence_the_job_survived_explains_no_later_cuda_error(
+    acting_cluster: Cluster,
+) -> None:
+    """
+    GIVEN an Xid on node002 printed in the job's output, which the job trained on after
+    WHEN a CUDA error ends the attempt later
+    THEN the CUDA error keeps its own attribution: the node is not blamed for it
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    now = timezone.now()
+    (earlier,) = record_anomalies(
+        workload, attempt, [xid_79("node002")], now, source=EvidenceSource.JOB_OUTPUT
+    )
+    Anomaly.objects.filter(pk=earlier.pk).update(confirmation="survived")
+    cuda = Finding(
+        kind="crash",
+        category="cuda_error_app",
+        attribution="application",
+        severity="fatal",
+        signature="cuda-error-kernel",
+        evidence="RuntimeError: CUDA error: unspecified launch failure",
+        nodes=[],
+        ranks=[1],
+        detail={"role": "cause"},
+    )
+    (anomaly,) = record_anomalies(
+        workload, attempt, [cuda], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
+    assert (anomaly.attribution, anomaly.implicated_nodes) == ("application", [])
+
+
+def test_a_device_side_assert_stays_the_programs_beside_an_xid(acting_cluster: Cluster) -> None:
+    _, workload, attempt = running_workload(acting_cluster)
+    now = timezone.now()
+    record_anomalies(
+        workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
+    assertion = Finding(
+        kind="crash",
+        category="cuda_error_app",
+        attribution="application",
+        severity="fatal",
+        signature="cuda-device-assert",
+        evidence="RuntimeError: CUDA error: device-side assert triggered",
+        nodes=[],
+        ranks=[1],
+        detail={"role": "cause"},
+    )
+    (anomaly,) = record_anomalies(
+        workload, attempt, [assertion], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
+    assert (anomaly.attribution, anomaly.implicated_nodes) == ("application", [])
+
+
 def test_an_application_exception_stays_the_applications_beside_an_xid(
     acting_cluster: Cluster,
 ) -> None:

@@ -110,6 +110,20 @@ def test_a_checkpoint_in_a_plain_read_is_recorded_once(tmp_path: Path) -> None:
     assert AuditEvent.objects.filter(kind=AuditKind.CHECKPOINT_SAVED).count() == 1
 
 
+def test_quiet_phases_in_plain_reads_are_recorded(tmp_path: Path) -> None:
+    """The stall rule judges silence by the job's own quiet phases: a job that never failed
+    shows them in plain reads, so those must keep them too."""
+    workload = running_workload(tmp_path, "job")
+    write(workload, PROGRESS.format(second=1, step=5))
+    process_workloads(workload.cluster, [workload.pk], LocalTransport())
+    write(workload, PROGRESS.format(second=41, step=6) + SAVED.format(step=6))
+    summary = process_workloads(workload.cluster, [workload.pk], LocalTransport())
+    assert summary.full_reads == 0
+    workload.refresh_from_db()
+    assert workload.longest_quiet_seconds == pytest.approx(40.0)
+    assert workload.last_progress_step == 6
+
+
 def test_a_failure_takes_the_full_path_and_is_recorded_once(tmp_path: Path) -> None:
     workload = running_workload(tmp_path, "job")
     quiet = running_workload(tmp_path, "quiet")

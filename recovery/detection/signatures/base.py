@@ -43,6 +43,10 @@ class Signature:
     # False for lines that report what the printing process saw of a peer (a connection the
     # other side closed): the node that printed one is a witness, not a suspect.
     implicates_nodes: bool = True
+    # For lines that can name a node other than the one printing them: a regex whose first
+    # group that matched is the node the line accuses. An alternative with no group accuses
+    # the printing node; a line it does not match accuses nobody, its printer is a witness.
+    accused_node: str = ""
     # The program (and where known its source or document) that prints the message: a
     # signature matching fewer than two of the labelled real logs must name it.
     printed_by: str = ""
@@ -63,6 +67,7 @@ def define(
     description: str = "",
     reports_exit: bool = False,
     implicates_nodes: bool = True,
+    accused_node: str = "",
     printed_by: str = "",
 ) -> Signature:
     """A built-in signature; its priority is its category's unless given."""
@@ -80,6 +85,7 @@ def define(
         description=description,
         reports_exit=reports_exit,
         implicates_nodes=implicates_nodes,
+        accused_node=accused_node,
         printed_by=printed_by,
     )
 

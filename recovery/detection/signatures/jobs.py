@@ -74,6 +74,11 @@ SIGNATURES: tuple[Signature, ...] = (
         ["Node gpu-a100-007 now responding"],
         priority=95,
         reports_exit=True,
+        # slurmstepd's "*** JOB N ON gpu-007 CANCELLED ... DUE TO NODE FAILURE ***" is printed
+        # on a node that is still up (the batch host): the failed node is the one srun or
+        # slurmctld names. An unkillable task is the printing node's own.
+        accused_node=r"Node failure on ([A-Za-z0-9][A-Za-z0-9._-]*)|"
+        r"Node ([A-Za-z0-9][A-Za-z0-9._-]*) not responding|Kill task failed",
         printed_by='Slurm: slurmstepd\'s "*** JOB N ON node CANCELLED AT t DUE TO NODE FAILURE ***", srun\'s "Node failure on", slurmctld\'s "not responding, setting DOWN"; PBS/Torque job notices "(node failure)"',
     ),
     define(
