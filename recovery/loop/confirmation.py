@@ -322,6 +322,10 @@ def _stall(
     if window is None:
         return None
     since = datetime.fromisoformat(suspect.get("since") or anomaly.detected_at.isoformat())
+    # A checkpoint announced after the error and saved since was a phase: the silence that
+    # counts starts when it ended, as the job needs a step's time to print again.
+    if workload.last_checkpoint_at is not None and workload.last_checkpoint_at > since:
+        since = min(workload.last_checkpoint_at, now)
     silent = (now - since).total_seconds()
     if silent < window:
         return None
