@@ -10,12 +10,12 @@ attempts, lost failures, unfinished recommendations, audit gaps. See ``bench/cha
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.chaos.layout import rechecked, write_report
 from bench.chaos.run import WORK, ChaosOptions, ChaosRun, recheck
 
 # Enough to land at least 100 faults within three minutes, for `make test`.
@@ -86,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.recheck:
-        report = recheck(Path(args.recheck))
-        Path(args.recheck).write_text(json.dumps(report, indent=2, default=str))
+        report = rechecked(Path(args.recheck), recheck)
         print_summary(report)
         return 0 if report["passed"] else 1
     options = SHORT if args.short else ChaosOptions()
@@ -102,10 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             changes[name] = value
     options = replace(options, **changes)
     report = ChaosRun(options).run()
-    WORK.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, indent=2, default=str)
-    (WORK / "report.json").write_text(text)
-    (WORK / f"report-{options.label}-seed-{options.seed}.json").write_text(text)
+    write_report(WORK, report, options.label, options.seed)
     print_summary(report)
     return 0 if report["passed"] else 1
 

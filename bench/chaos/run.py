@@ -13,10 +13,7 @@ period with every process up; then the checks (``bench.chaos.checks``).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import sys
 import threading
 import time
@@ -27,9 +24,9 @@ from typing import Any, cast
 
 from bench.chaos import schedule as faults
 from bench.chaos.checks import ClusterVerdict, check_records, summarise_times
-from bench.chaos.roles import Role, Supervisor
-from bench.chaos.services import PrivateMariaDB, PrivateRedis, Service
-from workload_recovery.stack import free_port
+from bench.chaos.layout import LayoutRun, finished_run_database
+from bench.chaos.roles import Role
+from bench.chaos.services import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "var" / "chaos"
@@ -112,55 +109,15 @@ def _struck(done: bool) -> str:
     return "struck" if done else "missed"
 
 
-class ChaosRun:
+class ChaosRun(LayoutRun):
+    campaign = "chaos"
+
     def __init__(self, options: ChaosOptions) -> None:
+        super().__init__(options, WORK)
         self.options = options
-        self.work = WORK / f"{options.label}-seed-{options.seed}"
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        self.state_dir = self.work / "sim-state"
-        self.db = PrivateMariaDB(self.work / "mariadb")
-        self.redis = PrivateRedis(self.work / "redis")
-        self.web_port = free_port()
-        self.url = f"http://127.0.0.1:{self.web_port}"
-        self.supervisor = Supervisor(self.work)
         self.stores: dict[str, Any] = {}
         self.landed = Landed()
         self.restarting: set[str] = set()
-
-    # ------------------------------------------------------------------ setup
-
-    def env(self) -> dict[str, str]:
-        return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", "/root"),
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-            "DJANGO_SETTINGS_MODULE": "workload_recovery.settings",
-            "DATABASE_URL": self.db.url,
-            "REDIS_URL": self.redis.url,
-            "WR_VAR_DIR": str(self.work / "var"),
-            "WR_SIMULATOR_STATE_DIR": str(self.state_dir),
-            "WR_POLL_SECONDS": str(self.options.poll_s),
-            "WR_WATCHDOG_SECONDS": "5",
-            "WR_LEASE_SWEEP_SECONDS": "3",
-            "WR_CACHE_DIR": str(ROOT / "var" / "cache"),
-            "SECRET_KEY": f"chaos-{self.options.seed}-not-a-secret-of-any-site",
-            "LOG_LEVEL": "WARNING",
-        }
-
-    def start_services(self) -> None:
-        self.db.install()
-        self.db.start()
-        self.db.create_database()
-        self.redis.start()
-        os.environ.update(self.env())
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", interactive=False, verbosity=0)
 
     def prepare_clusters(self, names: dict[str, str]) -> dict[str, list[Path]]:
         """Cluster rows, policies, simulations and one controller token per controller."""
@@ -245,44 +202,13 @@ class ChaosRun:
 
     # ------------------------------------------------------------------ the process layout
 
-    def add_platform_roles(self) -> None:
-        from workload_recovery.stack import web_command
-
-        python = sys.executable
-        celery = str(Path(python).parent / "celery")
-        env = self.env()
-        self.supervisor.add("web", "web", web_command("127.0.0.1", self.web_port, python), env)
-        for number in range(1, self.options.workers + 1):
-            self.supervisor.add(
-                f"worker-{number}",
-                "worker",
-                [celery, "-A", "tasks", "worker", "--loglevel", "WARNING", "--concurrency", "2",
-                 "-n", f"chaos-{number}@%h", "--without-mingle", "--without-gossip"],
-                env,
-            )  # fmt: skip
-        self.supervisor.add(
-            "beat",
-            "beat",
-            [celery, "-A", "tasks", "beat", "--loglevel", "WARNING"],
-            env,
-        )  # fmt: skip
-
     def add_cluster_roles(self, tokens: dict[str, list[Path]]) -> list[Role]:
-        python = sys.executable
         added = []
         for name, token_files in tokens.items():
-            clock = [python, "-m", "bench.chaos.clock", "--cluster", name,
-                     "--state-dir", str(self.state_dir)]  # fmt: skip
-            added.append(self.supervisor.add(f"clock-{name}", "clock", clock, self.env()))
+            added.append(self.add_clock(f"clock-{name}", name))
             for number, token_file in enumerate(token_files, start=1):
                 role = f"controller-{name}-{number}"
-                env = {**self.env(), "WR_SIM_KILLABLE": "1", "WR_SIM_CALLER": role}
-                controller = [
-                    python, "-m", "recovery.controller.cli", "--cluster", name, "--simulated",
-                    "--url", self.url, "--token-file", str(token_file), "--interval", "1",
-                    "--lease-seconds", str(self.options.lease_s),
-                ]  # fmt: skip
-                added.append(self.supervisor.add(role, "controller", controller, env))
+                added.append(self.add_controller(role, name, token_file, {"WR_SIM_KILLABLE": "1"}))
         return added
 
     def add_approver(self, clusters: list[str], token_file: Path) -> Role:
@@ -300,20 +226,6 @@ class ChaosRun:
         while time.monotonic() < deadline:
             self.supervisor.tick()
             time.sleep(0.1)
-
-    def wait_for_web(self, seconds: float = 90.0) -> None:
-        import urllib.request
-
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.supervisor.tick()
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{self.url}/api/v1/health/", timeout=2),
-            ):
-                return
-            time.sleep(0.3)
-        raise SystemExit(f"the web process did not answer within {seconds:g} s")
 
     # ------------------------------------------------------------------ faults
 
@@ -537,19 +449,7 @@ def recheck(report_path: Path) -> dict[str, Any]:
 
     previous = json.loads(report_path.read_text())
     work = Path(previous["work_dir"])
-    db = PrivateMariaDB(work / "mariadb")
-    db.start()
-    try:
-        os.environ.update(
-            {
-                "DATABASE_URL": db.url,
-                "DJANGO_SETTINGS_MODULE": "workload_recovery.settings",
-                "WR_VAR_DIR": str(work / "var"),
-            }
-        )
-        import django
-
-        django.setup()
+    with finished_run_database(work, ChaosRun.campaign):
         now = datetime.now(UTC)
         until = datetime.fromisoformat(previous["schedule_ended_at"]).timestamp()
         verdicts = []
@@ -566,8 +466,6 @@ def recheck(report_path: Path) -> dict[str, Any]:
                     hang_detection_s=HANG_DETECTION_S,
                 )
             )
-    finally:
-        db.stop()
     counts = verdict_counts(verdicts)
     return {
         **previous,

@@ -95,13 +95,14 @@ class Service(abc.ABC):
 class PrivateMariaDB(Service):
     name = "mariadb"
 
-    def __init__(self, work_dir: Path) -> None:
+    def __init__(self, work_dir: Path, database: str = "workload_recovery_chaos") -> None:
         super().__init__(work_dir)
         self.data_dir = work_dir / "data"
+        self.database = database
 
     @property
     def url(self) -> str:
-        return f"mysql://root@127.0.0.1:{self.port}/workload_recovery_chaos"
+        return f"mysql://root@127.0.0.1:{self.port}/{self.database}"
 
     def install(self) -> None:
         binary = shutil.which("mariadb-install-db")
@@ -146,7 +147,7 @@ class PrivateMariaDB(Service):
         subprocess.run(
             ["mysql", "--no-defaults", "--protocol=tcp", "-h", "127.0.0.1", "-P", str(self.port),
              "-u", "root", "-e",
-             "CREATE DATABASE IF NOT EXISTS workload_recovery_chaos CHARACTER SET utf8mb4"],
+             f"CREATE DATABASE IF NOT EXISTS {self.database} CHARACTER SET utf8mb4"],
             check=True,
         )  # fmt: skip
 

@@ -11,12 +11,12 @@ journal says need no action), or when part of the journal was lost. See ``bench/
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.chaos.layout import rechecked, write_report
 from bench.soak.run import WORK, SoakOptions, SoakRun, recheck
 from recovery.simulator.benign import KINDS, SCHEDULER, SOAK_RATES
 
@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.recheck:
-        report = recheck(Path(args.recheck))
-        Path(args.recheck).write_text(json.dumps(report, indent=2, default=str))
+        report = rechecked(Path(args.recheck), recheck)
         print_summary(report)
         return 0 if report["passed"] else 1
     options = SHORT if args.short else SoakOptions()
@@ -114,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         changes["nodes"] = 4 * args.jobs
     options = replace(options, **changes)
     report = SoakRun(options).run()
-    WORK.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, indent=2, default=str)
-    (WORK / "report.json").write_text(text)
-    (WORK / f"report-{options.label}-seed-{options.seed}.json").write_text(text)
+    write_report(WORK, report, options.label, options.seed)
     print_summary(report)
     return 0 if report["passed"] else 1
 

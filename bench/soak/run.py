@@ -23,25 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.roles import Supervisor
-from bench.chaos.services import PrivateMariaDB, PrivateRedis
+from bench.chaos.layout import LayoutRun, finished_run_database
 from bench.soak import accounting, corpus
 from recovery.simulator.benign import SOAK_RATES
-from workload_recovery.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "var" / "soak"
 CLUSTER = "soak"
-DATABASE = "workload_recovery_soak"
 HANG_TIMEOUT_MINUTES = 5
 PAUSE_SECONDS = (10.0, 90.0)
 # After a fault, how long the loop may take to act on it: crash confirmation (10 s), the wait
@@ -77,83 +71,18 @@ class SoakOptions:
     label: str = "full"
 
 
-class SoakDatabase(PrivateMariaDB):
-    """The run's own MariaDB, with a database named for the soak."""
+class SoakRun(LayoutRun):
+    campaign = "soak"
+    lease_sweep_s = 5
 
-    @property
-    def url(self) -> str:
-        return f"mysql://root@127.0.0.1:{self.port}/{DATABASE}"
-
-    def create_database(self) -> None:
-        import subprocess
-
-        subprocess.run(
-            [
-                "mysql",
-                "--no-defaults",
-                "--protocol=tcp",
-                "-h",
-                "127.0.0.1",
-                "-P",
-                str(self.port),
-                "-u",
-                "root",
-                "-e",
-                f"CREATE DATABASE IF NOT EXISTS {DATABASE} CHARACTER SET utf8mb4",
-            ],
-            check=True,
-        )
-
-
-class SoakRun:
     def __init__(self, options: SoakOptions) -> None:
+        super().__init__(options, WORK)
         self.options = options
-        self.work = WORK / f"{options.label}-seed-{options.seed}"
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        self.state_dir = self.work / "sim-state"
-        self.db = SoakDatabase(self.work / "mariadb")
-        self.redis = PrivateRedis(self.work / "redis")
-        self.web_port = free_port()
-        self.url = f"http://127.0.0.1:{self.web_port}"
-        self.supervisor = Supervisor(self.work)
         self.book = accounting.JournalBook()
         self.corpus_path = self.work / "benign-corpus.json"
         self.corpus: dict[str, Any] = {}
 
-    def env(self) -> dict[str, str]:
-        return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", "/root"),
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-            "DJANGO_SETTINGS_MODULE": "workload_recovery.settings",
-            "DATABASE_URL": self.db.url,
-            "REDIS_URL": self.redis.url,
-            "WR_VAR_DIR": str(self.work / "var"),
-            "WR_SIMULATOR_STATE_DIR": str(self.state_dir),
-            "WR_POLL_SECONDS": str(self.options.poll_s),
-            "WR_WATCHDOG_SECONDS": "5",
-            "WR_LEASE_SWEEP_SECONDS": "5",
-            "WR_CACHE_DIR": str(ROOT / "var" / "cache"),
-            "SECRET_KEY": f"soak-{self.options.seed}-not-a-secret-of-any-site",
-            "LOG_LEVEL": "WARNING",
-        }
-
     # ------------------------------------------------------------------ setup
-
-    def start_services(self) -> None:
-        self.db.install()
-        self.db.start()
-        self.db.create_database()
-        self.redis.start()
-        os.environ.update(self.env())
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", interactive=False, verbosity=0)
 
     def sim_config(self) -> Any:
         from recovery.simulator.cluster import SimConfig
@@ -228,89 +157,10 @@ class SoakRun:
         return store, tokens
 
     def add_roles(self, tokens: list[Path]) -> None:
-        from workload_recovery.stack import web_command
-
-        python = sys.executable
-        celery = str(Path(python).parent / "celery")
-        env = self.env()
-        self.supervisor.add("web", "web", web_command("127.0.0.1", self.web_port, python), env)
-        for number in range(1, self.options.workers + 1):
-            self.supervisor.add(
-                f"worker-{number}",
-                "worker",
-                [
-                    celery,
-                    "-A",
-                    "tasks",
-                    "worker",
-                    "--loglevel",
-                    "WARNING",
-                    "--concurrency",
-                    "2",
-                    "-n",
-                    f"soak-{number}@%h",
-                    "--without-mingle",
-                    "--without-gossip",
-                ],
-                env,
-            )
-        self.supervisor.add(
-            "beat", "beat", [celery, "-A", "tasks", "beat", "--loglevel", "WARNING"], env
-        )
-        self.supervisor.add(
-            "clock",
-            "clock",
-            [
-                python,
-                "-m",
-                "bench.chaos.clock",
-                "--cluster",
-                CLUSTER,
-                "--state-dir",
-                str(self.state_dir),
-                "--tick",
-                str(self.options.tick_s),
-            ],
-            env,
-        )
+        self.add_platform_roles()
+        self.add_clock("clock", CLUSTER, "--tick", str(self.options.tick_s))
         for number, token_file in enumerate(tokens, start=1):
-            role = f"controller-{number}"
-            self.supervisor.add(
-                role,
-                "controller",
-                [
-                    python,
-                    "-m",
-                    "recovery.controller.cli",
-                    "--cluster",
-                    CLUSTER,
-                    "--simulated",
-                    "--url",
-                    self.url,
-                    "--token-file",
-                    str(token_file),
-                    "--interval",
-                    "1",
-                    "--lease-seconds",
-                    str(self.options.lease_s),
-                ],
-                {**env, "WR_SIM_CALLER": role},
-            )
-
-    def wait_for_web(self, seconds: float = 90.0) -> None:
-        import contextlib
-        import urllib.request
-
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.supervisor.tick()
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{self.url}/api/v1/health/", timeout=2),
-            ):
-                return
-            time.sleep(0.3)
-        raise SystemExit(f"the web process did not answer within {seconds:g} s")
+            self.add_controller(f"controller-{number}", CLUSTER, token_file)
 
     # ------------------------------------------------------------------ the run
 
@@ -487,19 +337,7 @@ def recheck(report_path: Path) -> dict[str, Any]:
     gathered, its corpus): after the checks changed, without running the soak again."""
     previous = json.loads(report_path.read_text())
     work = Path(previous["work_dir"])
-    db = SoakDatabase(work / "mariadb")
-    db.start()
-    try:
-        os.environ.update(
-            {
-                "DATABASE_URL": db.url,
-                "DJANGO_SETTINGS_MODULE": "workload_recovery.settings",
-                "WR_VAR_DIR": str(work / "var"),
-            }
-        )
-        import django
-
-        django.setup()
+    with finished_run_database(work, SoakRun.campaign):
         book = accounting.JournalBook.load(json.loads((work / "journal.json").read_text()))
         fields = {field.name for field in dataclasses.fields(SoakOptions)}
         options = SoakOptions(**{k: v for k, v in previous["options"].items() if k in fields})
@@ -513,5 +351,3 @@ def recheck(report_path: Path) -> dict[str, Any]:
             exits=previous["process_exits_not_caused_by_the_run"],
             work_dir=work,
         )
-    finally:
-        db.stop()

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from django.conf import settings
 
 from recovery.simulator.benign import KERNEL, KINDS, OUTPUT, SCHEDULER
@@ -21,11 +20,6 @@ ROOT = Path(settings.BASE_DIR)
 SEED = 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the loop still excludes the healthy node that prints Slurm's node-failure notice "
-    "(slurm-node-failure implicates the printing host): issue 34 is open",
-)
 def test_a_short_soak_takes_no_action_on_a_healthy_job_and_misses_no_fault() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "bench.soak", "--short", "--seed", str(SEED)],
