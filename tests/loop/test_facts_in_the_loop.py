@@ -445,22 +445,30 @@ def test_an_attempt_already_acted_on_gets_no_second_action(acting_cluster: Clust
     assert job_recommendations().latest("id").excluded_nodes == ["node003"]
 
 
+LAUNCH_FAILURE = "RuntimeError: CUDA error: unspecified launch failure"
+
+
+def cuda_error(signature: str, evidence: str) -> Finding:
+    """A CUDA error rank 1 printed, naming no node, attributed to the application."""
+    return Finding(
+        kind="crash",
+        category="cuda_error_app",
+        attribution="application",
+        severity="fatal",
+        signature=signature,
+        evidence=evidence,
+        nodes=[],
+        ranks=[1],
+        detail={"role": "cause"},
+    )
+
+
 def test_a_cuda_error_on_a_node_that_showed_an_xid_is_that_nodes_hardware(
     acting_cluster: Cluster,
 ) -> None:
     _, workload, attempt = running_workload(acting_cluster)
     xid = xid_79("node002")
-    cuda = Finding(
-        kind="crash",
-        category="cuda_error_app",
-        attribution="application",
-        severity="fatal",
-        signature="cuda-runtime-error",
-        evidence="RuntimeError: CUDA error: unspecified launch failure",
-        nodes=[],
-        ranks=[1],
-        detail={"role": "cause"},
-    )
+    cuda = cuda_error("cuda-runtime-error", LAUNCH_FAILURE)
     now = timezone.now()
     record_anomalies(workload, attempt, [xid], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
     (anomaly,) = record_anomalies(
@@ -486,17 +494,7 @@ def test_hardware_evidence_the_job_survived_explains_no_later_cuda_error(
         workload, attempt, [xid_79("node002")], now, source=EvidenceSource.JOB_OUTPUT
     )
     Anomaly.objects.filter(pk=earlier.pk).update(confirmation="survived")
-    cuda = Finding(
-        kind="crash",
-        category="cuda_error_app",
-        attribution="application",
-        severity="fatal",
-        signature="cuda-error-kernel",
-        evidence="RuntimeError: CUDA error: unspecified launch failure",
-        nodes=[],
-        ranks=[1],
-        detail={"role": "cause"},
-    )
+    cuda = cuda_error("cuda-error-kernel", LAUNCH_FAILURE)
     (anomaly,) = record_anomalies(
         workload, attempt, [cuda], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
     )
@@ -509,16 +507,8 @@ def test_a_device_side_assert_stays_the_programs_beside_an_xid(acting_cluster: C
     record_anomalies(
         workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
     )
-    assertion = Finding(
-        kind="crash",
-        category="cuda_error_app",
-        attribution="application",
-        severity="fatal",
-        signature="cuda-device-assert",
-        evidence="RuntimeError: CUDA error: device-side assert triggered",
-        nodes=[],
-        ranks=[1],
-        detail={"role": "cause"},
+    assertion = cuda_error(
+        "cuda-device-assert", "RuntimeError: CUDA error: device-side assert triggered"
     )
     (anomaly,) = record_anomalies(
         workload, attempt, [assertion], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
