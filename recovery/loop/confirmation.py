@@ -182,7 +182,7 @@ def first_look(
         first_exit = min(read.exits, key=lambda f: f.first_line or 0)
         return FirstLook(Confirmation.CONFIRMED, _exit_reason(first_exit), suspect)
     if attempt is not None and (ended := attempt_ending(attempt)):
-        if elsewhere := ended_by_something_else(attempt, finding.detail.get("printed")):
+        if elsewhere := _ended_by_something_else(attempt, finding.detail.get("printed")):
             return FirstLook(Confirmation.SURVIVED, elsewhere, suspect)
         return FirstLook(Confirmation.CONFIRMED, ended, suspect)
     return FirstLook(Confirmation.SUSPECTED, "", suspect)
@@ -215,7 +215,7 @@ ENDED_BY_OTHERS = frozenset(
 )
 
 
-def ended_by_something_else(
+def _ended_by_something_else(
     attempt: Attempt, printed: object, anomaly: Anomaly | None = None
 ) -> str:
     """Why the end of ``attempt`` is not that of an error it printed, or "" when it may be.
@@ -283,19 +283,14 @@ def settle(anomaly: Anomaly, policy: Policy, now: datetime) -> Settlement | None
         return Settlement(Confirmation.SURVIVED, _survival_reason(went_on))
     if _completed(attempt):
         return Settlement(Confirmation.SURVIVED, "the job completed")
-    printed = anomaly.details.get("printed")
     ended = attempt_ending(attempt)
-    if ended:
-        if elsewhere := ended_by_something_else(attempt, printed, anomaly):
+    failed = None if ended else _other_confirmed(anomaly)
+    if ended or failed is not None:
+        if elsewhere := _ended_by_something_else(attempt, anomaly.details.get("printed"), anomaly):
             return Settlement(Confirmation.SURVIVED, elsewhere)
+        if failed is not None:
+            ended = f"the attempt failed: {failed.evidence_line[:200]}"
         return Settlement(Confirmation.CONFIRMED, ended)
-    failed = _other_confirmed(anomaly)
-    if failed is not None:
-        if elsewhere := ended_by_something_else(attempt, printed, anomaly):
-            return Settlement(Confirmation.SURVIVED, elsewhere)
-        return Settlement(
-            Confirmation.CONFIRMED, f"the attempt failed: {failed.evidence_line[:200]}"
-        )
     return _stall(anomaly, policy, suspect, now)
 
 
