@@ -129,10 +129,11 @@ bench-detect: install
 	$(BIN)/python -m bench.detect
 
 # Category, attribution, false alarms and cascades over every labelled real log in
-# tests/detection/data/, per category with a confusion table; also var/eval/detection.json.
+# tests/detection/data/, per category with a confusion table; then each prospective round of
+# tests/detection/data/rounds/ on its own, before and now; also var/eval/detection.json.
 eval-detect: install
 	$(BIN)/python -m recovery.detection.evaluation tests/detection/data/*.jsonl \
-	    --json var/eval/detection.json
+	    --rounds tests/detection/data/rounds --json var/eval/detection.json
 
 # The whole stack (simulate, a Celery worker, MariaDB, Redis) against a simulated cluster, load
 # step by load step; a database and a Redis database of its own, emptied at each step.

@@ -12,6 +12,13 @@ Four measures, as the project judges its detectors:
 Per category, the same scores and a confusion table (label → verdict → count). The corpus is
 JSON lines: ``id``, ``category``, ``attribution``, ``source``, ``log`` and optionally ``reason``.
 Pure Python, no Django: the detectors are.
+
+**Rounds** are the prospective part: cases collected after the rules were written, from threads
+and projects the corpus does not cite, each round in its own file (``round-N.jsonl``) beside the
+score today's detector had on it before any rule was changed for it (``round-N.before.json``, the
+``--json`` figures of that run). A round is scored on its own, so a rule fitted to the corpus
+shows as a gap between the corpus and the round, and a rule fitted to a round as a gap between
+that round and the next.
 """
 
 from __future__ import annotations
@@ -236,6 +243,62 @@ def report(result: Evaluation) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Round:
+    """One prospective round: its cases and the figures recorded before rules were changed."""
+
+    name: str
+    cases: list[Case]
+    before: dict[str, Any] | None
+
+
+def load_rounds(directory: Path) -> list[Round]:
+    """Every ``round-*.jsonl`` of ``directory`` in order, with its ``.before.json`` if any."""
+    rounds = []
+    for path in sorted(directory.glob("round-*.jsonl"), key=_round_number):
+        before_path = path.with_suffix(".before.json")
+        before = None
+        if before_path.exists():
+            try:
+                before = json.loads(before_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"{before_path}: not JSON ({exc.msg})") from None
+            if not isinstance(before, dict) or "overall" not in before:
+                raise CorpusError(f"{before_path}: not the figures of an evaluation")
+        rounds.append(Round(path.stem, load_cases([path]), before))
+    return rounds
+
+
+def _round_number(path: Path) -> tuple[int, str]:
+    number = path.stem.removeprefix("round-")
+    return (int(number), "") if number.isdigit() else (1 << 30, number)
+
+
+def headline(figures: dict[str, Any]) -> str:
+    """Category, attribution, false alarms and cascades on one line."""
+    overall, alarms = figures["overall"], figures["false_alarms"]
+    return (
+        f"category {_percent(overall['category'])}, "
+        f"attribution {_percent(overall['attribution'])}, "
+        f"false alarms {len(alarms['alarms'])} of {alarms['healthy_cases']}, "
+        f"cascades {_percent(figures['cascades']['root_cause_kept'])}"
+    )
+
+
+def report_rounds(rounds: Sequence[Round], results: Sequence[Evaluation]) -> str:
+    lines = ["", "prospective rounds (collected after the rules; before = when collected)"]
+    for round_, result in zip(rounds, results, strict=True):
+        lines.append(f"  {round_.name}: {len(round_.cases)} cases")
+        if round_.before is not None:
+            lines.append(f"    before: {headline(round_.before)}")
+        lines.append(f"    now:    {headline(result.as_dict())}")
+        lines += [
+            f"      {m['id']}: {m['label']} -> {m['verdict']}  ({m['source']})"
+            for m in result.misses
+        ]
+    return "\n".join(lines)
+
+
 def _percent(share: float | None) -> str:
     return "n/a" if share is None else f"{share * 100:.1f} %"
 
@@ -249,16 +312,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("corpus", nargs="+", type=Path, help="JSON-lines files of cases")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--rounds",
+        type=Path,
+        help="a directory of prospective rounds (round-N.jsonl, round-N.before.json) to score "
+        "each on its own",
+    )
     arguments = parser.parse_args(argv)
     try:
         cases = load_cases(arguments.corpus)
+        rounds = load_rounds(arguments.rounds) if arguments.rounds is not None else []
     except (OSError, CorpusError) as exc:
         parser.exit(2, f"cannot read the corpus: {exc}\n")
     result = evaluate(cases)
     sys.stdout.write(report(result) + "\n")
+    round_results = [evaluate(round_.cases) for round_ in rounds]
+    if rounds:
+        sys.stdout.write(report_rounds(rounds, round_results) + "\n")
     if arguments.json is not None:
         arguments.json.parent.mkdir(parents=True, exist_ok=True)
         figures = {"corpus": [str(path) for path in arguments.corpus], **result.as_dict()}
+        if rounds:
+            figures["rounds"] = {
+                round_.name: {"before": round_.before, "now": round_result.as_dict()}
+                for round_, round_result in zip(rounds, round_results, strict=True)
+            }
         arguments.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         sys.stdout.write(f"\nwritten to {arguments.json}\n")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from recovery.detection.exceptions import meaning_of, parse_exception_line
 from recovery.detection.facts.xid import XID_MEANINGS, XidMeaning, xid_meaning
 from recovery.detection.linear_regex import compile_linear
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
@@ -80,11 +81,27 @@ def refine(signature: Signature, message: str) -> Refined | None:
             return Refined(**{**base.__dict__, "attribution": Attribution.APPLICATION})
         return base
     if signature.name == GENERIC_EXCEPTION:
-        found = _EXCEPTION_NAME.search(message)
-        name = found.group(1) if found else "Exception"
-        short = _HEX.sub("0x_", _DIGITS.sub("N", message))[:160]
-        return Refined(**{**base.__dict__, "discriminator": short, "detail": {"exception": name}})
+        return _refine_exception(base, message)
     return base
+
+
+def _refine_exception(base: Refined, message: str) -> Refined:
+    """An exception line: the application's, unless its type or errno says what failed."""
+    found = _EXCEPTION_NAME.search(message)
+    name = found.group(1) if found else "Exception"
+    short = _HEX.sub("0x_", _DIGITS.sub("N", message))[:160]
+    refined = replace(base, discriminator=short, detail={"exception": name})
+    raised = parse_exception_line(message)
+    meaning = meaning_of(raised) if raised is not None else None
+    if meaning is None:
+        return refined
+    return replace(
+        refined,
+        category=meaning.category,
+        attribution=meaning.attribution,
+        priority=CATEGORY_PRIORITY.get(meaning.category, base.priority),
+        detail={"exception": name, "meaning": meaning.why},
+    )
 
 
 def _refine_xid(base: Refined, message: str) -> Refined:

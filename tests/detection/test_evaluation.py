@@ -120,3 +120,33 @@ def test_an_unreadable_corpus_is_an_error_not_a_score(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
         main([str(tmp_path / "missing.jsonl")])
     assert exit_.value.code == 2
+
+
+def test_each_prospective_round_is_scored_on_its_own_beside_its_score_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rounds = DATA / "rounds"
+    out = tmp_path / "detection.json"
+    assert (
+        main([str(DATA / "real_failures_dev.jsonl"), "--rounds", str(rounds), "--json", str(out)])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert "round-1" in written["rounds"]
+    round_1 = written["rounds"]["round-1"]
+    assert round_1["now"]["overall"]["cases"] == len(load_cases([rounds / "round-1.jsonl"]))
+    assert round_1["before"]["overall"]["cases"] == round_1["now"]["overall"]["cases"]
+    assert "prospective rounds" in printed
+    assert "    before: category " in printed and "    now:    category " in printed
+
+
+def test_a_round_whose_score_before_is_not_figures_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "round-2.jsonl").write_text(
+        json.dumps(case("x1", "healthy", "none", "step 1 loss 2.0").__dict__) + "\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "round-2.before.json").write_text('{"score": 1}', encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_:
+        main([str(DATA / "real_failures_dev.jsonl"), "--rounds", str(tmp_path)])
+    assert exit_.value.code == 2

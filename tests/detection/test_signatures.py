@@ -119,7 +119,7 @@ def _real_log_lines() -> dict[str, list[str]]:
     from pathlib import Path
 
     cases: dict[str, list[str]] = {}
-    for path in sorted((Path(__file__).parent / "data").glob("*.jsonl")):
+    for path in sorted((Path(__file__).parent / "data").rglob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 case = json.loads(line)
