@@ -26,7 +26,7 @@ from recovery.detection.taxonomy import Attribution, FailureCategory
 _EXCEPTION_LINE = compile_linear(
     r"^((?:[A-Za-z_][A-Za-z0-9_]*\.){0,12})"
     r"([A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
-    r"(?:\(([A-Za-z_][A-Za-z0-9_.]*)\))?(?::[ \t]?(.*))?$"
+    r"(?:\(([A-Za-z_][A-Za-z0-9_.]*)\))?(?: \(see above for traceback\))?(?::[ \t]?(.*))?$"
 )
 _ERRNO = compile_linear(r"\[Errno (\d{1,4})\]|^OSError\((\d{1,4}), |\berrno[ =:]+(\d{1,4})\b")
 # What a distributed runtime raised, or its message names: a socket error there is the fabric

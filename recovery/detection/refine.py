@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from recovery.detection.exceptions import meaning_of, parse_exception_line
+from recovery.detection.facts.cuda_errors import cuda_error_meaning
 from recovery.detection.facts.xid import XID_MEANINGS, XidMeaning, xid_meaning
 from recovery.detection.linear_regex import compile_linear
 from recovery.detection.signatures import CATEGORY_PRIORITY, GENERIC_EXCEPTION, Signature
@@ -45,8 +46,20 @@ _HEX = compile_linear(r"0x[0-9a-fA-F]+")
 # NCCL's ncclInvalidUsage and ncclInvalidArgument: "a call to NCCL is incorrect, usually a
 # programming error" (NCCL's ncclResult_t documentation): two ranks on one GPU, a wrong count.
 _NCCL_MISUSE = compile_linear(
-    r"(?:invalid usage|ncclInvalidUsage|ncclInvalidArgument|NCCL error in: \S+ invalid argument)"
+    r"(?:invalid usage|ncclInvalidUsage|ncclInvalidArgument|NCCL error in: \S+ invalid argument|"
+    r"NCCL operation [^\n]{0,300} failed: invalid argument)"
 )
+# ncclRemoteError: "A call failed possibly due to a network error or a remote process exiting".
+_NCCL_REMOTE = compile_linear(r"remote process exited|network error")
+# ncclSystemError is a failed system call: a socket's, when the line names one.
+_NCCL_SYSTEM = compile_linear(r"unhandled system error")
+_NETWORK_CALL = compile_linear(r"(?i)socket|\bconnect|\baccept|NET/|bootstrap")
+_CONNECTING = compile_linear(
+    r"while trying to connect to|[Cc]onnection refused|[Nn]o route to host"
+)
+_OUT_OF_MEMORY = compile_linear(r"Cannot allocate memory|ENOMEM|errno 12\b")
+_OWN_MEMORY_USE = compile_linear(r"low on resource: memory\b.*exceeds its request")
+_SHARED_MEMORY = compile_linear(r"(?i)shared memory|/dev/shm|\bshm\b")
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,53 @@ def refine(signature: Signature, message: str) -> Refined | None:
         return base
     if signature.name == GENERIC_EXCEPTION:
         return _refine_exception(base, message)
+    if signature.name == "cuda-error-code":
+        return _refine_cuda_error(base, message)
+    if signature.name == "nccl-result":
+        return _refine_nccl_result(base, message)
+    if signature.name == "nccl-watchdog-timeout" and _CONNECTING.search(message) is not None:
+        # A store or rendezvous that cannot even be reached: the connection between hosts
+        # failed, no collective was waiting on a peer.
+        return _as(base, FailureCategory.INTERCONNECT, Attribution.UNKNOWN, {"connecting": True})
+    if signature.name == "ibv-call-failed" and _OUT_OF_MEMORY.search(message) is not None:
+        # Verbs resources come from locked memory: ulimit -l or the HCA's limits, not the job.
+        return replace(base, attribution=Attribution.SYSTEM_SOFTWARE, detail={"ibv_enomem": True})
+    if signature.name == "pod-evicted" and _OWN_MEMORY_USE.search(message) is not None:
+        # Evicted for using more memory than the pod requested: the kubelet picks those first.
+        return replace(base, attribution=Attribution.APPLICATION, detail={"own_memory": True})
+    if signature.category == FailureCategory.SEGFAULT and _SHARED_MEMORY.search(message):
+        # SIGBUS in a DataLoader worker is /dev/shm running out: host memory, not a bad pointer.
+        return _as(base, FailureCategory.HOST_OOM, Attribution.APPLICATION, {"shared_memory": True})
+    return base
+
+
+def _as(
+    base: Refined, category: FailureCategory, attribution: Attribution, detail: dict[str, Any]
+) -> Refined:
+    return replace(
+        base,
+        category=category,
+        attribution=attribution,
+        priority=CATEGORY_PRIORITY.get(category, base.priority),
+        detail=detail,
+    )
+
+
+def _refine_cuda_error(base: Refined, message: str) -> Refined:
+    meaning = cuda_error_meaning(message)
+    if meaning is None:
+        return base
+    return _as(base, meaning.category, meaning.attribution, {"cuda_error": meaning.description})
+
+
+def _refine_nccl_result(base: Refined, message: str) -> Refined:
+    """NCCL's result by its documented meaning (ncclResult_t)."""
+    if _NCCL_MISUSE.search(message) is not None:
+        return replace(base, attribution=Attribution.APPLICATION, detail={"nccl_misuse": True})
+    if _NCCL_REMOTE.search(message) is not None or (
+        _NCCL_SYSTEM.search(message) is not None and _NETWORK_CALL.search(message) is not None
+    ):
+        return _as(base, FailureCategory.INTERCONNECT, Attribution.UNKNOWN, {"nccl_network": True})
     return base
 
 

@@ -18,7 +18,7 @@ LOSS_VALUE = rf"(?:{NUM}|nan|inf)"
 # character, so "nll_loss" and "val_loss" are not read as the training loss.
 LOSS = compile_linear(
     r"(?i)(?:^|[^\w])['\"]?(?:lm[ _]|train[ _]|training[ _]|reduced_train_|avg[ _]|mean[ _])?"
-    rf"loss['\"]?\s*[:=]?\s*['\"]?(?:tensor\()?(?P<loss>{LOSS_VALUE})"
+    rf"loss(?:['\"]|\])?\s*[:=]?\s*['\"]?(?:tensor\()?(?P<loss>{LOSS_VALUE})"
 )
 # Megatron "elapsed time per iteration (ms): 86545.2", DeepSpeed "iter time (s): 0.5",
 # NeMo "train_step_timing in s: 1.23", plain "step_time: 0.5".

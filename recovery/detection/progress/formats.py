@@ -83,6 +83,11 @@ _OTHER_WORK_DESCRIPTION = compile_linear(
 )
 _NEMO_POSTFIX = compile_linear(r"(?i)reduced_train_loss|consumed_samples|global_step")
 
+_EPOCH_COUNTER = compile_linear(
+    r"(?i)(?:^|[\s|\]])(?:train(?:ing)?\s+)?epoch:?\s*\[?\s*(?P<epoch>\d+)\s*\]?\s*"
+    r"\[\s*(?P<n>\d+)\s*/\s*(?P<total>\d+)\s*(?:\(\s*\d+(?:\.\d+)?%\))?\s*\]"
+)
+
 # Plain lines. The keyword must start the message or follow a separator, an epoch number,
 # "train"/"training"/"global" or a log level, so that "Total optimization steps = 1,000",
 # "max_steps=1000", "--train-iters 250000" or "Starting training step on epoch 3" are not read as
@@ -292,6 +297,24 @@ def _rich_bar(message: str) -> Progress | None:
     )
 
 
+def _epoch_counter(message: str) -> Progress | None:
+    """PyTorch's examples and the many scripts built on them count within an epoch:
+    "Train Epoch: 2 [3200/5000 (64%)]  Loss: 0.003" (samples) or "Epoch: [3][ 120/5005]"
+    (batches). The counter starts again each epoch, so the step is the epoch's start plus it."""
+    match = _EPOCH_COUNTER.search(message)
+    if not match:
+        return None
+    epoch, counted, total = (int(match.group(name)) for name in ("epoch", "n", "total"))
+    if total <= 0 or counted > total:
+        return None
+    return Progress(
+        step=epoch * total + counted,
+        loss=read_loss(message),
+        epoch=epoch,
+        framework="epoch-counter",
+    )
+
+
 def _generic(message: str) -> Progress | None:
     match = _GENERIC.search(message)
     if not match:
@@ -321,6 +344,7 @@ BUILT_IN_PROGRESS = (
     _llama_recipes,
     _huggingface_log_dict,
     _progress_bar,
+    _epoch_counter,
     _generic,
 )
 
@@ -338,6 +362,7 @@ _NEEDS: dict[object, tuple[tuple[str, ...], tuple[str, ...]]] = {
     _llama_recipes: (("training epoch:",), ()),
     _huggingface_log_dict: ((), ("step",)),
     _progress_bar: (("epoch",), ("%", "[")),
+    _epoch_counter: (("epoch",), ()),
     _generic: (("step", "iter"), ()),
 }
 

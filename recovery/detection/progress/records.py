@@ -7,7 +7,10 @@ from dataclasses import dataclass
 # Cheap pre-filters the scanner runs over whole chunks to pick candidate lines. They may match
 # more than the parsers accept, never less (a test checks every positive example). They use no
 # capturing groups, lookaround, backreferences or \b, so both RE2 and Hyperscan compile them.
-PROGRESS_HINT = r"(?i)step|iter|num_updates|%\s*\||\[\d+:\d\d|\d/\d+\s+\d+:\d\d:\d\d"
+PROGRESS_HINT = (
+    r"(?i)step|iter|num_updates|%\s*\||\[\d+:\d\d|\d/\d+\s+\d+:\d\d:\d\d"
+    r"|epoch:?\s*\[?\d+\]?\s*\[\s*\d"
+)
 CHECKPOINT_HINT = r"(?i)checkpoint|ckpt|saving model|saved model"
 
 

@@ -129,6 +129,21 @@ MATCH_ORDER: tuple[str, ...] = (
     "too-many-open-files",
     "torchelastic-child-failed",
     "srun-task-exited",
+    "cuda-error-code",
+    "framework-device-oom",
+    "nccl-result",
+    "nccl-library-unavailable",
+    "gloo-mesh-failed",
+    "libfabric-provider-error",
+    "ibv-call-failed",
+    "cpp-uncaught-exception",
+    "hydra-job-failed",
+    "ray-memory-monitor",
+    "batch-walltime-exceeded",
+    "batch-memory-limit",
+    "pod-evicted",
+    "cloud-instance-reclaimed",
+    "nvrm-driver-error",
 )
 
 

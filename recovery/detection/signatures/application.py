@@ -21,7 +21,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"[Ll]oss (?:is|became|has become) (?:nan|NaN|NAN|inf|Inf|not finite|infinite)|"
         r"[Nn]a[Nn] loss|[Dd]etected (?:nan|NaN|inf|Inf)|"
         r"(?:nan|NaN|inf|Inf) (?:or inf )?(?:detected|found) in|returned nan values|"
-        r"non-finite (?:loss|value)",
+        r"non-finite (?:loss|value)|Invalid loss, terminating training|"
+        r"= (?:nan|NaN|inf|-inf) is not finite",
         [
             "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",
             "FloatingPointError: Loss became infinite or NaN at iteration=1200!",
@@ -36,7 +37,9 @@ SIGNATURES: tuple[Signature, ...] = (
         NONFINITE_PROGRESS_VALUE,
         FailureCategory.NAN_DIVERGENCE,
         Attribution.APPLICATION,
-        r"(?:[Ll]oss|[Nn]orm)['\"]?\s{0,3}[:=]\s{0,3}['\"]?[-+]?(?:nan|NaN|NAN|inf|Inf|INF)"
+        # The field's name may be quoted or bracketed ("[Loss] nan") and its value a tensor.
+        r"(?:[Ll]oss|LOSS|[Nn]orm)(?:['\"]|\])?\s{0,3}(?:[:=|]\s{0,3})?['\"]?(?:tensor\()?"
+        r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF)"
         r"(?:[^A-Za-z0-9]|$)|number of nan iterations:\s{0,8}[1-9]",
         [
             "loss scale: 1.0 | grad norm: nan |",
@@ -44,12 +47,16 @@ SIGNATURES: tuple[Signature, ...] = (
             "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.3}",
             "number of skipped iterations:   0 | number of nan iterations:   3 |",
             "step: 120 loss: inf",
+            "| E6 iter[ 14/ 15] | [Loss] nan | [step]   104 |",
+            "Epoch 3, loss=tensor(nan, device='cuda:0', grad_fn=<AddBackward0>)",
         ],
         [
             "number of skipped iterations: 0 | number of nan iterations: 0",
             "lm loss: 2.504220E+00 | grad norm: 0.231",
             "Infinity norm clipping enabled",
             "loss: 2.3 inference time 0.4s",
+            "loss info: see the wandb run",
+            "grad norm informative: false",
         ],
         severity=Severity.WARNING,
         description="A progress line reporting a loss or gradient norm that is not a number. "
@@ -82,7 +89,10 @@ SIGNATURES: tuple[Signature, ...] = (
         GENERIC_EXCEPTION,
         FailureCategory.APP_EXCEPTION,
         Attribution.APPLICATION,
-        r"(?:[A-Z][A-Za-z0-9_]*Error|[A-Z][A-Za-z0-9_]*Exception|Exception)(?::\s|:$|$)",
+        r"(?:[A-Z][A-Za-z0-9_]*Error|[A-Z][A-Za-z0-9_]*Exception|Exception)"
+        # Ray names the exception it wraps ("RayTaskError(KeyError): ..."); TensorFlow 1 points
+        # back at the traceback ("ResourceExhaustedError (see above for traceback): ...").
+        r"(?:\([A-Za-z_][A-Za-z0-9_.]*\))?(?: \(see above for traceback\))?(?::\s|:$|$)",
         [
             "KeyError: 'input_ids'",
             "[rank15]: AssertionError: num_layers should be divisible by pipeline_model_parallel_size",
@@ -149,5 +159,40 @@ SIGNATURES: tuple[Signature, ...] = (
         priority=5,
         description="Python reporting an exception it ignored, usually at shutdown: not a failure.",
         printed_by='CPython ("Exception ignored in", "Error in atexit._run_exitfuncs")',
+    ),
+    define(
+        "cpp-uncaught-exception",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:terminate called after throwing an instance of|in std::terminate\(\)|"
+        r"terminate called without an active exception|__cxa_throw)",
+        [
+            "terminate called after throwing an instance of 'c10::Error'",
+            '#4    Object "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.28", at 0x7faf2b0773e6, in std::terminate()',
+        ],
+        ["std::terminate handler installed"],
+        role=WRAPPER,
+        severity=Severity.ERROR,
+        # Above an abort (25): the abort is how an uncaught C++ exception ends a process; below
+        # everything its what() line can name (an NCCL or CUDA error, std::bad_alloc).
+        priority=26,
+        description="A C++ exception nothing caught: std::terminate aborts the process.",
+        printed_by="the C++ runtime (libstdc++'s verbose terminate handler) and backtraces "
+        "through std::terminate/__cxa_throw",
+    ),
+    define(
+        "hydra-job-failed",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:Error executing job with overrides:|Error locating target '[^']*'|"
+        r"Error in call to target '[^']*')",
+        [
+            "Error executing job with overrides: []",
+            "Error locating target 'src.models.xxx_module.XXXLitModule', see chained exception above.",
+        ],
+        ["Executing job with overrides: [trainer.max_epochs=3]"],
+        severity=Severity.ERROR,
+        description="Hydra's report that the task function (or a config target) raised.",
+        printed_by="Hydra (hydra/_internal/utils.py run_and_report, instantiate)",
     ),
 )

@@ -164,4 +164,59 @@ SIGNATURES: tuple[Signature, ...] = (
         description="The c10d store lost its peer: usually a consequence of another rank dying.",
         printed_by="PyTorch's c10d TCP store (torch.distributed.DistNetworkError)",
     ),
+    define(
+        "nccl-result",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        r"(?:NCCL operation nccl[A-Za-z]+(?:\([^)]{0,300}\))? failed|NCCL [Ee]rror\s*\(?\d+\)?|NCCL failure|ncclResult).{0,80}?"
+        r"(?:unhandled cuda error|unhandled system error|internal error|invalid usage|"
+        r"invalid argument|remote process exited|network error)",
+        [
+            "INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:275: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled cuda error",
+            "OSError: (External) NCCL error(6), remote process exited or there was a network error.",
+            "NCCL operation ncclAllReduce(send_buffer, recv_buffer, count, datatype, reduce_op, comm, stream) failed: invalid usage",
+        ],
+        ["NCCL operation ncclAllReduce completed", "NCCL error checking enabled"],
+        priority=55,
+        description="NCCL's result code (ncclResult_t) in any framework's wrapper: the result's "
+        "documented meaning decides (a remote process or the network, a system call, CUDA, "
+        "misuse).",
+        printed_by='NCCL\'s ncclGetErrorString results as XLA ("NCCL operation ... failed: "), '
+        'PaddlePaddle ("NCCL error(N)") and PyTorch report them',
+    ),
+    define(
+        "nccl-library-unavailable",
+        FailureCategory.NCCL_ERROR,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:Unable to load NCCL library|Failed to load NCCL|NCCL is not available|"
+        r"libnccl\.so[.0-9]*: cannot open shared object file|"
+        r"Distributed package doesn't have NCCL built in|NCCL version mismatch)",
+        [
+            "NCCL operation ncclGetUniqueId(&id) failed: Unable to load NCCL library. Multi-GPU collectives will not work.",
+            "RuntimeError: Distributed package doesn't have NCCL built in",
+        ],
+        ["NCCL library loaded from /usr/lib/x86_64-linux-gnu/libnccl.so.2"],
+        priority=56,
+        description="The NCCL library is missing or does not fit the framework: an installation "
+        "problem, not the job's code or the fabric.",
+        printed_by='XLA ("Unable to load NCCL library") and PyTorch ("Distributed package '
+        "doesn't have NCCL built in\")",
+    ),
+    define(
+        "gloo-mesh-failed",
+        FailureCategory.INTERCONNECT,
+        Attribution.UNKNOWN,
+        r"(?:Gloo connectFullMesh failed|gloo/transport/tcp/(?:pair|device|listener)\.cc:\d+\] "
+        r"(?:connect \[|[Nn]o route to host|Network is unreachable))",
+        [
+            "[rank4]:[E421 02:05:38.764490322 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+            "RuntimeError: [/opt/gloo/gloo/transport/tcp/pair.cc:799] connect [10.0.0.2]:41234: Connection refused",
+        ],
+        ["Gloo connectFullMesh succeeded"],
+        priority=88,
+        implicates_nodes=False,
+        description="Gloo cannot connect its ranks' TCP mesh: the network between hosts (or a "
+        "peer that is gone), seen from the rank that printed it.",
+        printed_by="Gloo's TCP transport (ProcessGroupGloo connectFullMesh, tcp/pair.cc)",
+    ),
 )

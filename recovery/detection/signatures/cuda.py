@@ -4,6 +4,7 @@ library mismatches, GPUs that are busy or missing, and running out of GPU memory
 
 from __future__ import annotations
 
+from recovery.detection.facts.cuda_errors import PATTERN as CUDA_ERROR_PATTERN
 from recovery.detection.signatures.base import Signature, define
 from recovery.detection.taxonomy import Attribution, FailureCategory
 
@@ -98,5 +99,46 @@ SIGNATURES: tuple[Signature, ...] = (
         ["Found libcudart.so.12 in /usr/local/cuda/lib64"],
         priority=77,
         printed_by='the CUDA runtime (cudaErrorDevicesUnavailable) and the dynamic loader ("cannot open shared object file")',
+    ),
+    define(
+        "cuda-error-code",
+        FailureCategory.CUDA_ERROR_APP,
+        Attribution.UNKNOWN,
+        CUDA_ERROR_PATTERN,
+        [
+            "E1103 18:23:55.103160 gpu_cudamallocasync_allocator.cc:361] gpu_async_1 cuMemAllocAsync failed to allocate 1225195446464 bytes: RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+            "what():  Error while calling cudaOccupancyMaxPotentialBlockSize in file dlib/cuda/cuda_utils.h:186. code: 98, reason: invalid device function",
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CustomCall failed: CUDA_ERROR_ILLEGAL_ADDRESS",
+        ],
+        [
+            "cudaMemcpyAsync done in 2 ms",
+            "CUDA_VISIBLE_DEVICES=0,1,2,3",
+            "invalid device id 9 ignored",
+        ],
+        priority=75,
+        description="A CUDA error by its runtime or driver name or its fixed sentence, in any "
+        "library's wrapper: the meaning comes from the CUDA error table.",
+        printed_by="the CUDA runtime and driver (cudaGetErrorName/cudaGetErrorString, "
+        "cuGetErrorName), as JAX/XLA, TensorFlow, CuPy, dlib and extensions report them",
+    ),
+    define(
+        "framework-device-oom",
+        FailureCategory.GPU_OOM,
+        Attribution.APPLICATION,
+        r"(?:OOM when allocating tensor|ran out of memory trying to allocate .*"
+        r"Current allocation summary follows|RESOURCE_EXHAUSTED: .*(?:[Oo]ut of memory|"
+        r"OOM|failed to allocate)|Resource exhausted: OOM|Failed to allocate request for "
+        r"[0-9.]+[KMGT]i?B)",
+        [
+            "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[256,112,112,64]",
+            "W bfc_allocator.cc:273] Allocator (GPU_0_bfc) ran out of memory trying to allocate 128.00MiB.  Current allocation summary follows.",
+        ],
+        [
+            "W bfc_allocator.cc:237] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.26GiB. The caller indicates that this is not a failure, but may mean that there could be performance gains if more memory were available.",
+        ],
+        description="TensorFlow's and XLA's own words for a device allocation that failed; the "
+        'BFC allocator\'s retryable warning ("not a failure") is not one.',
+        printed_by='TensorFlow (ResourceExhaustedError "OOM when allocating tensor", the BFC '
+        "allocator's allocation summary) and XLA (RESOURCE_EXHAUSTED)",
     ),
 )

@@ -141,4 +141,31 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         printed_by='nvidia-smi ("couldn\'t communicate with the NVIDIA driver", -q "Pending Page Blacklist")',
     ),
+    define(
+        "nvrm-driver-error",
+        FailureCategory.GPU_HARDWARE,
+        Attribution.HARDWARE,
+        # The resource manager's own errors that come without an Xid line: the GSP firmware
+        # not answering (heartbeat, RPC), memory-subsystem checks, a GPU the driver cannot
+        # bring up. Informational NVRM lines (module loading, versions) carry none of these.
+        r"NVRM: .{0,160}?(?:GSP (?:Timeout|RPC timeout|error|crashed)|[Hh]eartbeat timed out|"
+        r"_kgspLogRpcTimeout|RPC (?:timeout|timed out)|rpcSendMessage failed|"
+        r"Memory Subsystem Error|timeout error waiting|RmInitAdapter failed|rm_init_adapter failed|"
+        r"failed to (?:allocate|initialize|bootstrap)|cannot bootstrap GSP|GPU lost|"
+        r"_threadNodeCheckTimeout|nvAssertOkFailed|osHandleGpuLost)",
+        [
+            "NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 812751949 heartbeat 1899482",
+            "NVRM: GPU6 kgmmuCheckMemSubsysError_IMPL: Memory Subsystem Error detected. kbusSendSysmembarSingle failed.",
+            "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x62:0x40:2163)",
+        ],
+        [
+            "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  595.71.05  Release Build",
+            "NVRM: GPU0 GSP firmware loaded",
+            "NVRM: Persistence mode is enabled for GPU 0000:3b:00.0",
+        ],
+        description="The NVIDIA driver's resource manager reporting a GPU it cannot talk to or "
+        "run (GSP firmware timeouts, memory-subsystem errors, failed initialisation) without "
+        "an Xid code; the GPU needs a reset, as for Xids 119 and 120.",
+        printed_by="the NVIDIA kernel driver's resource manager (NVRM) in the kernel log",
+    ),
 )

@@ -118,7 +118,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "segmentation-fault",
         FailureCategory.SEGFAULT,
         Attribution.UNKNOWN,
-        r"(?:Segmentation fault|SIGSEGV|Signal 11 \(SIGSEGV\)|exitcode\s*:?\s*-11\b|"
+        r"(?:[Ss]egmentation fault|SIGSEGV|Signal 11 \(SIGSEGV\)|exitcode\s*:?\s*-11\b|"
         r"failed \(exitcode: -11\)|Fatal Python error: Segmentation|"
         r"segfault at [0-9a-f]+ ip|general protection fault|"
         r"Illegal instruction \(core dumped\)|SIGILL|"
@@ -210,5 +210,22 @@ SIGNATURES: tuple[Signature, ...] = (
         ["OSError: [Errno 24] Too many open files"],
         ["ulimit -n 65536 set"],
         printed_by="the C library's EMFILE error text (errno 24, \"Too many open files\"), as Python's OSError prints it",
+    ),
+    define(
+        "ray-memory-monitor",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        r"(?:[1-9]\d* Workers? \(tasks / actors\) killed due to memory pressure|"
+        r"killed due to the node running low on memory|"
+        r"which exceeds the memory usage threshold of)",
+        [
+            "(raylet) node_manager.cc:3084: 4 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node",
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        ],
+        [
+            "0 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons"
+        ],
+        description="Ray's memory monitor killing tasks because the node's host memory ran out.",
+        printed_by="Ray's raylet memory monitor (node_manager.cc) and ray.exceptions.OutOfMemoryError",
     ),
 )

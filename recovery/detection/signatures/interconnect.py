@@ -159,4 +159,45 @@ SIGNATURES: tuple[Signature, ...] = (
             "Port module event: module 0, Cable plugged",
         ],
     ),
+    define(
+        "libfabric-provider-error",
+        FailureCategory.INTERCONNECT,
+        Attribution.UNKNOWN,
+        r"(?:prov_errno|prov/[a-z0-9_]+/src/|libfabric:\d+:\d+::[a-z0-9_]+:[a-z_]+:.*"
+        r"<(?:warn|error)>|fi_cq_readerr|Unable to write to EQ|efa_rdm_[a-z_]+_handle_error|"
+        r"NET/OFI .*(?:error|failed|Unable))",
+        [
+            "Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov_errno: Unknown error -12 (-12) prov/efa/src/rxr/rxr.h:1343",
+            "libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address",
+        ],
+        [
+            "libfabric:12345:1700000000::core:core:ofi_register_provider():474<info> registering provider: efa (1.0)"
+        ],
+        priority=91,
+        description="libfabric's providers (EFA, verbs, tcp, CXI) reporting a failed operation: "
+        "the fabric's own layer, whatever errno it carries.",
+        printed_by='libfabric\'s provider logs ("libfabric:PID:TIME::efa:cq:...<warn>", '
+        'prov_errno) and aws-ofi-nccl ("NET/OFI")',
+    ),
+    define(
+        "ibv-call-failed",
+        FailureCategory.INTERCONNECT,
+        Attribution.UNKNOWN,
+        r"(?:Call to ibv_[a-z0-9_]+ failed|\bibv_[a-z0-9_]+(?:\(\))? (?:failed|returned error)|"
+        r"[Ff]ailed to modify QP to (?:INIT|RTR|RTS)|rdma_[a-z_]+(?:\(\))? failed)",
+        [
+            "host:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",
+            "Failed to modify QP to RTR: Connection timed out",
+            "hai-a100-3:3778851:3779883 [4] ibvwrap.c:130 NCCL WARN Call to ibv_create_qp failed",
+        ],
+        [
+            "ibv_devinfo: hca_id mlx5_0 transport InfiniBand (0)",
+            "Call to ibv_open_device succeeded",
+        ],
+        priority=90,
+        description="An InfiniBand verbs or RDMA-CM call that failed. Out of memory on it is "
+        "the locked-memory limit (ulimit -l) or the HCA's resources: the system's setup.",
+        printed_by='libibverbs callers: NCCL\'s ibvwrap ("Call to ibv_... failed"), '
+        'perftest and RDMA tools ("Failed to modify QP to RTR")',
+    ),
 )

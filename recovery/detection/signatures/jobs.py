@@ -183,4 +183,78 @@ SIGNATURES: tuple[Signature, ...] = (
         priority=9,
         reports_exit=True,
     ),
+    define(
+        "batch-walltime-exceeded",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.APPLICATION,
+        r"(?:PBS: job killed: walltime \d+ exceeded limit \d+|job exceeded wallclock limit|"
+        r"TERM_RUNLIMIT: job killed after reaching LSF run time limit|"
+        r"=>> PBS: job killed: walltime|Job exceeded (?:its )?(?:walltime|wallclock)|"
+        r"walltime \S+ exceeded limit)",
+        [
+            "=>> PBS: job killed: walltime 906 exceeded limit 900",
+            "MOAB_INFO:  job exceeded wallclock limit",
+            "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
+        ],
+        ["Resource_List.walltime = 24:00:00"],
+        reports_exit=True,
+        description="PBS, Moab or LSF ending a job at its wall-clock limit.",
+        printed_by='PBS Pro/Torque ("=>> PBS: job killed: walltime"), Moab (MOAB_INFO) and '
+        "LSF (TERM_RUNLIMIT)",
+    ),
+    define(
+        "batch-memory-limit",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        r"(?:TERM_MEMLIMIT: job killed after reaching LSF memory usage limit|"
+        r"PBS: job killed: mem \d+\S* exceeded limit|job killed: vmem \S+ exceeded limit)",
+        [
+            "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
+            "=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb",
+        ],
+        ["Resource_List.mem = 40gb"],
+        reports_exit=True,
+        description="PBS or LSF ending a job that used more host memory than it asked for.",
+        printed_by='LSF (TERM_MEMLIMIT) and PBS ("job killed: mem ... exceeded limit")',
+    ),
+    define(
+        "pod-evicted",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:The node was low on resource: [a-z-]+|The node had condition: \[[A-Za-z]+\]|"
+        r"Pod was terminated in response to imminent node shutdown|"
+        r"Reason:\s+(?:Evicted|Preempting|DeadlineExceeded)\b|reason: Evicted\b|"
+        r"\bEvicted\s+pod/|Preempted by [a-z0-9-]+/|preempted by pod)",
+        [
+            "Message:        The node was low on resource: ephemeral-storage. Container app was using 34260Ki, which exceeds its request of 0.",
+            "4m7s        Warning   Evicted               pod/egg-2    The node had condition: [MemoryPressure].",
+            "Message:      Pod was terminated in response to imminent node shutdown.",
+        ],
+        ["Reason:       Completed", "The node was low on resource:"],
+        reports_exit=True,
+        description="Kubernetes evicting or preempting a pod: node pressure, node shutdown or a "
+        "higher-priority pod. A pod evicted for using more memory than it requested is the "
+        "job's own doing.",
+        printed_by="the kubelet's eviction manager and node shutdown manager, and the "
+        "scheduler's preemption (kubectl describe / events)",
+    ),
+    define(
+        "cloud-instance-reclaimed",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:Spot (?:instance )?interruption (?:notice|payload|warning)|"
+        r"Instance is going to be interrupted|"
+        r"instance-action[\"']?\s*:\s*[\"']?(?:terminate|stop)|"
+        r"(?:received|got) (?:a )?preemption notice|[Ii]nstance was preempted|"
+        r"compute\.instances\.preempted|Preempt(?:ed)? by (?:the )?(?:cloud|provider))",
+        [
+            '{"level":"warn","message":"Spot interruption payload received: {\\"action\\":\\"terminate\\"}"}',
+            '{"level":"warn","message":"Instance is going to be interrupted in 2 minutes. Exiting..."}',
+        ],
+        ["spot instances requested: 4", "Spot interruption handler started"],
+        reports_exit=True,
+        description="A cloud provider reclaiming a spot or preemptible instance under the job.",
+        printed_by="AWS (spot interruption notices, instance-action), GCP (preemption, "
+        "compute.instances.preempted) and the runners and agents that relay them",
+    ),
 )
