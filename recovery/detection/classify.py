@@ -15,7 +15,12 @@ from typing import Any
 
 from recovery.detection.findings import HEALTHY, Finding
 from recovery.detection.scanner import ScanResult, scan_text
+from recovery.detection.signatures import GENERIC_EXCEPTION, WRAPPER
 from recovery.detection.taxonomy import Attribution, Severity
+
+# Where a generic exception that wraps a telling one ranks: with the launchers' wrappers.
+WRAPPER_PRIORITY = 9
+_UNTELLING = frozenset({GENERIC_EXCEPTION, "python-traceback"})
 
 # Training that advanced this many progress lines past the last failure line recovered from it.
 RECOVERED_AFTER_PROGRESS_LINES = 3
@@ -62,7 +67,14 @@ def classify_scan(result: ScanResult) -> Classification:
         return _healthy(result.findings, recovered=False)
     if result.progress_after_last_failure >= RECOVERED_AFTER_PROGRESS_LINES:
         return _healthy(result.findings, recovered=True)
-    primary = max(failures, key=lambda f: (f.detail["priority"], -(f.first_line or 0)))
+    wrappers = _wrappers_of_their_cause(failures)
+    primary = max(
+        failures,
+        key=lambda f: (
+            WRAPPER_PRIORITY if id(f) in wrappers else f.detail["priority"],
+            -(f.first_line or 0),
+        ),
+    )
     others = [f for f in result.findings if f is not primary]
     return Classification(
         category=primary.category,
@@ -77,6 +89,29 @@ def classify_scan(result: ScanResult) -> Classification:
         excerpt=str(primary.detail.get("excerpt", "")),
         secondary=[_summary(f) for f in others],
     )
+
+
+def _wrappers_of_their_cause(failures: list[Finding]) -> set[int]:
+    """The exceptions of no known meaning raised from, or while handling, a telling one.
+
+    Python prints a chain of tracebacks oldest first ("The above exception was the direct
+    cause of the following exception", "During handling of the above exception"): a generic
+    ``RuntimeError("step 300 failed")`` that ends a chain which began with an NCCL error or a
+    full disk only wraps it. Returns the ``id`` of each such finding.
+    """
+    causes: dict[int, int] = {}  # chain -> the first line of a telling finding in it
+    for finding in failures:
+        if finding.signature in _UNTELLING or finding.detail.get("role") == WRAPPER:
+            continue
+        for chain, line in finding.chains.items():
+            causes[chain] = min(causes.get(chain, line), line)
+    return {
+        id(finding)
+        for finding in failures
+        if finding.signature == GENERIC_EXCEPTION
+        and "meaning" not in finding.detail
+        and any(chain in causes and causes[chain] < line for chain, line in finding.chains.items())
+    }
 
 
 def classify_text(text: str | bytes, **options: Any) -> Classification:

@@ -62,6 +62,10 @@ class Finding:
     # False when the line reports what its process saw of a peer: where it was printed is kept
     # in ``detail["reported_by_nodes"]``, never among the nodes it implicates.
     implicates_nodes: bool = True
+    # The chains of Python tracebacks the evidence was printed in (the scanner's numbering,
+    # for this scan only), each with the first line it was printed on there: an exception
+    # raised while handling another is told from its cause.
+    chains: dict[int, int] = field(default_factory=dict)
 
     def name_node(self, node: str) -> None:
         """Add the node the evidence came from (a log store's label, a kernel log's host)."""

@@ -128,8 +128,9 @@ class Occurrences:
     last_line: int = 0
     ranks: set[int] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
-    # The chains of tracebacks it was printed in (indexes into the scanner's chains), if any.
-    chains: set[int] = field(default_factory=set)
+    # The chains of tracebacks it was printed in (indexes into the scanner's chains), if any,
+    # each with the first line it was printed on in that chain.
+    chains: dict[int, int] = field(default_factory=dict)
 
     # Nodes that printed a line which accuses another node (or nobody).
     witnesses: set[str] = field(default_factory=set)
@@ -137,7 +138,7 @@ class Occurrences:
     def add(self, line: int, context: LineContext, chain: int | None = None) -> None:
         self.count += 1
         if chain is not None:
-            self.chains.add(chain)
+            self.chains.setdefault(chain, line)
         self.last_line = line
         if context.rank is not None and len(self.ranks) < MAX_RANKS_KEPT:
             self.ranks.add(context.rank)
@@ -169,6 +170,7 @@ class Occurrences:
             ranks=sorted(self.ranks) if implicates else [],
             at=self.at,
             implicates_nodes=implicates,
+            chains=dict(self.chains),
             detail={
                 **self.detail,
                 **witnesses,

@@ -134,3 +134,55 @@ def test_an_unknown_type_or_errno_stays_the_application_s(line: str) -> None:
         f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n{line}'
     )
     assert verdict.category == "app_exception"
+
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "train.py", line 10, in step
+    dist.all_reduce(t)
+{cause}
+
+{marker}
+
+Traceback (most recent call last):
+  File "train.py", line 30, in <module>
+    main()
+  File "train.py", line 22, in main
+    raise RuntimeError(step) from exc
+RuntimeError: step 300 failed
+"""
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "The above exception was the direct cause of the following exception:",
+        "During handling of the above exception, another exception occurred:",
+    ],
+)
+@pytest.mark.parametrize(
+    ("cause", "category"),
+    [
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+            "unhandled cuda error, NCCL version 2.19.3",
+            "nccl_error",
+        ),
+        ("torch.distributed.DistStoreError: Socket Timeout", "nccl_timeout"),
+        ("OSError: [Errno 28] No space left on device", "storage_io"),
+        # A cause of no known meaning: the exception that propagated speaks for the chain.
+        ("KeyError: 3", "app_exception"),
+    ],
+)
+def test_a_generic_exception_raised_from_a_telling_one_only_wraps_it(
+    marker: str, cause: str, category: str
+) -> None:
+    assert classify_text(CHAINED.format(cause=cause, marker=marker)).category == category
+
+
+def test_a_generic_exception_that_starts_a_chain_is_not_a_wrapper() -> None:
+    log = CHAINED.format(
+        cause="ValueError: bad batch",
+        marker="During handling of the above exception, another exception occurred:",
+    ).replace("RuntimeError: step 300 failed", "torch.distributed.DistStoreError: Socket Timeout")
+    assert classify_text(log).category == "app_exception"

@@ -178,6 +178,8 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["NCCL operation ncclAllReduce completed", "NCCL error checking enabled"],
         priority=55,
+        # The rank that prints a collective's result is reporting it, not its cause.
+        implicates_nodes=False,
         description="NCCL's result code (ncclResult_t) in any framework's wrapper: the result's "
         "documented meaning decides (a remote process or the network, a system call, CUDA, "
         "misuse).",
