@@ -95,6 +95,8 @@ def refine(signature: Signature, message: str) -> Refined | None:
         return base
     if signature.name == GENERIC_EXCEPTION:
         return _refine_exception(base, message)
+    if signature.name == "slurm-job-state":
+        return _refine_slurm_state(base, message)
     if signature.name == "cuda-error-code":
         return _refine_cuda_error(base, message)
     if signature.name == "nccl-result":
@@ -125,6 +127,29 @@ def _as(
         priority=CATEGORY_PRIORITY.get(category, base.priority),
         detail=detail,
     )
+
+
+# Slurm's job states by meaning, as ``facts/slurm.py`` reads them from the scheduler.
+_SLURM_STATES: dict[str, tuple[FailureCategory, Attribution]] = {
+    "TIMEOUT": (FailureCategory.SCHEDULER_EVENT, Attribution.APPLICATION),
+    "DEADLINE": (FailureCategory.SCHEDULER_EVENT, Attribution.APPLICATION),
+    "NODE_FAIL": (FailureCategory.SCHEDULER_EVENT, Attribution.HARDWARE),
+    "BOOT_FAIL": (FailureCategory.SCHEDULER_EVENT, Attribution.HARDWARE),
+    "PREEMPTED": (FailureCategory.SCHEDULER_EVENT, Attribution.SYSTEM_SOFTWARE),
+    "OUT_OF_MEMORY": (FailureCategory.HOST_OOM, Attribution.APPLICATION),
+    "OUT_OF_ME+": (FailureCategory.HOST_OOM, Attribution.APPLICATION),
+}
+_SLURM_STATE = compile_linear(
+    r"(TIMEOUT|DEADLINE|NODE_FAIL|BOOT_FAIL|PREEMPTED|OUT_OF_ME(?:MORY|\+))"
+)
+
+
+def _refine_slurm_state(base: Refined, message: str) -> Refined:
+    found = _SLURM_STATE.search(message)
+    if found is None:
+        return base
+    category, attribution = _SLURM_STATES[found.group(1)]
+    return _as(base, category, attribution, {"slurm_state": found.group(1)})
 
 
 def _refine_cuda_error(base: Refined, message: str) -> Refined:

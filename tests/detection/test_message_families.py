@@ -261,3 +261,46 @@ def test_a_per_epoch_counter_is_a_step_that_keeps_growing_across_epochs() -> Non
         ]
     )
     assert verdict(log) == ("healthy", "none")
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "JobId=4242 JobName=train JobState=TIMEOUT Reason=TimeLimit",
+            ("scheduler_event", "application"),
+        ),
+        (
+            "Slurm Job_id=4242 Name=train Ended, Run time 1-00:00:12, PREEMPTED, ExitCode 0",
+            ("scheduler_event", "system_software"),
+        ),
+        (
+            "4242.batch        batch      acct         16 OUT_OF_ME+    0:125",
+            ("host_oom", "application"),
+        ),
+        ("State: NODE_FAIL (exit code 1)", ("scheduler_event", "hardware")),
+        (
+            "slurmstepd: error: Exceeded step memory limit at some point.",
+            ("host_oom", "application"),
+        ),
+        (
+            "thread '<unnamed>' panicked at 'called `Result::unwrap()` on an `Err` value'",
+            ("app_exception", "application"),
+        ),
+        (
+            "distributed.nanny.memory - WARNING - Worker tcp://127.0.0.1:41235 (pid=4242) "
+            "exceeded 95% memory budget. Restarting...",
+            ("host_oom", "application"),
+        ),
+    ],
+)
+def test_job_states_panics_and_memory_budgets_read_where_users_paste_them(
+    line: str, expected: tuple[str, str]
+) -> None:
+    assert verdict(line) == expected
+
+
+def test_a_job_state_a_user_printed_implicates_no_node() -> None:
+    found = classify_text("node-7: JobId=4242 JobState=NODE_FAIL Reason=NodeDown")
+    assert found.category == "scheduler_event"
+    assert found.nodes == []

@@ -144,6 +144,9 @@ MATCH_ORDER: tuple[str, ...] = (
     "pod-evicted",
     "cloud-instance-reclaimed",
     "nvrm-driver-error",
+    "slurm-job-state",
+    "runtime-panic",
+    "framework-memory-limit",
 )
 
 

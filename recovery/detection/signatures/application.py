@@ -195,4 +195,20 @@ SIGNATURES: tuple[Signature, ...] = (
         description="Hydra's report that the task function (or a config target) raised.",
         printed_by="Hydra (hydra/_internal/utils.py run_and_report, instantiate)",
     ),
+    define(
+        "runtime-panic",
+        FailureCategory.APP_EXCEPTION,
+        Attribution.APPLICATION,
+        r"(?:thread '[^']{0,80}' panicked at|\bpanic: runtime error|goroutine \d+ \[running\]:|"
+        r"fatal error: all goroutines are asleep)",
+        [
+            "thread '<unnamed>' panicked at 'called `Result::unwrap()` on an `Err` value', src/tokenizer.rs:12:5",
+            "panic: runtime error: invalid memory address or nil pointer dereference",
+        ],
+        ["panic mode disabled", "no thread panicked"],
+        severity=Severity.ERROR,
+        description="A Rust or Go component of the program (tokenizers, data loaders, "
+        "launchers) panicking: the program's own error.",
+        printed_by="the Rust standard library's panic handler and the Go runtime",
+    ),
 )

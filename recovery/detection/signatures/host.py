@@ -17,7 +17,7 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Memory cgroup out of memory|oom_reaper: reaped process|"
         r"Some of your processes may have been killed by the cgroup out-of-memory handler|"
         r"detected \d+ oom[_-]kill events?|OOM Killed|OOMKilled|"
-        r"exceeded (?:job )?memory limit|killed by the OOM killer)",
+        r"exceeded (?:job |step )?memory limit|killed by the OOM killer)",
         [
             "kernel: Out of memory: Killed process 12345 (python) total-vm:123456kB, anon-rss:98765kB",
             "slurmstepd: error: Detected 1 oom_kill event in StepId=123.0. Some of your processes may have been killed by the cgroup out-of-memory handler.",
@@ -227,5 +227,19 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         description="Ray's memory monitor killing tasks because the node's host memory ran out.",
         printed_by="Ray's raylet memory monitor (node_manager.cc) and ray.exceptions.OutOfMemoryError",
+    ),
+    define(
+        "framework-memory-limit",
+        FailureCategory.HOST_OOM,
+        Attribution.APPLICATION,
+        r"(?:exceeded \d+% memory budget|Container killed by YARN for exceeding memory limits|"
+        r"Worker exceeded \d+% memory budget|is running beyond physical memory limits)",
+        [
+            "distributed.nanny.memory - WARNING - Worker tcp://127.0.0.1:41235 (pid=4242) exceeded 95% memory budget. Restarting...",
+            "ExecutorLostFailure (executor 7 exited caused by one of the running tasks) Reason: Container killed by YARN for exceeding memory limits. 12.1 GB of 12 GB physical memory used.",
+        ],
+        ["distributed.worker.memory - memory budget: 95%"],
+        description="Dask's nanny and YARN ending a worker that outgrew its host-memory budget.",
+        printed_by='Dask distributed\'s nanny ("exceeded 95% memory budget") and Hadoop YARN',
     ),
 )

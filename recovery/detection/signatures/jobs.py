@@ -198,6 +198,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["Resource_List.walltime = 24:00:00"],
         reports_exit=True,
+        implicates_nodes=False,
         description="PBS, Moab or LSF ending a job at its wall-clock limit.",
         printed_by='PBS Pro/Torque ("=>> PBS: job killed: walltime"), Moab (MOAB_INFO) and '
         "LSF (TERM_RUNLIMIT)",
@@ -214,6 +215,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["Resource_List.mem = 40gb"],
         reports_exit=True,
+        implicates_nodes=False,
         description="PBS or LSF ending a job that used more host memory than it asked for.",
         printed_by='LSF (TERM_MEMLIMIT) and PBS ("job killed: mem ... exceeded limit")',
     ),
@@ -232,6 +234,7 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["Reason:       Completed", "The node was low on resource:"],
         reports_exit=True,
+        implicates_nodes=False,
         description="Kubernetes evicting or preempting a pod: node pressure, node shutdown or a "
         "higher-priority pod. A pod evicted for using more memory than it requested is the "
         "job's own doing.",
@@ -253,8 +256,38 @@ SIGNATURES: tuple[Signature, ...] = (
         ],
         ["spot instances requested: 4", "Spot interruption handler started"],
         reports_exit=True,
+        implicates_nodes=False,
         description="A cloud provider reclaiming a spot or preemptible instance under the job.",
         printed_by="AWS (spot interruption notices, instance-action), GCP (preemption, "
         "compute.instances.preempted) and the runners and agents that relay them",
+    ),
+    define(
+        "slurm-job-state",
+        FailureCategory.SCHEDULER_EVENT,
+        Attribution.APPLICATION,
+        # The state Slurm gave the job, as scontrol, sacct, seff and its mails print it.
+        r"(?:JobState=(?:TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY|DEADLINE|BOOT_FAIL)\b|"
+        r"Ended, Run time [0-9:-]+, (?:TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY)\b|"
+        r"\bState: (?:TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY)\b|"
+        r"\s(?:TIMEOUT|NODE_FAIL|PREEMPTED|OUT_OF_MEMORY|OUT_OF_ME\+)\s+\d+:\d+\s*$)",
+        [
+            "JobId=4242 JobName=train JobState=TIMEOUT Reason=TimeLimit Dependency=(null)",
+            "Slurm Job_id=4242 Name=train Ended, Run time 1-00:00:12, TIMEOUT, ExitCode 0",
+            "4242.batch        batch                 acct         16 OUT_OF_ME+    0:125",
+            "State: NODE_FAIL (exit code 1)",
+        ],
+        [
+            "JobId=4242 JobName=train JobState=RUNNING Reason=None",
+            "4242         train        gpu       acct         16  COMPLETED      0:0",
+            "--time limit TIMEOUT handling: requeue",
+        ],
+        reports_exit=True,
+        # The line says what became of the job, not which node printed it or failed.
+        implicates_nodes=False,
+        description="Slurm's final state for a job, read where a user pasted it: a time limit is "
+        "the job's request, a node failure the node's, a preemption the site's, out of memory "
+        "the job's.",
+        printed_by="Slurm's scontrol (JobState=), sacct (State, ExitCode columns), seff "
+        "(State:) and its job mails (Ended, Run time ...)",
     ),
 )
