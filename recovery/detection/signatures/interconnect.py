@@ -163,9 +163,10 @@ SIGNATURES: tuple[Signature, ...] = (
         "libfabric-provider-error",
         FailureCategory.INTERCONNECT,
         Attribution.UNKNOWN,
-        r"(?:prov_errno|prov/[a-z0-9_]+/src/|libfabric:\d+:\d+::[a-z0-9_]+:[a-z_]+:.*"
-        r"<(?:warn|error)>|fi_cq_readerr|Unable to write to EQ|efa_rdm_[a-z_]+_handle_error|"
-        r"NET/OFI .*(?:error|failed|Unable))",
+        # A completion queue's error handler or a provider's own errno; libfabric's <warn>
+        # lines elsewhere (xpmem, device probing at start-up) are not failures.
+        r"(?:prov_errno|libfabric:\d+:\d+::[a-z0-9_]+:cq:.*<(?:warn|error)>|fi_cq_readerr|"
+        r"Unable to write to EQ|efa_rdm_[a-z_]+_handle_error|rxr_cq_handle_[a-z_]*error)",
         [
             "Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov_errno: Unknown error -12 (-12) prov/efa/src/rxr/rxr.h:1343",
             "libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address",
@@ -183,7 +184,11 @@ SIGNATURES: tuple[Signature, ...] = (
         "ibv-call-failed",
         FailureCategory.INTERCONNECT,
         Attribution.UNKNOWN,
-        r"(?:Call to ibv_[a-z0-9_]+ failed|\bibv_[a-z0-9_]+(?:\(\))? (?:failed|returned error)|"
+        # Calls that set up or run a connection; probing devices at start-up (ibv_open_device,
+        # ibv_query_*) fails harmlessly where NCCL falls back to sockets.
+        r"(?:Call to ibv_(?:create_[a-z]+|reg_[a-z0-9_]+|modify_qp|post_[a-z]+|poll_cq|alloc_pd|"
+        r"req_notify_cq) failed|\bibv_(?:create_[a-z]+|reg_[a-z0-9_]+|modify_qp|post_[a-z]+|"
+        r"poll_cq|alloc_pd)(?:\(\))? (?:failed|returned error)|"
         r"[Ff]ailed to modify QP to (?:INIT|RTR|RTS)|rdma_[a-z_]+(?:\(\))? failed)",
         [
             "host:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",
