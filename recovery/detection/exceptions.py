@@ -61,7 +61,10 @@ class Meaning:
 
 def parse_exception_line(message: str) -> RaisedException | None:
     """The exception a traceback's last line names, or None if the line is not one."""
-    found = _EXCEPTION_LINE.search(message.strip()[:2000])
+    text = message.strip()[:2000]
+    # JAX re-raises with its own frames filtered out, naming the original after its wrapper.
+    text = text.removeprefix("jax._src.traceback_util.UnfilteredStackTrace: ")
+    found = _EXCEPTION_LINE.search(text)
     if found is None:
         return None
     number = _ERRNO.search(message[:2000])
@@ -126,6 +129,12 @@ TYPE_MEANINGS: dict[str, tuple[FailureCategory, Attribution, str]] = {
         Attribution.APPLICATION,
         "a floating-point check found a value that is not finite (FloatingPointError)",
     ),
+    # CuPy's and Alpa's NCCL binding (cupy.cuda.nccl.NcclError).
+    "NcclError": (
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        "an NCCL call failed (NcclError)",
+    ),
     "DistBackendError": (
         FailureCategory.NCCL_ERROR,
         Attribution.UNKNOWN,
@@ -138,6 +147,12 @@ XLA_STATUS_MEANINGS: dict[str, tuple[FailureCategory, Attribution, str]] = {
         FailureCategory.GPU_OOM,
         Attribution.APPLICATION,
         "XLA could not allocate device memory (RESOURCE_EXHAUSTED)",
+    ),
+    # The coordination service's barrier or a collective that did not complete in time.
+    "DEADLINE_EXCEEDED": (
+        FailureCategory.NCCL_TIMEOUT,
+        Attribution.UNKNOWN,
+        "a distributed barrier or collective timed out (DEADLINE_EXCEEDED)",
     ),
 }
 

@@ -83,7 +83,10 @@ def refine(signature: Signature, message: str) -> Refined | None:
     if not signature.builtin:
         return base  # an admin's signature means exactly what its row says
     if signature.category in _HANDLED_CATEGORIES and _HANDLED.search(message) is not None:
-        return replace(base, severity=Severity.WARNING, detail={"handled": True})
+        # Its own finding: the same error later unhandled must not be folded into this one.
+        return replace(
+            base, severity=Severity.WARNING, discriminator="handled", detail={"handled": True}
+        )
     if signature.name == "nvidia-xid":
         return _refine_xid(base, message)
     if signature.name == "nccl-error-raised" and _NCCL_MISUSE.search(message) is not None:

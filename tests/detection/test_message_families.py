@@ -304,3 +304,75 @@ def test_a_job_state_a_user_printed_implicates_no_node() -> None:
     found = classify_text("node-7: JobId=4242 JobState=NODE_FAIL Reason=NodeDown")
     assert found.category == "scheduler_event"
     assert found.nodes == []
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (
+            "ExternalError:  Nccl error, unhandled cuda error  (at collective_helper.cc:83)",
+            ("nccl_error", "unknown"),
+        ),
+        ("d13186ffee3a:57:75 [0] NCCL INFO init.cc:876 -> 2", ("nccl_error", "unknown")),
+        (
+            "Last error:\nsocketStartConnect: Connect to 10.5.0.11<44589> failed : Software caused connection abort",
+            ("interconnect", "unknown"),
+        ),
+        (
+            "RuntimeError: [gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.1.17]:22780",
+            ("interconnect", "unknown"),
+        ),
+        (
+            "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection "
+            "to the C10d store has failed. See inner exception for details.",
+            ("interconnect", "unknown"),
+        ),
+        (
+            "MPIDI_CH3I_RDMA_init(446): rdma_iba_hca_init(1636)..: cannot create cq",
+            ("interconnect", "unknown"),
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: DEADLINE_EXCEEDED: Barrier timed out. "
+            "Barrier_id: PjRT_Client_Connect. Timed out task names:",
+            ("nccl_timeout", "unknown"),
+        ),
+        (
+            "jax._src.traceback_util.UnfilteredStackTrace: ray.exceptions.RayTaskError(NcclError): "
+            "ray::MeshHostWorker.init_p2p_communicator() (pid=16322)",
+            ("nccl_error", "unknown"),
+        ),
+        (
+            "[76914.214195] amdgpu 0000:dd:00.0: amdgpu: GPU reset begin!",
+            ("gpu_hardware", "hardware"),
+        ),
+        ("RuntimeError: Triton Error [CUDA]: misaligned address", ("cuda_error_app", "unknown")),
+        (
+            "(raylet) file_system_monitor.cc:105: /tmp/ray/session_1 is over 95% full, available "
+            "space: 13307080704; capacity: 270475862016.",
+            ("storage_io", "system_software"),
+        ),
+        (
+            "INFO:tensorflow:Error reported to Coordinator: <class 'InvalidArgumentError'>, "
+            "LossTensor is inf or nan. : Tensor had NaN values",
+            ("nan_divergence", "application"),
+        ),
+        (
+            "start-worker 2024/12/17 16:03:58 GCP Metadata Service says termination is imminent",
+            ("scheduler_event", "system_software"),
+        ),
+    ],
+)
+def test_more_families_in_their_own_words(log: str, expected: tuple[str, str]) -> None:
+    assert verdict(log) == expected
+
+
+def test_an_error_handled_once_and_then_not_is_a_failure() -> None:
+    log = "\n".join(
+        [
+            "WARNING: Save model error: PytorchStreamWriter failed writing file data.pkl: file "
+            "write failed, remaining retry times: 0",
+            "RuntimeError: [enforce fail at inline_container.cc:764] . PytorchStreamWriter failed "
+            "writing file data.pkl: file write failed",
+        ]
+    )
+    assert verdict(log) == ("storage_io", "system_software")

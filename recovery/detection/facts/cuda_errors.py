@@ -72,6 +72,7 @@ CUDA_ERRORS: tuple[CudaErrorMeaning, ...] = (
         *_KERNEL,
         "a kernel accessed a misaligned address",
         ("cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS"),
+        "misaligned address",
     ),
     CudaErrorMeaning(
         *_KERNEL,

@@ -147,6 +147,10 @@ MATCH_ORDER: tuple[str, ...] = (
     "slurm-job-state",
     "runtime-panic",
     "framework-memory-limit",
+    "nccl-result-trace",
+    "rendezvous-connection-failed",
+    "amdgpu-hardware-error",
+    "ray-disk-full",
 )
 
 

@@ -22,6 +22,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"[Nn]a[Nn] loss|[Dd]etected (?:nan|NaN|inf|Inf)|"
         r"(?:nan|NaN|inf|Inf) (?:or inf )?(?:detected|found) in|returned nan values|"
         r"non-finite (?:loss|value)|Invalid loss, terminating training|"
+        # TensorFlow's check_numerics ("LossTensor is inf or nan. : Tensor had NaN values").
+        r"Tensor had (?:NaN|Inf) values|LossTensor is inf or nan|"
         r"= (?:nan|NaN|inf|-inf) is not finite",
         [
             "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",

@@ -118,7 +118,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     define(
         "peer-connection-lost",
-        FailureCategory.NCCL_ERROR,
+        FailureCategory.INTERCONNECT,
         Attribution.UNKNOWN,
         r"(?:Connection closed by peer|Connection reset by peer.*(?:nccl|NCCL|gloo|c10d)|"
         r"gloo/transport/tcp/pair\.cc:\d+\] (?:Connection closed|Read error|Timed out))",
@@ -140,7 +140,10 @@ SIGNATURES: tuple[Signature, ...] = (
         Attribution.UNKNOWN,
         r"(?:Timed out after \d+ seconds waiting for clients|RendezvousTimeoutError|"
         r"Timeout at NCCL work: \d+|Timed out waiting for barrier|"
-        r"monitoredBarrier.*(?:timed out|failed)|failed to reach monitoredBarrier)",
+        r"monitoredBarrier.*(?:timed out|failed)|failed to reach monitoredBarrier|"
+        # JAX's coordination service and Horovod's stall inspector.
+        r"DEADLINE_EXCEEDED: Barrier timed out|Barrier timed out\. Barrier_id|"
+        r"waiting for remainder of ranks for more than \d+ seconds)",
         [
             "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
             "[PG 0 Rank 2] Timeout at NCCL work: 52817, last enqueued NCCL work: 52818, last completed NCCL work: 52816.",
@@ -168,7 +171,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl-result",
         FailureCategory.NCCL_ERROR,
         Attribution.UNKNOWN,
-        r"(?:NCCL operation nccl[A-Za-z]+(?:\([^)]{0,300}\))? failed|NCCL [Ee]rror\s*\(?\d+\)?|NCCL failure|ncclResult).{0,80}?"
+        r"(?:NCCL operation nccl[A-Za-z]+(?:\([^)]{0,300}\))? failed|"
+        r"(?:NCCL|Nccl|nccl) (?:[Ee]rror|failure)\s*\(?\d*\)?|ncclResult).{0,80}?"
         r"(?:unhandled cuda error|unhandled system error|internal error|invalid usage|"
         r"invalid argument|remote process exited|network error)",
         [
@@ -220,5 +224,48 @@ SIGNATURES: tuple[Signature, ...] = (
         description="Gloo cannot connect its ranks' TCP mesh: the network between hosts (or a "
         "peer that is gone), seen from the rank that printed it.",
         printed_by="Gloo's TCP transport (ProcessGroupGloo connectFullMesh, tcp/pair.cc)",
+    ),
+    define(
+        "nccl-result-trace",
+        FailureCategory.NCCL_ERROR,
+        Attribution.UNKNOWN,
+        # NCCL traces an error up its call stack, one "file.cc:line -> result" INFO line per
+        # frame; the result is an ncclResult_t (1 CUDA, 2 system call, 3 internal, 4 invalid
+        # argument, 5 invalid usage, 6 remote peer or network).
+        r"NCCL INFO [A-Za-z0-9_./-]+\.(?:cc|c|h):\d+ -> [1-6]\b",
+        [
+            "host:4011:4581 [2] NCCL INFO transport/net.cc:304 -> 2",
+            "d13186ffee3a:57:75 [0] NCCL INFO init.cc:876 -> 2",
+            "host2:14508:15205 [0] NCCL INFO external/nccl_archive/src/transport.cc:163 -> 3 [Proxy Thread]",
+        ],
+        [
+            "host:4011:4581 [2] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC",
+            "NCCL INFO init.cc:876 -> 0",
+        ],
+        severity=Severity.ERROR,
+        priority=20,
+        implicates_nodes=False,
+        description="NCCL's own trace of an error result through its call stack: an NCCL "
+        "failure even where no exception line was captured; below any error that names what "
+        "failed.",
+        printed_by='NCCL\'s NCCLCHECK error tracing at NCCL_DEBUG=INFO ("file.cc:line -> result")',
+    ),
+    define(
+        "rendezvous-connection-failed",
+        FailureCategory.INTERCONNECT,
+        Attribution.UNKNOWN,
+        r"(?:RendezvousConnectionError|The connection to the C10d store has failed|"
+        r"c10d_rendezvous_backend.*Connection (?:reset|refused))",
+        [
+            "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
+            "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'n_3140_0' has failed to shutdown the rendezvous 'r1' due to an error of type RendezvousConnectionError.",
+        ],
+        ["rendezvous backend: c10d, endpoint: node-1:29400"],
+        priority=88,
+        implicates_nodes=False,
+        description="torchelastic losing its connection to the rendezvous store on another "
+        "host: the network between hosts, or the host that serves the store.",
+        printed_by="torchelastic's rendezvous (torch.distributed.elastic.rendezvous."
+        "RendezvousConnectionError)",
     ),
 )

@@ -168,4 +168,24 @@ SIGNATURES: tuple[Signature, ...] = (
         "an Xid code; the GPU needs a reset, as for Xids 119 and 120.",
         printed_by="the NVIDIA kernel driver's resource manager (NVRM) in the kernel log",
     ),
+    define(
+        "amdgpu-hardware-error",
+        FailureCategory.GPU_HARDWARE,
+        Attribution.HARDWARE,
+        r"(?:amdgpu[^:]*: (?:amdgpu: )?GPU reset begin|amdgpu[^:]*: (?:amdgpu: )?MODE[12] reset|"
+        r"amdgpu.*ring \S+ timeout|amdgpu.*uncorrectable|amdgpu.*(?:RAS|ras) .*(?:error|poison)|"
+        r"\[Hardware Error\]: (?:Hardware error from APEI|event severity: (?:fatal|recoverable)))",
+        [
+            "[76914.214195] amdgpu 0000:dd:00.0: amdgpu: GPU reset begin!",
+            "[76914.238315] amdgpu 0000:1b:00.0: amdgpu: MODE1 reset",
+            "[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1",
+        ],
+        [
+            "[    5.1] amdgpu 0000:9d:00.0: amdgpu: SMU is initialized successfully!",
+            "[76914.190522] amdgpu 0000:9d:00.0: {1}socket: 6, die: 1, 1533 new correctable hardware errors detected in xgmi_wafl block",
+        ],
+        description="AMD GPUs' driver resetting a GPU after a hardware fault or a hung ring, "
+        "and the platform's own hardware error reports (APEI).",
+        printed_by="the amdgpu kernel driver and the kernel's APEI/GHES error reporting",
+    ),
 )

@@ -242,4 +242,19 @@ SIGNATURES: tuple[Signature, ...] = (
         description="Dask's nanny and YARN ending a worker that outgrew its host-memory budget.",
         printed_by='Dask distributed\'s nanny ("exceeded 95% memory budget") and Hadoop YARN',
     ),
+    define(
+        "ray-disk-full",
+        FailureCategory.STORAGE_IO,
+        Attribution.SYSTEM_SOFTWARE,
+        r"(?:is over \d+% full, available space: \d+|Object creation will fail if spilling is "
+        r"required|Failed to spill objects|ObjectStoreFullError)",
+        [
+            "(raylet) file_system_monitor.cc:105: /tmp/ray/session_1 is over 95% full, available space: 13307080704; capacity: 270475862016. Object creation will fail if spilling is required.",
+            "ray.exceptions.ObjectStoreFullError: Failed to put object in object store because it is full.",
+        ],
+        ["Spilled 2048 MiB, 12 objects, write throughput 900 MiB/s"],
+        description="Ray's object store or its spill directory running out of space.",
+        printed_by="Ray's raylet (file_system_monitor.cc, object spilling) and "
+        "ray.exceptions.ObjectStoreFullError",
+    ),
 )

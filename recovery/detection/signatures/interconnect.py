@@ -122,7 +122,10 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl-socket-peer-lost",
         FailureCategory.INTERCONNECT,
         Attribution.UNKNOWN,
+        # NCCL's socket layer by its function names, with or without the WARN prefix (a
+        # DistBackendError quotes it as its "Last error").
         r"(?:NCCL WARN (?:socketStartConnect: |Net : )?Connect to \S+ failed|"
+        r"socketStartConnect: Connect to \S+ failed|socketTryAccept: Accept failed|"
         r"NCCL WARN (?:socketProgress: |Net : )?Connection closed by remote peer|"
         r"Call to recv from \S+ failed|Socket recv failed while polling)",
         [
@@ -166,7 +169,8 @@ SIGNATURES: tuple[Signature, ...] = (
         # A completion queue's error handler or a provider's own errno; libfabric's <warn>
         # lines elsewhere (xpmem, device probing at start-up) are not failures.
         r"(?:prov_errno|libfabric:\d+:\d+::[a-z0-9_]+:cq:.*<(?:warn|error)>|fi_cq_readerr|"
-        r"Unable to write to EQ|efa_rdm_[a-z_]+_handle_error|rxr_cq_handle_[a-z_]*error)",
+        r"Unable to write to EQ|efa_rdm_[a-z_]+_handle_error|rxr_cq_handle_[a-z_]*error|"
+        r"Couldn't find any optimal provider|EFA libfabric provider not detected)",
         [
             "Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov_errno: Unknown error -12 (-12) prov/efa/src/rxr/rxr.h:1343",
             "libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address",
@@ -188,7 +192,7 @@ SIGNATURES: tuple[Signature, ...] = (
         # ibv_query_*) fails harmlessly where NCCL falls back to sockets.
         r"(?:Call to ibv_(?:create_[a-z]+|reg_[a-z0-9_]+|modify_qp|post_[a-z]+|poll_cq|alloc_pd|"
         r"req_notify_cq) failed|\bibv_(?:create_[a-z]+|reg_[a-z0-9_]+|modify_qp|post_[a-z]+|"
-        r"poll_cq|alloc_pd)(?:\(\))? (?:failed|returned error)|"
+        r"poll_cq|alloc_pd)(?:\(\))? (?:failed|returned error)|cannot create (?:cq|qp|srq)\b|"
         r"[Ff]ailed to modify QP to (?:INIT|RTR|RTS)|rdma_[a-z_]+(?:\(\))? failed)",
         [
             "host:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",

@@ -249,7 +249,9 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Instance is going to be interrupted|"
         r"instance-action[\"']?\s*:\s*[\"']?(?:terminate|stop)|"
         r"(?:received|got) (?:a )?preemption notice|[Ii]nstance was preempted|"
-        r"compute\.instances\.preempted|Preempt(?:ed)? by (?:the )?(?:cloud|provider))",
+        r"compute\.instances\.preempted|Preempt(?:ed)? by (?:the )?(?:cloud|provider)|"
+        r"(?:[Cc]luster|[Ii]nstance|VM|[Nn]ode) (?:is|was|has been) preempted|"
+        r"is in PREEMPTED state|termination is imminent|preemption is imminent)",
         [
             '{"level":"warn","message":"Spot interruption payload received: {\\"action\\":\\"terminate\\"}"}',
             '{"level":"warn","message":"Instance is going to be interrupted in 2 minutes. Exiting..."}',
