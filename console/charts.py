@@ -32,6 +32,7 @@ CATEGORY_COLOURS: dict[str, str] = {
     FailureCategory.SEGFAULT: "#b8452e",
     FailureCategory.NAN_DIVERGENCE: "#2e9ab3",
     FailureCategory.HEALTHY: "#5fae5a",
+    FailureCategory.UNEXPLAINED: "#6b5e8f",
 }
 ATTRIBUTION_COLOURS: dict[str, str] = {
     Attribution.HARDWARE: "#d6453d",

@@ -3,6 +3,12 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
+from recovery.choices import SIGNATURE_CATEGORIES, Attribution
+from recovery.detection.linear_regex import MAX_PATTERN_LENGTH
+
+# A failure is blamed on a layer, even if it is "unknown"; "none" is the healthy verdict's.
+TAUGHT_ATTRIBUTIONS = [(v, label) for v, label in Attribution.choices if v != Attribution.NONE]
+
 
 class ConsoleLoginForm(AuthenticationForm):
     username = forms.CharField(
@@ -43,3 +49,34 @@ class SignalStoresForm(forms.Form):
         if not data.get("logs") and not data.get("metrics"):
             raise forms.ValidationError("Give a log store URL, a Prometheus URL or both.")
         return data
+
+
+class TeachPatternForm(forms.Form):
+    """A detection pattern taught from a line of an unexplained failure."""
+
+    line = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    name = forms.CharField(
+        max_length=128,
+        help_text="Lower-case letters, digits, '.', '_' or '-'; the name findings will carry.",
+    )
+    pattern = forms.CharField(
+        max_length=MAX_PATTERN_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono"}),
+        help_text="RE2 syntax, no backreferences or lookaround. Derived from the line: its "
+        "prefixes dropped, numbers generalised.",
+    )
+    category = forms.ChoiceField(choices=[("", "Choose the category…"), *SIGNATURE_CATEGORIES])
+    attribution = forms.ChoiceField(
+        choices=[("", "Choose the layer to blame…"), *TAUGHT_ATTRIBUTIONS],
+        help_text="The layer to blame when nothing else decides.",
+    )
+    description = forms.CharField(max_length=255, required=False)
+    printed_by = forms.CharField(
+        max_length=255,
+        required=False,
+        label="Printed by",
+        help_text="The program that prints the message (and where known its documentation). "
+        "Needed when the pattern matches no other known failure.",
+    )
+    # What the shown preview was of (``PatternDraft.digest``): saving needs a preview of it.
+    previewed = forms.CharField(required=False, widget=forms.HiddenInput)

@@ -8,6 +8,7 @@ from console.views import (
     insights,
     nodes,
     signals,
+    unexplained,
     workflows,
     workloads,
 )
@@ -50,6 +51,12 @@ urlpatterns = [
     path("nodes/", nodes.nodes, name="nodes"),
     path("nodes/<int:node_id>/return/", nodes.return_node, name="return_node"),
     path("nodes/<int:node_id>/resume/", nodes.resume_node, name="resume_node"),
+    path("unexplained/", unexplained.unexplained, name="unexplained"),
+    path(
+        "unexplained/<int:anomaly_id>/teach/",
+        unexplained.teach_pattern,
+        name="teach_pattern",
+    ),
     path("insights/", insights.insights, name="insights"),
     path("audit/", audit.audit_trail, name="audit"),
     path("audit/export.csv", audit.audit_csv, name="audit_csv"),

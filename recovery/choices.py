@@ -156,6 +156,17 @@ class FailureCategory(models.TextChoices):
     SEGFAULT = _choice(taxonomy.FailureCategory.SEGFAULT)
     NAN_DIVERGENCE = _choice(taxonomy.FailureCategory.NAN_DIVERGENCE)
     HEALTHY = _choice(taxonomy.FailureCategory.HEALTHY)
+    UNEXPLAINED = _choice(taxonomy.FailureCategory.UNEXPLAINED)
+
+
+# The categories a signature may give (a detection pattern's, a policy's exclusions): what the
+# classifier can answer, without the healthy verdict or what only the loop records. An
+# unexplained failure is decided as one without a category, so no policy may exclude on it.
+SIGNATURE_CATEGORIES = [
+    (value, label)
+    for value, label in FailureCategory.choices
+    if value in taxonomy.FAILURE_CATEGORIES
+]
 
 
 class Attribution(models.TextChoices):
@@ -334,6 +345,7 @@ class AuditKind(models.TextChoices):
     AUTOMATIC_DRAIN_CHANGED = "automatic_drain_changed", "Automatic drains changed"
     DRAIN_WITHHELD = "drain_withheld", "Drain withheld (blast radius)"
     DRAIN_REFUSED = "drain_refused", "Drain refused (node not recovery's)"
+    PATTERN_TAUGHT = "pattern_taught", "Detection pattern taught"
 
 
 for _choices, _source in (

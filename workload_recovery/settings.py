@@ -230,6 +230,13 @@ ATTRIBUTION_PROVIDER_TOKEN = env_str("WR_ATTRIBUTION_TOKEN", "")
 # past it keep their built-in verdict, and their ATTRIBUTED event says why.
 MAX_PROVIDER_CALLS_PER_READ = env_int("WR_MAX_PROVIDER_CALLS_PER_READ", 3, minimum=0)
 
+# The labelled real logs (JSON lines, read recursively: ``id``, ``category``, ``attribution``,
+# ``source``, ``log``) a pattern taught in the Console is previewed on before it is saved: the
+# verdicts it changes, and no healthy log made a failure. The repository's own corpus unless set.
+LABELLED_CASES_DIR = Path(
+    env_str("WR_LABELLED_CASES_DIR", str(BASE_DIR / "tests" / "detection" / "data"))
+)
+
 # Work per job is bounded: one read of a job's output (or a node's kernel log) adds at most
 # WR_MAX_NEW_ANOMALIES_PER_READ anomalies, and an attempt has at most
 # WR_MAX_ANOMALIES_PER_ATTEMPT. Findings past either cap are folded into an existing anomaly of

@@ -396,6 +396,26 @@ AcknowledgementChangedPayload = TypedDict(
 AutomaticDrainChangedPayload = TypedDict("AutomaticDrainChangedPayload", {"from": bool, "to": bool})
 
 
+class _PatternTaughtRequired(TypedDict):
+    pattern_id: int
+    name: str
+    pattern: str
+    category: str
+    attribution: str
+    anomaly: int
+    line: str
+
+
+class PatternTaughtPayload(_PatternTaughtRequired, total=False):
+    """An operator taught a detection pattern from a line of an unexplained failure
+    (``recovery.loop.teaching``). ``changed_cases`` are the labelled cases whose verdict the
+    preview showed it changes; ``also_matches`` the other unexplained failures it matches."""
+
+    printed_by: str
+    changed_cases: list[str]
+    also_matches: list[int]
+
+
 class StoppedPayload(TypedDict):
     """A stop took hold: the job ended and recovery will not restart it
     (``recovery.loop.recommendations.report``). ``stop_reason`` is a ``StopReason``."""
@@ -444,6 +464,7 @@ PAYLOADS: dict[str, type] = {
     "automatic_drain_changed": AutomaticDrainChangedPayload,
     "drain_withheld": DrainWithheldPayload,
     "drain_refused": DrainRefusedPayload,
+    "pattern_taught": PatternTaughtPayload,
 }
 
 

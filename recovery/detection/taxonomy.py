@@ -45,7 +45,12 @@ class AnomalyKind(LabelledEnum):
 
 
 class FailureCategory(LabelledEnum):
-    """What failed. ``HEALTHY`` is the verdict on a log with no failure in it."""
+    """What failed. ``HEALTHY`` is the verdict on a log with no failure in it.
+
+    ``UNEXPLAINED`` is never a detector's verdict: the loop records it for a death the scheduler
+    confirmed (the attempt ended failed) that no log, kernel or metrics finding explains, so an
+    operator can find it and teach a pattern for it.
+    """
 
     NCCL_TIMEOUT = "nccl_timeout", "NCCL timeout"
     NCCL_ERROR = "nccl_error", "NCCL error"
@@ -60,6 +65,7 @@ class FailureCategory(LabelledEnum):
     SEGFAULT = "segfault", "Segmentation fault"
     NAN_DIVERGENCE = "nan_divergence", "NaN / divergence"
     HEALTHY = "healthy", "Healthy"
+    UNEXPLAINED = "unexplained", "Unexplained"
 
 
 # A finding whose signal does not say what failed (a hang, a straggler, a job Slurm reports
@@ -85,8 +91,14 @@ class Severity(LabelledEnum):
     WARNING = "warning", "Warning"
 
 
+# What only the loop records, never a signature or the classifier: a confirmed death nothing
+# explained.
+LOOP_ONLY_CATEGORIES = frozenset({FailureCategory.UNEXPLAINED})
+
 # The categories a failure can have, in declaration order: every category but the healthy
-# verdict.
+# verdict and those only the loop records. What a signature, and so the classifier, may answer.
 FAILURE_CATEGORIES: tuple[FailureCategory, ...] = tuple(
-    category for category in FailureCategory if category is not FailureCategory.HEALTHY
+    category
+    for category in FailureCategory
+    if category is not FailureCategory.HEALTHY and category not in LOOP_ONLY_CATEGORIES
 )

@@ -72,6 +72,8 @@ KEPT_DETAIL = frozenset(
         "printed",
         "stall_basis",
         "longest_quiet_seconds",
+        # The end of the job's output, kept with a failure nothing explained.
+        "last_lines",
     }
 )
 MAX_EXCERPT = 4000

@@ -71,6 +71,8 @@ HARDWARE_SHOWS_AS = frozenset(
         FailureCategory.SEGFAULT,
         FailureCategory.INTERCONNECT,
         NO_CATEGORY,
+        # A death nothing explained: an Xid on its node in the same attempt explains it.
+        FailureCategory.UNEXPLAINED,
     }
 )
 

@@ -70,6 +70,7 @@ from recovery.detection.scanner import (
     ScanResult,
 )
 from recovery.detection.signature_set import SignatureSet
+from recovery.detection.teaching import LAST_LINES, last_lines
 from recovery.loop.anomalies import RECENT_END, record_findings, record_read
 from recovery.loop.patterns import active_signature_set
 from recovery.loop.policy import policy_for
@@ -82,13 +83,16 @@ from recovery.models import (
     NodeLogCursor,
     Workload,
 )
-from recovery.sources.schedulers.base import Transport
+from recovery.sources.schedulers.base import SchedulerError, Transport
 from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
 
 logger = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 PROGRESS_SAMPLES = 256
+# How much of the end of each output file a failure nothing explained keeps: its last lines,
+# never its whole log.
+TAIL_BYTES = 64 * 1024
 
 
 @dataclass
@@ -162,6 +166,30 @@ def _ingest_file(
             summary.anomalies_new += new
             summary.checkpoints += saved
         cursor.save()
+
+
+def output_tail(workload: Workload, transport: Transport) -> list[str]:
+    """The last lines the job printed (``teaching.last_lines``), read as its output is: through
+    ``open_output``, under the same confinement, at most ``TAIL_BYTES`` of each file.
+
+    For a failure nothing explained, so a person can see how it ended. A file that cannot be
+    read now gives no lines; its refusal was recorded when the poll read it.
+    """
+    lines: list[str] = []
+    access = output_access(workload)
+    for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p):
+        try:
+            output = transport.open_output(path, access)
+            if output is None:
+                continue
+            with closing(output):
+                start = max(output.size - TAIL_BYTES, 0)
+                data = output.read(start, output.size - start)
+        except (OutputRefused, SchedulerError, OSError) as error:
+            logger.warning("job %s: end of %s not read: %s", workload.job_id, path, error)
+            continue
+        lines += last_lines(data, cut_at_start=start > 0)
+    return lines[-LAST_LINES:]
 
 
 def record_refused_output(workload: Workload, path: str, refused: OutputRefused) -> bool:

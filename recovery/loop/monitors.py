@@ -16,12 +16,20 @@ of each finding makes a repeated poll record nothing twice.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import transaction
 
-from recovery.choices import Attribution, Confirmation, EvidenceSource, NodeHealth, WorkloadState
+from recovery.choices import (
+    Attribution,
+    Confirmation,
+    EvidenceSource,
+    FailureCategory,
+    NodeHealth,
+    WorkloadState,
+)
 from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
 from recovery.detection.findings import Finding
 from recovery.detection.hang import ProgressObservation, detect_hang
@@ -32,6 +40,7 @@ from recovery.detection.straggler import (
     ThroughputObservation,
     detect_stragglers,
 )
+from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.detection.trends import (
     TrendPolicy,
     TrendSample,
@@ -101,9 +110,19 @@ class SchedulerEnding:
 
 
 def check_job_ending(
-    workload: Workload, attempt: Attempt, job: SchedulerEnding, now: datetime
+    workload: Workload,
+    attempt: Attempt,
+    job: SchedulerEnding,
+    now: datetime,
+    output_tail: Callable[[], list[str]] | None = None,
 ) -> list[Anomaly]:
-    """Record what the scheduler says about an attempt that ended abnormally."""
+    """Record what the scheduler says about an attempt that ended abnormally.
+
+    A bare FAILED that nothing the attempt showed explains (no finding from its logs, its
+    nodes' kernel logs or GPU metrics) is recorded as ``unexplained``, with the last lines the
+    job printed (``output_tail``, read only then) for a person to teach a pattern from. It is
+    decided as any uncategorised FAILED: the category names what is missing, not a cause.
+    """
     # Implicate only the nodes the scheduler took out, not a whole allocation that ended.
     out = {
         node.name
@@ -127,6 +146,9 @@ def check_job_ending(
         if said.exists():
             return []  # the logs already said more than "it failed" (unless it was survived)
         finding.detail.setdefault("role", SignatureRole.WRAPPER)
+        if finding.category == NO_CATEGORY:
+            finding.category = FailureCategory.UNEXPLAINED
+            finding.detail["last_lines"] = output_tail() if output_tail is not None else []
     finding.detail.setdefault("role", SignatureRole.CAUSE)
     finding.detail.update({"state": job.state, "exit_code": job.exit_code, "reason": job.reason})
     return record_anomalies(

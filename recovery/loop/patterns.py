@@ -32,6 +32,7 @@ def signature_from_row(row: DetectionPattern) -> Signature:
         priority=CATEGORY_PRIORITY.get(row.category, 50),
         description=row.description,
         builtin=False,
+        printed_by=row.printed_by,
     )
 
 

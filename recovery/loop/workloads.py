@@ -26,6 +26,7 @@ import logging
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import transaction
 from django.db.models import Q
@@ -50,6 +51,7 @@ from recovery.loop.log_stores import ingest_from_source
 from recovery.loop.logs import (
     IngestSummary,
     output_access,
+    output_tail,
     read_new_lines,
     record_refused_output,
     scan_output,
@@ -143,7 +145,7 @@ def _process(
         _read_outputs(_load_batch(workloads), transport, now, summary)
     if read_logs and log_store is not None:
         _read_log_store(workloads, log_store, now, summary)
-    summary.anomalies_new += _judge_endings(workloads, now)
+    summary.anomalies_new += _judge_endings(workloads, now, transport if read_logs else None)
     _check_progress(workloads, now, summary)
     return summary
 
@@ -398,8 +400,9 @@ def _read_log_store(
         summary.anomalies_new += pulled.anomalies_new
 
 
-def _judge_endings(workloads: list[Workload], now: datetime) -> int:
-    """How the attempts the scheduler ended did end, once their output was read."""
+def _judge_endings(workloads: list[Workload], now: datetime, transport: Transport | None) -> int:
+    """How the attempts the scheduler ended did end, once their output was read; the end of
+    the output is read again only for a failure nothing explained."""
     by_id = {w.pk: w for w in workloads}
     waiting = Attempt.objects.filter(
         workload_id__in=list(by_id), ending_to_judge__isnull=False
@@ -417,7 +420,8 @@ def _judge_endings(workloads: list[Workload], now: datetime) -> int:
             ending = SchedulerEnding.from_json(attempt.ending_to_judge or {})
             workload = by_id[attempt.workload_id]
             if workload.opted_in and ending.state:
-                new += len(check_job_ending(workload, attempt, ending, now))
+                tail = partial(output_tail, workload, transport) if transport else None
+                new += len(check_job_ending(workload, attempt, ending, now, tail))
             Attempt.objects.filter(pk=attempt.pk).update(ending_to_judge=None)
     return new
 

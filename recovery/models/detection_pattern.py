@@ -4,7 +4,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
-from recovery.choices import Attribution, FailureCategory, Severity
+from recovery.choices import SIGNATURE_CATEGORIES, Attribution, Severity
 from recovery.detection.linear_regex import (
     PatternError,
     check_examples,
@@ -36,13 +36,19 @@ class DetectionPattern(models.Model):
     pattern = models.TextField(help_text="RE2 syntax; no backreferences or lookaround.")
     category = models.CharField(
         max_length=32,
-        choices=[c for c in FailureCategory.choices if c[0] != FailureCategory.HEALTHY],
+        choices=SIGNATURE_CATEGORIES,
     )
     attribution = models.CharField(max_length=32, choices=Attribution.choices)
     severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.ERROR)
     examples = models.TextField(help_text="Lines the pattern must match, one per line.")
     counter_examples = models.TextField(
         blank=True, help_text="Lines the pattern must not match, one per line."
+    )
+    printed_by = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="The program that prints the line (and where known its documentation): a "
+        "pattern that matches no other known failure must name it.",
     )
     enabled = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)

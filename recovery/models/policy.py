@@ -9,6 +9,7 @@ from django.db.models import Q
 
 from recovery.choices import (
     CRASH_ACTIONS,
+    SIGNATURE_CATEGORIES,
     Attribution,
     ClusterNodeState,
     DivergenceAction,
@@ -303,7 +304,7 @@ class Policy(models.Model):
             _check_choice_list(
                 "exclude_on_categories",
                 self.exclude_on_categories,
-                {c.value for c in FailureCategory if c != FailureCategory.HEALTHY},
+                {value for value, _ in SIGNATURE_CATEGORIES},
             )
         )
         if self.crash_action == RecommendationAction.RESTART_EXCLUDING and not (

@@ -50,6 +50,7 @@ from recovery.choices import (
     AuditKind,
     Confirmation,
     Disposition,
+    FailureCategory,
     RecommendationStatus,
 )
 
@@ -416,6 +417,20 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
             [names.get(cluster_id, str(cluster_id)), kind, category, attribution], n
         )
 
+    # From the same counts, per cluster: what an operator may teach a pattern from.
+    unexplained = CounterMetricFamily(
+        "wr_unexplained_failures_total",
+        "Confirmed failures no log, kernel-log or GPU-metrics finding explained (anomalies of "
+        "category unexplained), by cluster: the Console's Unexplained failures page lists them.",
+        labels=["cluster"],
+    )
+    unexplained_by_cluster: dict[int, int] = {}
+    for (cluster_id, _, category, _), n in anomaly_data.counts.items():
+        if category == FailureCategory.UNEXPLAINED:
+            unexplained_by_cluster[cluster_id] = unexplained_by_cluster.get(cluster_id, 0) + n
+    for cluster in cluster_list:
+        unexplained.add_metric([cluster.name], unexplained_by_cluster.get(cluster.id, 0))
+
     recommendations = GaugeMetricFamily(
         "wr_recommendations",
         "Recommendations now in each status, by cluster.",
@@ -515,6 +530,7 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
         action,
         settled_crashes,
         anomalies,
+        unexplained,
         recommendations,
         dispositions,
         poll_lag,

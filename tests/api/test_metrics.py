@@ -259,6 +259,7 @@ def test_it_serves_every_family_in_the_text_format(two_clusters: object) -> None
         "wr_action_latency_seconds": "histogram",
         "wr_crash_confirmations_total": "counter",
         "wr_anomalies_total": "counter",
+        "wr_unexplained_failures_total": "counter",
         "wr_recommendations": "gauge",
         "wr_recommendation_dispositions": "gauge",
         "wr_poll_lag_seconds": "gauge",
@@ -318,6 +319,42 @@ def test_it_buckets_action_latency_from_executed_recommendations(two_clusters: o
     # A cluster without an executed action still has its (empty) series.
     assert value(families, bucket, cluster="beta", le="+Inf") == 0
     assert value(families, "wr_action_latency_seconds_count", cluster="beta") == 0
+
+
+def test_it_counts_unexplained_failures_per_cluster(two_clusters: tuple[Cluster, Cluster]) -> None:
+    """
+    GIVEN two failures of beta that nothing explained, and a hang and a crash of known
+          category on alpha
+    WHEN /metrics is scraped
+    THEN beta counts two unexplained failures and alpha none, still listed with 0; they are
+         also among the anomalies by category
+    """
+    _, beta = two_clusters
+    other = WorkloadFactory(cluster=beta)
+    for _ in range(2):
+        anomaly(
+            other,
+            1,
+            category=FailureCategory.UNEXPLAINED,
+            attribution=Attribution.UNKNOWN,
+            implicated_nodes=[],
+        )
+
+    families = scrape()
+
+    assert value(families, "wr_unexplained_failures_total", cluster="beta") == 2
+    assert value(families, "wr_unexplained_failures_total", cluster="alpha") == 0
+    assert (
+        value(
+            families,
+            "wr_anomalies_total",
+            cluster="beta",
+            kind="crash",
+            category="unexplained",
+            attribution="unknown",
+        )
+        == 2
+    )
 
 
 def test_it_times_confirmation_apart_from_detection_and_counts_survived_crashes() -> None:
@@ -577,7 +614,7 @@ def test_it_writes_no_openmetrics_only_lines(two_clusters: object) -> None:
     body = Client().get(URL).content.decode()
     assert "_created" not in body
     assert "# EOF" not in body
-    assert body.count("# TYPE ") == 17
+    assert body.count("# TYPE ") == 18
 
 
 # ---------------------------------------------------------------------------------------------

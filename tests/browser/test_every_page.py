@@ -19,15 +19,25 @@ from playwright.sync_api import Page
 
 from recovery.choices import (
     DRAIN_REASON_PREFIX,
+    AnomalyKind,
     AuditKind,
+    Confirmation,
     Disposition,
+    FailureCategory,
     NodeHealth,
     RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
 from recovery.demo.fleet import A100_CLUSTER, seed_demo_cluster
-from recovery.models import AuditEvent, Node, ProgressSample, Recommendation, Workload
+from recovery.models import (
+    Anomaly,
+    AuditEvent,
+    Node,
+    ProgressSample,
+    Recommendation,
+    Workload,
+)
 from tests.browser.conftest import SCREENSHOT_DIR, Browsing, log_in, off_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,16 +110,44 @@ def seed_a_realistic_fleet() -> dict[str, str]:
         or AuditEvent.objects.order_by("pk").first()
     )
     assert richest is not None and event is not None
+    unexplained = seed_unexplained(running)
     return {
         "fleet": "/",
         "workload": f"/workloads/{richest}/",
         "approvals": "/approvals/",
         "nodes": "/nodes/",
+        "unexplained": "/unexplained/",
+        "teach-pattern": f"/unexplained/{unexplained.pk}/teach/?line=2",
         "insights": "/insights/",
         "audit": "/audit/",
         "audit-event": f"/audit/{event.pk}/",
         "clusters": "/clusters/",
     }
+
+
+def seed_unexplained(workload: Workload) -> Anomaly:
+    """A failure nothing explained, with long last lines: the page must wrap them."""
+    at = timezone.now() - timedelta(minutes=7)
+    return Anomaly.objects.create(
+        workload=workload,
+        kind=AnomalyKind.CRASH,
+        category=FailureCategory.UNEXPLAINED,
+        signature="slurm-failed-exit-3",
+        evidence_line="Slurm job state FAILED, exit code 3",
+        fingerprint="browser:unexplained",
+        evidence_at=at,
+        detected_at=at,
+        confirmation=Confirmation.CONFIRMED,
+        details={
+            "role": "wrapper",
+            "exit_code": 3,
+            "last_lines": [
+                "step 4180 loss 1.9212 tps 5,102",
+                "wrapper: /scratch/" + "very-long-path-segment/" * 18 + "shard-0042.bin: retry",
+                " 3: 2024-05-01T10:00:07Z weka: io stalled on fd 0x7f3a for 120 s (tries=3)",
+            ],
+        },
+    )
 
 
 def seed_drains(workload: Workload, now: datetime) -> None:

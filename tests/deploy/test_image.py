@@ -218,6 +218,13 @@ def test_dockerignore_keeps_checkout_state_secrets_and_tests_out_of_the_image(pa
     assert not sent_to_the_build(path)
 
 
+def test_dockerignore_sends_the_labelled_cases_teaching_is_previewed_on() -> None:
+    """``WR_LABELLED_CASES_DIR`` defaults to them: the Console previews a taught pattern there."""
+    assert sent_to_the_build("tests/detection/data/real_failures_dev.jsonl")
+    assert sent_to_the_build("tests/detection/data/rounds/round-1.jsonl")
+    assert not sent_to_the_build("tests/detection/test_signatures.py")
+
+
 def test_dockerignore_sends_every_file_the_image_runs() -> None:
     tracked = subprocess.run(
         ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True

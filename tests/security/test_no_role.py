@@ -144,6 +144,7 @@ def fill(name: str, route: str, stored: dict[str, Model]) -> dict[str, Any]:
         "cluster_id": stored["recovery_cluster"].pk,
         "node_id": stored["recovery_node"].pk,
         "token_id": stored["recovery_ingesttoken"].pk,
+        "anomaly_id": stored["recovery_anomaly"].pk,
         "app_label": "recovery",
         "content_type_id": ContentType.objects.get_for_model(Cluster).pk,
         "id": stored["auth_user"].pk,
@@ -230,7 +231,7 @@ def test_an_account_without_a_role_is_refused_everywhere_and_changes_nothing(
     assert client.login(username=outsider.username, password=TEST_PASSWORD)
     tried = targets(stored)
     assert {t.area for t in tried} == {"console", "api", "admin"}
-    assert len([t for t in tried if t.area == "console"]) == 19
+    assert len([t for t in tried if t.area == "console"]) == 21
     before = everything_stored()
 
     problems = []
