@@ -57,6 +57,7 @@ _NETWORK_CALL = compile_linear(r"(?i)socket|\bconnect|\baccept|NET/|bootstrap")
 _CONNECTING = compile_linear(
     r"while trying to connect to|[Cc]onnection refused|[Nn]o route to host"
 )
+_PORT_ERROR = compile_linear(r"(\S+) Got async event : port error")
 _OUT_OF_MEMORY = compile_linear(r"Cannot allocate memory|ENOMEM|errno 12\b")
 _OWN_MEMORY_USE = compile_linear(r"low on resource: memory\b.*exceeds its request")
 _SHARED_MEMORY = compile_linear(r"(?i)shared memory|/dev/shm|\bshm\b")
@@ -98,6 +99,10 @@ def refine(signature: Signature, message: str) -> Refined | None:
         return base
     if signature.name == GENERIC_EXCEPTION:
         return _refine_exception(base, message)
+    port = _PORT_ERROR.search(message)
+    if port is not None:
+        # One finding per port, so that the port coming back settles that port's error only.
+        return replace(base, discriminator=f"port error {port.group(1)}")
     if signature.name == "slurm-job-state":
         return _refine_slurm_state(base, message)
     if signature.name == "cuda-error-code":

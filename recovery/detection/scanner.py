@@ -43,6 +43,10 @@ from recovery.detection.tracebacks import (
 
 CHECKPOINT_ID = 1_000_000
 EVALUATION_ID = 1_000_001
+PORT_ACTIVE_ID = 1_000_002
+# An InfiniBand port that went down and came back: NCCL prints both async events.
+PORT_ACTIVE_HINT = r"Got async event : port active"
+_PORT_EVENT = compile_linear(r"(\S+) Got async event : port (error|active)")
 LINE_CACHE_SIZE = 4096
 PROGRESS_WINDOW_BYTES = 8 * 1024
 # Lines that may report a finished or started checkpoint save. Literal phrases, so the engine
@@ -238,9 +242,9 @@ class LogScanner:
         self.signatures = signatures or SignatureSet.builtin()
         self.parser = parser or _default_parser()
         self.track_progress = track_progress
-        extra: tuple[LocatorPattern, ...] = ()
+        extra: tuple[LocatorPattern, ...] = (LocatorPattern(PORT_ACTIVE_ID, PORT_ACTIVE_HINT),)
         if track_progress:
-            extra = (
+            extra += (
                 *(
                     LocatorPattern(CHECKPOINT_ID, hint, True)
                     for hint in (CHECKPOINT_SAVE_HINT, *self.parser.checkpoint_hints[1:])
@@ -277,6 +281,8 @@ class LogScanner:
         # line of that chain's last header.
         self._chains: list[Printed] = []
         self._tracebacks: dict[str, tuple[int, int]] = {}
+        # Ports seen going down and not yet back, per (node, device): the findings that said so.
+        self._ports_down: dict[tuple[str, str], tuple[str, str]] = {}
 
     # ------------------------------------------------------------------ feeding
 
@@ -409,6 +415,8 @@ class LogScanner:
             self._record_checkpoint(line_number, line)
             if parse_evaluation_start(line.message):
                 self._evaluations.append(EvaluationPoint(line=line_number, at=line.at))
+        if exhaustive or PORT_ACTIVE_ID in pattern_ids:
+            self._port_came_back(parse_line(_decode(raw)))
         if not exhaustive and all(i >= CHECKPOINT_ID for i in pattern_ids):
             return
         analysed = self._analyse(raw, pattern_ids)
@@ -447,11 +455,31 @@ class LogScanner:
             )
             self._occurrences[key] = occurrences
         occurrences.add(line_number, context, chain)
+        port = _PORT_EVENT.search(context.message)
+        if port is not None and port.group(2) == "error" and refined.severity != Severity.WARNING:
+            self._ports_down[(context.node or "", port.group(1))] = key
+            occurrences.severity = refined.severity
+            occurrences.detail.pop("recovered", None)
         if refined.severity != Severity.WARNING:
             self._last_failure_nonfinite = signature.name == NONFINITE_PROGRESS_VALUE
             self._last_failure_line = line_number
             self._last_failure_offset = start
             self._progress_after_failure = 0
+
+    def _port_came_back(self, context: LineContext) -> None:
+        """A port that went down and is active again was a flap the job survived: its error
+        is a warning, unless another port it took down is still down."""
+        port = _PORT_EVENT.search(context.message)
+        if port is None or port.group(2) != "active":
+            return
+        key = self._ports_down.pop((context.node or "", port.group(1)), None)
+        if key is None or key not in self._occurrences:
+            return
+        if any(other == key for other in self._ports_down.values()):
+            return
+        occurrences = self._occurrences[key]
+        occurrences.severity = Severity.WARNING
+        occurrences.detail["recovered"] = "the port was active again"
 
     def _analyse(
         self, raw: bytes, pattern_ids: set[int]

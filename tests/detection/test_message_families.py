@@ -376,3 +376,20 @@ def test_an_error_handled_once_and_then_not_is_a_failure() -> None:
         ]
     )
     assert verdict(log) == ("storage_io", "system_software")
+
+
+PORT_ERROR = (
+    "6: gpu-0001:677595:677743 [6] NCCL WARN NET/IB : mlx5_3:1 Got async event : port error"
+)
+PORT_ACTIVE = (
+    "6: gpu-0001:677595:677743 [6] NCCL WARN NET/IB : mlx5_3:1 Got async event : port active"
+)
+
+
+def test_a_port_that_comes_back_was_a_flap_the_job_survived() -> None:
+    assert verdict(f"{PORT_ERROR}\n{PORT_ACTIVE}") == ("healthy", "none")
+    assert verdict(PORT_ERROR)[0] == "interconnect"
+    # Down again after it came back, or back on another node only: still down.
+    assert verdict(f"{PORT_ERROR}\n{PORT_ACTIVE}\n{PORT_ERROR}")[0] == "interconnect"
+    elsewhere = PORT_ACTIVE.replace("gpu-0001:", "gpu-0002:")
+    assert verdict(f"{PORT_ERROR}\n{elsewhere}")[0] == "interconnect"
