@@ -117,6 +117,15 @@ def example_lines(text: str) -> list[str]:
     return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
+# The characters RE2 (and Hyperscan) read as operators outside a class.
+_OPERATORS = frozenset("\\.+*?()|[]{}^$")
+
+
+def escape_literal(text: str) -> str:
+    """``text`` as an RE2 pattern that matches exactly it."""
+    return "".join(f"\\{char}" if char in _OPERATORS else char for char in text)
+
+
 def compile_linear_bytes(pattern: str) -> re2._Regexp[bytes]:
     """Compile ``pattern`` with RE2 for searching bytes (chunks of log files)."""
     compile_linear(pattern)  # the same checks and messages as for text

@@ -25,7 +25,7 @@ import re2
 
 from recovery.detection.classify import Classification, classify_text
 from recovery.detection.evaluation import Case
-from recovery.detection.linear_regex import compile_linear
+from recovery.detection.linear_regex import compile_linear, escape_literal
 from recovery.detection.normalize import parse_line, strip_ansi
 from recovery.detection.signature_set import SignatureSet
 from recovery.detection.signatures import Signature
@@ -42,8 +42,6 @@ HEALTHY = FailureCategory.HEALTHY
 _TOKENS = re.compile(r"(0[xX][0-9a-fA-F]+)|([0-9]+)|(.)", re.DOTALL)
 HEX_DIGITS = "[0-9a-fA-F]+"
 DIGITS = r"\d+"
-# The characters RE2 (and Hyperscan) read as operators outside a class.
-_OPERATORS = frozenset("\\.+*?()|[]{}^$")
 _NAME_WORDS = re.compile(r"[a-z]+")
 NAME_PREFIX = "taught-"
 NAME_WORDS = 4
@@ -65,11 +63,6 @@ def last_lines(data: bytes, *, cut_at_start: bool) -> list[str]:
 def message_of(line: str) -> str:
     """The line without the prefixes launchers and loggers add (time, rank, host)."""
     return parse_line(line).message or line.strip()
-
-
-def escape_literal(text: str) -> str:
-    """``text`` as an RE2 pattern that matches exactly it."""
-    return "".join(f"\\{char}" if char in _OPERATORS else char for char in text)
 
 
 def pattern_for_line(line: str) -> str:

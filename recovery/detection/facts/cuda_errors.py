@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recovery.detection.linear_regex import compile_linear
+from recovery.detection.linear_regex import compile_linear, escape_literal
 from recovery.detection.taxonomy import Attribution, FailureCategory
 
 
@@ -144,19 +144,14 @@ _BY_NAME = {name: meaning for meaning in CUDA_ERRORS for name in meaning.names}
 _BY_SENTENCE = {meaning.sentence: meaning for meaning in CUDA_ERRORS if meaning.sentence}
 
 
-def _literal(text: str) -> str:
-    """``text`` as a pattern that matches it and nothing else."""
-    return "".join(c if c.isalnum() or c == " " else "\\" + c for c in text)
-
-
 _NAME = compile_linear(r"\b(cudaError[A-Z][A-Za-z]+|CUDA_ERROR_[A-Z_]+)\b")
-_SENTENCE = compile_linear("(" + "|".join(_literal(s) for s in sorted(_BY_SENTENCE)) + ")")
+_SENTENCE = compile_linear("(" + "|".join(escape_literal(s) for s in sorted(_BY_SENTENCE)) + ")")
 # Every name and sentence the table knows, for a signature's pattern.
 PATTERN = (
     r"\b(?:"
     + "|".join(sorted(_BY_NAME))
     + r")\b|"
-    + "|".join(_literal(sentence) for sentence in sorted(_BY_SENTENCE))
+    + "|".join(escape_literal(sentence) for sentence in sorted(_BY_SENTENCE))
 )
 
 
