@@ -13,13 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recovery.detection.evaluation import Case, load_cases
-from recovery.detection.linear_regex import compile_linear
+from recovery.detection.linear_regex import compile_linear, escape_literal
 from recovery.detection.signature_set import SignatureSet
 from recovery.detection.signatures import CATEGORY_PRIORITY, Signature
 from recovery.detection.teaching import (
     LAST_LINES,
     LINE_CHARS,
-    escape_literal,
     last_lines,
     matches,
     pattern_for_line,
