@@ -20,36 +20,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.demo_run import processes_with_marker, wait_for_http
 from workload_recovery.stack import free_port
 
 BASE_DIR = Path(settings.BASE_DIR)
 DEMO_PASSWORD = "demo password for tests"
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    """PIDs whose environment contains ``marker`` (the demo's private var directory)."""
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if marker.encode() in environ.read_bytes():
-                found.append(int(environ.parent.name))
-        except OSError:
-            continue
-    return found
-
-
-def wait_for_http(url: str, process: subprocess.Popen[bytes], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"demo exited early with code {process.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            # Refused while it starts, or accepted but not answered yet on a busy machine.
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {seconds} s")
 
 
 def live_recommendations(database: Path) -> set[tuple[str, str]]:
@@ -93,8 +68,8 @@ def test_the_demo_serves_the_seeded_fleet_and_stops_everything(tmp_path: Path) -
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{base}/accounts/login/", demo, seconds=120)
-        # demo, web, worker, beat, two simulations and a controller
-        assert len(processes_with_marker(marker)) >= 7
+        # demo, web, worker, beat, two simulations and their two controllers
+        assert len(processes_with_marker(marker)) >= 8
 
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
@@ -137,7 +112,12 @@ def test_the_demo_serves_the_seeded_fleet_and_stops_everything(tmp_path: Path) -
             output, _ = demo.communicate()
             pytest.fail("demo did not stop within 60 s of SIGINT")
     text = output.decode(errors="replace")
-    assert "log in at" in text
+    # One banner with the address it really serves, the user names and the password.
+    assert f"Workload Recovery demo: open {base}/accounts/login/" in text
+    assert "127.0.0.1:8000" not in text
+    assert "User names: operator, viewer, admin (one password for all three)" in text
+    assert f"Password:   {DEMO_PASSWORD}   (from DEMO_PASSWORD)" in text
+    assert "approve a recommendation on live-monitor" in text
     deadline = time.monotonic() + 10
     while processes_with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -396,10 +396,25 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "one_line_client_errors": {"()": "workload_recovery.log_filters.OneLineClientErrors"}
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["one_line_client_errors"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # httpx logs every request's URL at INFO, credentials in it included.
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        # Django's own default handler would print every django.* record a second time under
+        # DEBUG: its records go to the root handler only.
+        "django": {"handlers": [], "level": env_str("LOG_LEVEL", "INFO"), "propagate": True},
+        "django.channels.server": {"level": "WARNING"},
+        # httpx logs every request's URL at INFO, credentials in it included.
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 if (BASE_DIR / "workload_recovery" / "local_settings.py").exists():

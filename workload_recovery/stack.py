@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -114,18 +114,20 @@ def web_command(host: str, port: int, python: str = sys.executable) -> list[str]
     ]  # fmt: skip
 
 
-def role_processes(host: str, port: int, *, concurrency: int = 2) -> list[Process]:
+def role_processes(
+    host: str, port: int, *, concurrency: int = 2, log_level: str = "INFO"
+) -> list[Process]:
     python = sys.executable
     bin_dir = Path(python).parent
     celery = str(bin_dir / "celery")
     return [
-        Process("web", web_command(host, port, python)),
+        Process("web", [*web_command(host, port, python), "--log-level", log_level.lower()]),
         Process(
             "worker",
-            [celery, "-A", "tasks", "worker", "--loglevel", "INFO",
+            [celery, "-A", "tasks", "worker", "--loglevel", log_level,
              "--concurrency", str(concurrency), "-n", f"worker-{os.getpid()}@%h"],
         ),
-        Process("beat", [celery, "-A", "tasks", "beat", "--loglevel", "INFO"]),
+        Process("beat", [celery, "-A", "tasks", "beat", "--loglevel", log_level]),
     ]  # fmt: skip
 
 
@@ -160,8 +162,12 @@ def supervise(
     env: dict[str, str],
     *,
     on_started: Callable[[], None] | None = None,
+    while_running: Callable[[], None] | None = None,
 ) -> int:
-    """Start the processes and wait; stop them all on SIGINT/SIGTERM or when one exits."""
+    """Start the processes and wait; stop them all on SIGINT/SIGTERM or when one exits.
+
+    ``while_running`` is called about every half second while all of them run.
+    """
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -185,12 +191,74 @@ def supervise(
                     exit_code = code or 1
                     stopping = True
                     break
+            if not stopping and while_running is not None:
+                while_running()
             time.sleep(0.5)
     finally:
         stop_all(processes)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return exit_code
+
+
+# The key that marks a Redis database as the demo's own, holding the pid of the demo using it.
+DEMO_DATABASE_MARKER = "wr-demo:owner"
+
+
+def claim_demo_database(url: str) -> str | None:
+    """A database of the Redis server at ``url`` for the demo alone, or None when none is free.
+
+    The demo's keys (queues, channel groups, the simulations) must not mix with what else uses
+    that server, and must all go when it stops. Taken from the highest-numbered database down
+    (applications use the low ones): the first that is empty, or marked as the demo's by one
+    that is no longer running. The marker is set at once; ``release_demo_database`` empties it.
+    """
+    parts = urlsplit(url)
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+    try:
+        databases = int(client.config_get("databases").get("databases") or 16)
+    except (redis.RedisError, ValueError, TypeError):
+        databases = 16  # CONFIG may be disabled; 16 is the server's default
+    finally:
+        client.close()
+    for number in range(databases - 1, 0, -1):
+        candidate = urlunsplit(parts._replace(path=f"/{number}"))
+        database = redis.Redis.from_url(candidate, socket_connect_timeout=1, socket_timeout=1)
+        try:
+            owner = database.get(DEMO_DATABASE_MARKER)
+            if owner is not None and _running(int(owner)):
+                continue
+            if owner is None and database.dbsize():
+                continue
+            database.flushdb()
+            database.set(DEMO_DATABASE_MARKER, os.getpid())
+            return candidate
+        except (redis.RedisError, ValueError):
+            continue
+        finally:
+            database.close()
+    return None
+
+
+def release_demo_database(url: str) -> int:
+    """Empty the demo's database; returns how many keys it held."""
+    database = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+    try:
+        held = int(database.dbsize())
+        database.flushdb()
+        return held
+    finally:
+        database.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def redis_url_for_display(url: str) -> str:

@@ -286,13 +286,18 @@ class ReportRefusedPayload(ReportPayload):
     refused: str
 
 
-class ExpiredPayload(TypedDict):
-    """A ready recommendation nobody executed before its deadline (``recovery.loop.watchdog``)."""
-
+class _ExpiredRequired(TypedDict):
     recommendation: int
     action: str
     expires_at: str | None
     reason: str
+
+
+class ExpiredPayload(_ExpiredRequired, total=False):
+    """A ready recommendation nobody executed before its deadline (``recovery.loop.watchdog``);
+    ``abandoned`` when an operator had approved it (events before it was recorded lack it)."""
+
+    abandoned: bool
 
 
 class WatchdogReleasedPayload(TypedDict):

@@ -82,8 +82,8 @@ def live_config(live: LiveCluster, log_dir: Path) -> SimConfig:
     )
 
 
-def prepare_live_clusters(var_dir: Path) -> list[tuple[LiveCluster, Path | None]]:
-    """Cluster rows, a policy each, and a fresh controller token file for action clusters."""
+def prepare_live_clusters(var_dir: Path) -> list[tuple[LiveCluster, Path]]:
+    """Cluster rows, a policy each, and a fresh controller token file each."""
     prepared = []
     for live in LIVE_CLUSTERS:
         config = live_config(live, var_dir / "sim")
@@ -101,15 +101,14 @@ def prepare_live_clusters(var_dir: Path) -> list[tuple[LiveCluster, Path | None]
                 "decision_timeout_seconds": 60,
             },
         )
-        token_file = None
-        if live.mode == ClusterMode.ACTION:
-            token_file = var_dir / "demo" / f"{live.name}.token"
-            token_file.parent.mkdir(parents=True, exist_ok=True)
-            # A fresh token each start: the key of the last one was never stored.
-            _, key = ControllerToken.issue(
-                cluster, f"demo-controller-{timezone.now():%Y%m%d-%H%M%S-%f}"
-            )
-            token_file.write_text(key)
-            token_file.chmod(0o600)
+        # Every live cluster has a controller: in monitor mode it carries out approvals.
+        token_file = var_dir / "demo" / f"{live.name}.token"
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        # A fresh token each start: the key of the last one was never stored.
+        _, key = ControllerToken.issue(
+            cluster, f"demo-controller-{timezone.now():%Y%m%d-%H%M%S-%f}"
+        )
+        token_file.write_text(key)
+        token_file.chmod(0o600)
         prepared.append((live, token_file))
     return prepared

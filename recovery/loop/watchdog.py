@@ -32,12 +32,20 @@ from recovery.audit.record import record_event
 from recovery.choices import (
     NODE_ACTIONS,
     AuditKind,
+    Disposition,
     RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
 from recovery.loop.poll import adapter_for, is_polled
-from recovery.models import AuditEvent, Cluster, Policy, Recommendation, Workload
+from recovery.models import (
+    AuditEvent,
+    Cluster,
+    ControllerToken,
+    Policy,
+    Recommendation,
+    Workload,
+)
 from recovery.models.recommendation import InvalidTransition
 from recovery.sources.schedulers.base import Command, SchedulerAdapter, SchedulerError
 
@@ -100,11 +108,24 @@ def expire_stale_recommendations(now: datetime) -> int:
             recommendation = Recommendation.objects.select_related("workload__cluster").get(
                 pk=recommendation_id
             )
+            workload = recommendation.workload
+            # An operator approved it and nothing carried it out: that is an abandoned action
+            # an operator must hear about, not a quiet expiry.
+            abandoned_because = (
+                unclaimed_after_approval(recommendation, now) if recommendation.approved_by else ""
+            )
+            changes = (
+                {
+                    "disposition": Disposition.ABANDONED,
+                    "disposition_reason": abandoned_because[:500],
+                }
+                if abandoned_because
+                else {}
+            )
             try:
-                recommendation.transition(RecommendationStatus.EXPIRED)
+                recommendation.transition(RecommendationStatus.EXPIRED, **changes)
             except InvalidTransition:
                 continue  # claimed or superseded meanwhile
-            workload = recommendation.workload
             record_event(
                 cluster=workload.cluster,
                 workload=workload,
@@ -117,11 +138,31 @@ def expire_stale_recommendations(now: datetime) -> int:
                     "expires_at": recommendation.expires_at.isoformat()
                     if recommendation.expires_at
                     else None,
-                    "reason": "ready but not executed before its deadline",
+                    "reason": abandoned_because or "ready but not executed before its deadline",
+                    "abandoned": bool(abandoned_because),
                 },
             )
             expired += 1
     return expired
+
+
+def unclaimed_after_approval(recommendation: Recommendation, now: datetime) -> str:
+    """Why an approved recommendation reached its deadline unclaimed, naming the controllers."""
+    cluster = recommendation.workload.cluster
+    last_seen = ControllerToken.last_seen_by_cluster([cluster.pk]).get(cluster.pk)
+    if last_seen is None:
+        controllers = f"no controller of {cluster.name} has ever called in"
+    else:
+        silent_s = int((now - last_seen).total_seconds())
+        controllers = (
+            f"the last controller of {cluster.name} called in {silent_s} s ago"
+            if silent_s < 120
+            else f"no controller of {cluster.name} has called in for {silent_s // 60} min"
+        )
+    return (
+        f"approved by {recommendation.approved_by} but not claimed before its deadline: "
+        f"{controllers}; nothing was done to the job"
+    )
 
 
 def decision_timeout(workload: Workload) -> int:

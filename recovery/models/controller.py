@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import models
+from django.db.models import Max
 from django.utils import timezone
 
 from recovery.audit.actors import controller_actor
@@ -55,6 +58,16 @@ class ControllerToken(models.Model):
             cluster=cluster, name=name, key_prefix=raw[:12], key_hash=hash_token(raw)
         )
         return token, raw
+
+    @classmethod
+    def last_seen_by_cluster(cls, cluster_ids: Iterable[int] | None = None) -> dict[int, datetime]:
+        """Cluster id → when any of its unrevoked tokens last called in (one query); a cluster
+        whose controllers never called in is absent."""
+        tokens = cls.objects.filter(revoked_at__isnull=True, last_used_at__isnull=False)
+        if cluster_ids is not None:
+            tokens = tokens.filter(cluster_id__in=list(cluster_ids))
+        rows = tokens.order_by().values("cluster_id").annotate(seen=Max("last_used_at"))
+        return {row["cluster_id"]: row["seen"] for row in rows}
 
     @classmethod
     def authenticate(cls, raw: str) -> ControllerToken | None:

@@ -12,19 +12,17 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.conf import settings
-from django.db.models import Count, Max, Q
-from django.utils.timesince import timesince
+from django.db.models import Count, Q
 
 from recovery.choices import ClusterMode, RecommendationStatus, WorkloadState
 from recovery.loop.poll import is_polled
-from recovery.models import Cluster, ControllerToken, Node, Recommendation, Workload
+from recovery.models import Cluster, Node, Recommendation, Workload
+from recovery.read.controllers import CONTROLLER_SEEN_WITHIN, ClusterControllers, controllers_of
+from recovery.read.controllers import ago as _ago
 from recovery.read.health import NO_PROVIDER_REASON, AttributionStatus, attribution_status
 
 # Polls run every POLL_SECONDS; three missed rounds is more than a slow poll or a busy worker.
 STALE_AFTER_POLLS = 3
-# A running controller asks for ready recommendations every few seconds (``--interval``,
-# 5 s by default), which marks its token used; minutes of silence mean it is not running.
-CONTROLLER_SEEN_WITHIN = timedelta(minutes=5)
 
 NOT_POLLED_RECORDED = "not polled: recorded history"
 
@@ -76,6 +74,7 @@ class ClusterStatus:
     last_polled_ago: str = ""
     controller_last_seen: datetime | None = None
     controller_seen_ago: str = ""
+    controllers: ClusterControllers | None = None
     warnings: list[StatusWarning] = field(default_factory=list)
 
     @property
@@ -102,15 +101,16 @@ def cluster_statuses(
         return []
     attribution = attribution if attribution is not None else attribution_status()
     counts = _counts(now)
-    controllers = _controllers()
+    seen = controllers_of(clusters, now)
     statuses = []
     for cluster in clusters:
         polled = is_polled(cluster)
-        controller = controllers.get(cluster.pk, _Controllers(0, None))
+        controller = _Controllers(len(seen[cluster.pk].controllers), seen[cluster.pk].last_seen)
         warnings = _attribution_warnings(attribution)
         if polled:
             warnings += _polling_warnings(cluster, now)
-            warnings += _controller_warnings(cluster, controller, now)
+            pending = counts.get(cluster.pk, ClusterCounts()).pending_approvals
+            warnings += _controller_warnings(cluster, controller, now, pending)
         statuses.append(
             ClusterStatus(
                 cluster=cluster,
@@ -121,6 +121,7 @@ def cluster_statuses(
                 last_polled_ago=_ago(cluster.last_polled_at, now) if cluster.last_polled_at else "",
                 controller_last_seen=controller.last_seen,
                 controller_seen_ago=_ago(controller.last_seen, now) if controller.last_seen else "",
+                controllers=seen[cluster.pk],
                 warnings=warnings,
             )
         )
@@ -203,15 +204,22 @@ def _polling_warnings(cluster: Cluster, now: datetime) -> list[StatusWarning]:
 
 
 def _controller_warnings(
-    cluster: Cluster, controller: _Controllers, now: datetime
+    cluster: Cluster, controller: _Controllers, now: datetime, awaiting_approval: int
 ) -> list[StatusWarning]:
-    """Action mode relies on a scheduler-side controller to carry out what is decided."""
+    """Whatever the mode, a scheduler-side controller carries out what is decided or approved."""
     if cluster.mode != ClusterMode.ACTION:
-        return []
-    # Acknowledged clusters act without a person in the loop: a missing controller means
-    # failed jobs wait for nobody. Otherwise approved recommendations wait the same way.
-    severity = WarningSeverity.CRITICAL if cluster.acts_automatically else WarningSeverity.WARNING
-    consequence = "recommendations are not carried out."
+        # Monitor mode acts only on approval, and an approval waits for a controller as well:
+        # worth saying once something awaits one.
+        if not awaiting_approval:
+            return []
+        severity = WarningSeverity.WARNING
+        consequence = "an approval will wait, and expire, unclaimed."
+    else:
+        # Acknowledged clusters act without a person in the loop: a missing controller means
+        # failed jobs wait for nobody. Otherwise approved recommendations wait the same way.
+        acts = cluster.acts_automatically
+        severity = WarningSeverity.CRITICAL if acts else WarningSeverity.WARNING
+        consequence = "recommendations are not carried out."
     if controller.tokens == 0:
         sentence = f"No controller token issued for this cluster: {consequence}"
     elif controller.last_seen is None:
@@ -258,22 +266,3 @@ def _counts(now: datetime) -> dict[int, ClusterCounts]:
             excluded_nodes=excluded_nodes,
         )
     return counts
-
-
-def _controllers() -> dict[int, _Controllers]:
-    """Active (unrevoked) controller tokens per cluster and when one was last used."""
-    rows = (
-        ControllerToken.objects.filter(revoked_at__isnull=True)
-        .order_by()
-        .values("cluster_id")
-        .annotate(tokens=Count("id"), last_seen=Max("last_used_at"))
-    )
-    return {row["cluster_id"]: _Controllers(row["tokens"], row["last_seen"]) for row in rows}
-
-
-def _ago(then: datetime, now: datetime) -> str:
-    """ "12 s ago", "5 minutes ago": Django's timesince alone says "0 minutes" under a minute."""
-    seconds = int((now - then).total_seconds())
-    if seconds < 60:
-        return f"{max(seconds, 0)} s ago"
-    return f"{timesince(then, now, depth=1)} ago"

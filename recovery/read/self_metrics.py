@@ -486,7 +486,9 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
         "out.",
         labels=["cluster"],
     )
-    seen = controllers_last_seen()
+    from recovery.models import ControllerToken
+
+    seen = ControllerToken.last_seen_by_cluster()
     for cluster in cluster_list:
         if cluster.id in seen:
             controller_seen.add_metric([cluster.name], _age_s(now, seen[cluster.id]))
@@ -541,18 +543,6 @@ def metric_families(now: datetime | None = None) -> list[Metric]:
         task_failures,
         task_counter_up,
     ]
-
-
-def controllers_last_seen() -> dict[int, datetime]:
-    """Cluster id → when any of its unrevoked controller tokens was last used (one query)."""
-    from recovery.models import ControllerToken
-
-    rows = (
-        ControllerToken.objects.filter(revoked_at__isnull=True, last_used_at__isnull=False)
-        .values("cluster_id")
-        .annotate(seen=Max("last_used_at"))
-    )
-    return {row["cluster_id"]: row["seen"] for row in rows}
 
 
 def _age_s(now: datetime, then: datetime) -> float:

@@ -12,10 +12,11 @@ import pytest
 from django.utils import timezone
 
 from recovery.audit.record import record_event
-from recovery.choices import AuditKind, RecommendationStatus, WorkloadState
+from recovery.choices import AuditKind, Disposition, RecommendationStatus, WorkloadState
 from recovery.loop.recommendations import approve
 from recovery.loop.watchdog import run_watchdog
-from recovery.models import AuditEvent, Policy, Recommendation
+from recovery.models import AuditEvent, ControllerToken, Policy, Recommendation
+from recovery.read.queries import unacknowledged_abandoned
 from recovery.sources.schedulers.base import CommandResult
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 from tests.fakes import Scripted, job
@@ -212,3 +213,47 @@ def test_an_approval_gives_the_advice_its_full_time_to_be_executed() -> None:
     remaining = recommendation.expires_at - timezone.now()
     assert timedelta(minutes=29) < remaining <= timedelta(minutes=30)
     assert run_watchdog().expired == 0
+
+
+def test_an_approved_recommendation_nobody_claimed_is_an_abandoned_action_with_its_reason() -> None:
+    now = timezone.now()
+    approved = RecommendationFactory(
+        status=RecommendationStatus.READY,
+        approved_by="olivia",
+        expires_at=now - timedelta(seconds=1),
+        workload__cluster__name="live-monitor",
+    )
+    by_policy = RecommendationFactory(
+        status=RecommendationStatus.READY, approved_by="", expires_at=now - timedelta(seconds=1)
+    )
+    token, _ = ControllerToken.issue(approved.workload.cluster, "login-node-1")
+    ControllerToken.objects.filter(pk=token.pk).update(last_used_at=now - timedelta(minutes=12))
+
+    assert run_watchdog().expired == 2
+
+    approved.refresh_from_db()
+    assert approved.status == RecommendationStatus.EXPIRED
+    assert approved.disposition == Disposition.ABANDONED
+    assert approved.disposition_reason == (
+        "approved by olivia but not claimed before its deadline: no controller of live-monitor "
+        "has called in for 12 min; nothing was done to the job"
+    )
+    assert list(unacknowledged_abandoned()) == [approved]
+    event = AuditEvent.objects.get(kind=AuditKind.EXPIRED, payload__recommendation=approved.pk)
+    assert event.payload["abandoned"] is True
+    assert event.payload["reason"] == approved.disposition_reason
+    # Ready by the policy's own decision (action mode): the cluster's controller warning says it.
+    by_policy.refresh_from_db()
+    assert (by_policy.status, by_policy.disposition) == (RecommendationStatus.EXPIRED, "")
+
+
+def test_an_approval_on_a_cluster_whose_controllers_never_called_in_says_so() -> None:
+    recommendation = RecommendationFactory(
+        status=RecommendationStatus.READY,
+        approved_by="olivia",
+        expires_at=timezone.now() - timedelta(seconds=1),
+        workload__cluster__name="lab",
+    )
+    run_watchdog()
+    recommendation.refresh_from_db()
+    assert "no controller of lab has ever called in" in recommendation.disposition_reason

@@ -448,3 +448,19 @@ def test_the_task_logs_a_scheduler_error_and_the_cluster_records_it(
     assert cluster.last_poll_error.startswith(f"cluster {cluster.name}: SSH settings incomplete")
     assert cluster.last_poll_error_at is not None
     assert cluster.last_polled_at is None
+
+
+def test_monitor_mode_with_approvals_waiting_and_no_controller_warns_that_approving_waits() -> None:
+    cluster = polled_cluster(mode=ClusterMode.MONITOR)
+    RecommendationFactory(workload__cluster=cluster, status=RecommendationStatus.AWAITING_APPROVAL)
+    (warning,) = status_of(cluster).warnings
+    assert warning.kind == WarningKind.NO_CONTROLLER
+    assert warning.severity == WarningSeverity.WARNING
+    assert warning.sentence == (
+        "No controller token issued for this cluster: an approval will wait, and expire, unclaimed."
+    )
+    token, _ = ControllerToken.issue(cluster, "login-1")
+    ControllerToken.objects.filter(pk=token.pk).update(last_used_at=NOW - timedelta(seconds=5))
+    assert status_of(cluster).warnings == []
+    (status,) = cluster_statuses(NOW, attribution=NO_PROVIDER)
+    assert [c.name for c in status.controllers.controllers] == ["login-1"]

@@ -37,9 +37,11 @@ class Command(BaseCommand):
         except RuntimeError as exc:
             raise CommandError(str(exc)) from exc
 
+        if options["verbosity"] == 0:
+            return
         roles = {username: role for username, role, _ in DEMO_USERS}
-        listing = ", ".join(f"{name} ({roles.get(name, '?')})" for name in usernames)
-        self.stdout.write(self.style.SUCCESS(f"Demo users: {listing}"))
+        listing = ", ".join(f"{name} (role {roles.get(name, '?')})" for name in usernames)
+        self.stdout.write(self.style.SUCCESS(f"Demo user names: {listing}"))
         if generated:
             self.stdout.write(f"Demo password ({', '.join(usernames)}): {password}")
         else:
