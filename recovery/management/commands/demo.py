@@ -57,7 +57,7 @@ class Command(BaseCommand):
             env["REDIS_URL"] = redis_url
             manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
             steps = (
-                ["migrate", "--no-input"],
+                ["migrate", "--no-input", "--verbosity", "0"],
                 ["create_demo_users", "--verbosity", "0"],
                 ["seed_demo"],
                 ["prepare_live_demo"],
