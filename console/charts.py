@@ -51,11 +51,24 @@ def colour_for_attribution(attribution: str | None) -> str:
     return ATTRIBUTION_COLOURS.get(attribution or Attribution.UNKNOWN, FALLBACK_COLOUR)
 
 
+# The legend in rows along the bottom of the chart, below the axis and its title: plotly's mode
+# bar sits at the top right and covered a legend placed on top as soon as it spanned the width
+# (many categories, many decision kinds). Plotly grows the bottom margin to fit the rows.
+LEGEND_BELOW: dict[str, Any] = {
+    "orientation": "h",
+    "x": 0,
+    "xanchor": "left",
+    "yref": "container",
+    "y": 0,
+    "yanchor": "bottom",
+}
+
+
 def base_layout(**overrides: Any) -> dict[str, Any]:
-    """Layout shared by every Console chart: compact margins, legend on top, hover by x."""
+    """Layout shared by every Console chart: compact margins, legend below, hover by x."""
     layout: dict[str, Any] = {
         "margin": {"l": 56, "r": 16, "t": 24, "b": 40},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        "legend": dict(LEGEND_BELOW),
         "hovermode": "closest",
         "height": 320,
     }

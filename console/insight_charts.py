@@ -14,7 +14,14 @@ from django.utils import timezone
 from console.charts import base_layout, colour_for_attribution, colour_for_category
 from recovery.choices import Attribution, FailureCategory
 from recovery.models import Cluster, ClusterGoodputSnapshot
-from recovery.read.insights import AnomalyCount, AnomalyDimension, Bucket, EttrPoint, bucket_labels
+from recovery.read.insights import (
+    AnomalyCount,
+    AnomalyDimension,
+    Bucket,
+    EttrLines,
+    EttrValue,
+    bucket_labels,
+)
 
 
 @dataclass(frozen=True)
@@ -82,28 +89,36 @@ def histogram_figure(
     return figure
 
 
+# One colour per cluster, the same for its lines; plotly's own first colours.
+CLUSTER_COLOURS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692")
+
+
 def ettr_figure(
-    points: Sequence[EttrPoint], names: dict[int, str], *, since: datetime, until: datetime
+    lines: dict[int, EttrLines],
+    names: dict[int, str],
+    *,
+    since: datetime,
+    until: datetime,
+    bucket: Bucket = "hour",
 ) -> go.Figure:
-    """One line per cluster: its snapshots' ETTR, averaged per bucket."""
-    if not points:
+    """Per cluster, in its own colour: its ETTR in each bucket (lines and markers) and its
+    ETTR so far (dashed) while its history fits the snapshots' window, and its ETTR over the
+    trailing window (dotted) once it no longer does."""
+    if not any(line.each or line.so_far or line.trailing for line in lines.values()):
         return empty_figure("No figures in this range yet")
-    by_cluster: dict[int, list[EttrPoint]] = defaultdict(list)
-    for point in points:
-        by_cluster[point.cluster_id].append(point)
     figure = go.Figure()
-    for cluster_id, series in by_cluster.items():
+    for index, cluster_id in enumerate(sorted(lines, key=lambda c: names.get(c, str(c)))):
         name = names.get(cluster_id, str(cluster_id))
-        figure.add_trace(
-            go.Scatter(
-                name=name,
-                x=[_plotly_time(p.at) for p in series],
-                y=[p.ettr for p in series],
-                mode="lines+markers",
-                marker={"size": 4},
-                hovertemplate=f"%{{x}}: %{{y:.1%}}<extra>{name}</extra>",
-            )
-        )
+        colour = CLUSTER_COLOURS[index % len(CLUSTER_COLOURS)]
+        line = lines[cluster_id]
+        for values, label, dash, mode in (
+            (line.each, f"each {bucket}", "solid", "lines+markers"),
+            (line.so_far, "so far", "dash", "lines+markers"),
+            (line.trailing, "over the trailing window", "dot", "lines+markers"),
+        ):
+            if not values:
+                continue
+            figure.add_trace(_ettr_trace(values, f"{name}: {label}", name, colour, dash, mode))
     figure.update_layout(
         base_layout(
             xaxis={"type": "date", "range": [_plotly_time(since), _plotly_time(until)]},
@@ -113,10 +128,26 @@ def ettr_figure(
     return figure
 
 
+def _ettr_trace(
+    values: Sequence[EttrValue], label: str, cluster: str, colour: str, dash: str, mode: str
+) -> go.Scatter:
+    return go.Scatter(
+        name=label,
+        legendgroup=cluster,
+        x=[_plotly_time(v.at) for v in values],
+        y=[v.ettr for v in values],
+        mode=mode,
+        line={"color": colour, "dash": dash, "width": 2},
+        marker={"size": 5, "color": colour},
+        connectgaps=False,
+        hovertemplate=f"%{{x}}: %{{y:.1%}}<extra>{label}</extra>",
+    )
+
+
 def anomaly_figure(
     counts: Sequence[AnomalyCount],
     by: AnomalyDimension,
-    time_range: TimeRange,
+    bucket: Bucket,
     *,
     since: datetime,
     until: datetime,
@@ -139,7 +170,7 @@ def anomaly_figure(
                 x=[_plotly_time(c.at) for c in by_key[key]],
                 y=[c.count for c in by_key[key]],
                 marker={"color": colour(key or None)},
-                xperiod=_BUCKET_MS[time_range.bucket],
+                xperiod=_BUCKET_MS[bucket],
                 xperiodalignment="middle",
                 hovertemplate=f"%{{y}} {name}<extra></extra>",
             )
@@ -149,7 +180,7 @@ def anomaly_figure(
             barmode="stack",
             bargap=0.15,
             xaxis={"type": "date", "range": [_plotly_time(since), _plotly_time(until)]},
-            yaxis=_count_axis(f"anomalies per {time_range.bucket}", _tallest_stack(counts)),
+            yaxis=_count_axis(f"anomalies per {bucket}", _tallest_stack(counts)),
             hovermode="x unified",
         )
     )

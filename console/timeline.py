@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import plotly.graph_objects as go
 from django.utils import timezone
@@ -45,8 +45,16 @@ from recovery.read.timeline import (
 )
 from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
 
-TIMELINE_HEIGHT_PX = 480
+# Tall enough for two panels and the legend's rows below them (static/console/workload.css).
+TIMELINE_HEIGHT_PX = 560
 DECISIONS_ROW = "Decisions & actions"
+# Decisions closer than this share of the chart's time span are drawn as one marker. A marker
+# is 12 to 14 px wide and the plot some 800 to 1,000 px, so markers nearer than about 1 % of
+# the span overlap: at 24 h that is 15 minutes, in which a recommendation, its approval and the
+# scheduler action usually all fall. The hover lists each.
+SAME_MOMENT_SHARE = 0.01
+SEVERAL_MARKER = ("circle", "#5b6270")
+SEVERAL_NAME = "Several at once"
 
 EVIDENCE_HOVER_CHARS = 160
 REASON_HOVER_CHARS = 160
@@ -149,7 +157,7 @@ def timeline_figure(data: TimelineData) -> go.Figure:
         figure.add_trace(trace, row=1, col=1)
     for trace in _anomaly_markers(data, set(rows)):
         figure.add_trace(trace, row=1, col=1)
-    for trace in _decision_markers(data):
+    for trace in _decision_markers(data, same_moment=_time_span(data) * SAME_MOMENT_SHARE):
         figure.add_trace(trace, row=1, col=1)
     progress = progress_points(data)
     top_step = max((p.step for p in progress), default=0)
@@ -172,7 +180,7 @@ def timeline_figure(data: TimelineData) -> go.Figure:
             height=TIMELINE_HEIGHT_PX,
             barmode="overlay",
             hovermode="closest",
-            margin={"l": 130, "r": 16, "t": 24, "b": 40},
+            margin={"l": 130, "r": 16, "t": 24, "b": 24},
         )
     )
     annotate_notes(figure, notes)
@@ -451,43 +459,120 @@ def _confirmation_hover(anomaly: Anomaly) -> str:
     return f"State: <b>{_esc(state)}</b>{when}" + (f"<br>Why: {_esc(reason)}" if reason else "")
 
 
-def _decision_markers(data: TimelineData) -> list[go.Scatter]:
-    traces = []
-    recommendations = list(reversed(data.recommendations))  # oldest first
-    if recommendations:
-        symbol, colour = RECOMMENDATION_MARKER
-        traces.append(
-            go.Scatter(
-                name="Recommendation",
-                legendgroup="decisions",
-                mode="markers",
-                x=[plot_time(r.created_at) for r in recommendations],
-                y=[DECISIONS_ROW] * len(recommendations),
-                marker={"symbol": symbol, "color": colour, "size": 14},
-                hovertext=[_recommendation_hover(r) for r in recommendations],
-                hovertemplate="%{hovertext}<extra></extra>",
-            )
-        )
-    by_kind: dict[str, list[AuditEvent]] = {}
+@dataclass(frozen=True)
+class DecisionMarker:
+    """One marker of the decisions row: when, how it is drawn, and its hover text."""
+
+    at: datetime
+    legend: str
+    symbol: str
+    colour: str
+    size: int
+    hover: str
+
+
+# The decisions row's legend entries, in the order they are listed.
+_DECISION_LEGENDS = ["Recommendation", *(str(_AUDIT_LABELS.get(k, k)) for k in DECISION_MARKERS)]
+
+
+def _time_span(data: TimelineData) -> timedelta:
+    """The span the time axis covers: from the first thing drawn to the chart's end."""
+    moments = [a.started_at for a in data.attempts if a.started_at is not None]
+    moments += [r.created_at for r in data.recommendations]
+    moments += [e.occurred_at for e in data.decision_events]
+    moments += [a.detected_at for a in data.anomalies]
+    moments += [p.at for p in data.samples[:1]]
+    moments += [e.occurred_at for e in data.progress_events[:1]]
+    if not moments:
+        return timedelta(0)
+    return max(data.chart_end - min(moments), timedelta(0))
+
+
+def _decisions(data: TimelineData) -> list[DecisionMarker]:
+    symbol, colour = RECOMMENDATION_MARKER
+    found = [
+        DecisionMarker(r.created_at, "Recommendation", symbol, colour, 14, _recommendation_hover(r))
+        for r in data.recommendations
+    ]
     for event in data.decision_events:
-        by_kind.setdefault(event.kind, []).append(event)
-    for kind, (symbol, colour) in DECISION_MARKERS.items():
-        events = by_kind.get(kind)
-        if not events:
+        look = DECISION_MARKERS.get(event.kind)
+        if look is not None:
+            name = str(_AUDIT_LABELS.get(event.kind, event.kind))
+            found.append(DecisionMarker(event.occurred_at, name, *look, 12, _event_hover(event)))
+    return sorted(found, key=lambda d: (d.at, _DECISION_LEGENDS.index(d.legend)))
+
+
+def group_same_moment(
+    decisions: Sequence[DecisionMarker], same_moment: timedelta
+) -> list[list[DecisionMarker]]:
+    """The decisions, oldest first, in groups no wider than ``same_moment``: each group starts
+    at its oldest decision and takes the ones that follow within ``same_moment`` of it."""
+    groups: list[list[DecisionMarker]] = []
+    for decision in sorted(decisions, key=lambda d: d.at):
+        if groups and decision.at - groups[-1][0].at <= same_moment:
+            groups[-1].append(decision)
+        else:
+            groups.append([decision])
+    return groups
+
+
+def _decision_markers(data: TimelineData, *, same_moment: timedelta) -> list[go.Scatter]:
+    """The decisions row: one marker per recommendation and decision event, in a trace per
+    kind; those at the same moment at the chart's scale as one marker listing each."""
+    by_legend: dict[str, list[DecisionMarker]] = {}
+    several: list[list[DecisionMarker]] = []
+    for group in group_same_moment(_decisions(data), same_moment):
+        if len(group) == 1:
+            by_legend.setdefault(group[0].legend, []).append(group[0])
+        else:
+            several.append(group)
+    traces = []
+    for legend in _DECISION_LEGENDS:
+        found = by_legend.get(legend, [])
+        if not found:
             continue
         traces.append(
             go.Scatter(
-                name=_AUDIT_LABELS.get(kind, kind),
+                name=legend,
                 legendgroup="decisions",
                 mode="markers",
-                x=[plot_time(e.occurred_at) for e in events],
-                y=[DECISIONS_ROW] * len(events),
-                marker={"symbol": symbol, "color": colour, "size": 12, "line": {"width": 2}},
-                hovertext=[_event_hover(e) for e in events],
+                x=[plot_time(d.at) for d in found],
+                y=[DECISIONS_ROW] * len(found),
+                marker={
+                    "symbol": found[0].symbol,
+                    "color": found[0].colour,
+                    "size": found[0].size,
+                    **({"line": {"width": 2}} if legend != "Recommendation" else {}),
+                },
+                hovertext=[d.hover for d in found],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    if several:
+        symbol, colour = SEVERAL_MARKER
+        traces.append(
+            go.Scatter(
+                name=SEVERAL_NAME,
+                legendgroup="decisions",
+                mode="markers+text",
+                x=[plot_time(group[0].at) for group in several],
+                y=[DECISIONS_ROW] * len(several),
+                text=[str(len(group)) for group in several],
+                textposition="middle center",
+                textfont={"color": "#ffffff", "size": 11},
+                marker={"symbol": symbol, "color": colour, "size": 20},
+                hovertext=[_several_hover(group) for group in several],
                 hovertemplate="%{hovertext}<extra></extra>",
             )
         )
     return traces
+
+
+def _several_hover(group: Sequence[DecisionMarker]) -> str:
+    first, last = group[0].at, group[-1].at
+    span = _shown_time(first) + (f" → {_shown_time(last)}" if last != first else "")
+    heading = f"<b>{len(group)} at once</b> · {span}"
+    return "<br>".join([heading, *(f"<br>{d.hover}" for d in group)])
 
 
 def _recommendation_hover(recommendation: Recommendation) -> str:

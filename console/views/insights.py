@@ -11,7 +11,7 @@ table. Action precision reads only the actions in the range and what judged them
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -23,8 +23,13 @@ from console.charts import figure_payload
 from console.insight_charts import TimeRange, anomaly_figure, ettr_figure, histogram_figure
 from recovery.models import Cluster
 from recovery.read.insights import (
+    BUCKET_SPANS,
+    Bucket,
     anomalies_over_time,
+    data_span_text,
+    ettr_lines,
     ettr_over_time,
+    first_data,
     latest_snapshots,
 )
 from recovery.read.precision import action_precision
@@ -43,6 +48,9 @@ RANGES = {
     )
 }
 DEFAULT_RANGE = "7d"
+# Charts over no more than this are drawn per hour, whatever their range's own bucket: a range
+# of 30 days over a cluster with 2 days of data shows those 2 days, hour by hour.
+HOURLY_UP_TO = timedelta(days=7)
 
 
 # Insights summarise the audit trail; whoever may read the trail may read them.
@@ -55,14 +63,18 @@ def insights(request: HttpRequest) -> HttpResponse:
     shown = [cluster] if cluster else clusters
     now = timezone.now()
     since = now - time_range.span
+    # The charts start where the data does, when that is later than the range's start.
+    firsts = first_data(shown)
+    data_since = min(firsts.values(), default=None)
+    drawn_since = max(since, data_since) if data_since is not None else since
+    bucket: Bucket = "hour" if now - drawn_since <= HOURLY_UP_TO else time_range.bucket
+    drawn_since = _bucket_start(drawn_since, bucket)
     latest = latest_snapshots(shown)
     rows = [(c, latest.get(c.pk)) for c in shown]
     newest = max((s.taken_at for s in latest.values()), default=None)
     interval = timedelta(seconds=settings.INSIGHTS_SECONDS)
     anomalies = {
-        by: anomalies_over_time(
-            since=since, until=now, bucket=time_range.bucket, by=by, cluster=cluster
-        )
+        by: anomalies_over_time(since=since, until=now, bucket=bucket, by=by, cluster=cluster)
         for by in ("category", "attribution")
     }
     names = {c.pk: c.name for c in clusters}
@@ -72,16 +84,28 @@ def insights(request: HttpRequest) -> HttpResponse:
         "action": histogram_figure(rows, "action_latency_histogram", "failures"),
         "productive": histogram_figure(rows, "time_to_productive_histogram", "failures"),
         "ettr": ettr_figure(
-            ettr_over_time(since=since, until=now, bucket=time_range.bucket, cluster=cluster),
+            ettr_lines(
+                # One bucket more: the first bucket shown is compared with the one before.
+                ettr_over_time(
+                    since=drawn_since - BUCKET_SPANS[bucket],
+                    until=now,
+                    bucket=bucket,
+                    cluster=cluster,
+                ),
+                firsts,
+                bucket=bucket,
+                since=drawn_since,
+            ),
             names,
-            since=since,
+            since=drawn_since,
             until=now,
+            bucket=bucket,
         ),
         "by_category": anomaly_figure(
-            anomalies["category"], "category", time_range, since=since, until=now
+            anomalies["category"], "category", bucket, since=drawn_since, until=now
         ),
         "by_attribution": anomaly_figure(
-            anomalies["attribution"], "attribution", time_range, since=since, until=now
+            anomalies["attribution"], "attribution", bucket, since=drawn_since, until=now
         ),
     }
     return render(
@@ -90,6 +114,13 @@ def insights(request: HttpRequest) -> HttpResponse:
         {
             "ranges": RANGES.values(),
             "time_range": time_range,
+            "bucket": bucket,
+            # "1 day of data" when there is less data than the range covers.
+            "data_span": (
+                data_span_text(now - data_since)
+                if data_since is not None and data_since > since
+                else ""
+            ),
             "cluster": cluster,
             "clusters": clusters,
             "filtered": cluster is not None or time_range.key != DEFAULT_RANGE,
@@ -122,6 +153,12 @@ def _insights_filters(
     if name and cluster is None:
         ignored.append(f"Unknown cluster “{name[:63]}”: showing every cluster.")
     return RANGES[range_key], cluster, ignored
+
+
+def _bucket_start(moment: datetime, bucket: Bucket) -> datetime:
+    """The start of the hour or day (UTC, as the buckets are cut) ``moment`` falls in."""
+    hour = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return hour if bucket == "hour" else hour.replace(hour=0)
 
 
 def _interval_text(seconds: int) -> str:

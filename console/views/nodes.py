@@ -14,6 +14,7 @@ from recovery.loop.drains import request_resume
 from recovery.loop.node_health import return_to_service
 from recovery.models import Cluster, Node
 from recovery.read.filters import NODE_FLAGS, FlaggedNodeFilterSet
+from recovery.read.nodes import SUSPECT, standing
 from recovery.read.queries import open_node_actions
 
 NODES_PAGE_SIZE = 100
@@ -37,8 +38,10 @@ def nodes(request: HttpRequest) -> HttpResponse:
             "now": now,
             "clusters": Cluster.objects.values_list("name", flat=True),
             "shows": NODE_FLAGS,
-            "suspect_count": listed.filter(suspect_since__isnull=False).count(),
+            "suspect_count": listed.filter(SUSPECT).count(),
             "node_actions": open_node_actions([node.pk for node in page]),
+            # Health and the Suspect column from one reading of the node (recovery.read.nodes).
+            "standings": {node.pk: standing(node) for node in page},
         },
     )
 

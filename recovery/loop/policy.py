@@ -242,17 +242,18 @@ def history_of(
     ``policy`` is the job's own (``policy_for``); the cluster's nodes kept out of every job
     follow ``site`` (``site_policy_for`` unless given).
     """
-    attempts = list(
+    rows = list(
         Attempt.objects.filter(_sharing_budget(workload))
         .order_by("workload__submit_time", "workload_id", "number")
-        .values_list("produced_checkpoint", "excluded_nodes", "workload_id")
+        .values_list("produced_checkpoint", "excluded_nodes", "workload_id", "exit_state")
     )
+    excluded = {node for _, nodes, _, _ in rows for node in nodes or []}
+    attempts = _since_the_workflow_went_on(rows, workload.pk)
     without = 0
-    for produced_checkpoint, _, _ in reversed(attempts):
+    for produced_checkpoint, _, _, _ in reversed(attempts):
         if produced_checkpoint:
             break
         without += 1
-    excluded = {node for _, nodes, _ in attempts for node in nodes or []}
     if policy is not None:
         since = timezone.now() - timedelta(hours=policy.exclusion_hours)
         implicated = (
@@ -267,8 +268,29 @@ def history_of(
         if site is None:
             site = site_policy_for(workload)
         cluster_nodes = kept_out_of_every_job(workload.cluster_id, site)
-    jobs = len({job for _, _, job in attempts}) or 1
+    jobs = len({job for _, _, job, _ in attempts}) or 1
     return History(len(attempts), without, frozenset(excluded), cluster_nodes, jobs)
+
+
+# An earlier job of a workflow that ended at its time limit, or completed, was continued by the
+# next job on purpose: that is how long runs are chained, not a retry.
+_PLANNED_ENDS = frozenset({AttemptExitState.TIMEOUT, AttemptExitState.COMPLETED})
+
+
+def _since_the_workflow_went_on(
+    rows: list[tuple[bool, list[str] | None, int, str]], workload_id: int
+) -> list[tuple[bool, list[str] | None, int, str]]:
+    """The attempts that count against the retry budget: those after the last planned end of
+    an earlier job of the workflow (all of them when there was none).
+
+    Without this, a chain of day-long jobs that each end at their time limit would spend the
+    budget with no failure at all, and its first crash would be answered with a stop.
+    """
+    for index in range(len(rows) - 1, -1, -1):
+        _, _, job, exit_state = rows[index]
+        if job != workload_id and exit_state in _PLANNED_ENDS:
+            return rows[index + 1 :]
+    return rows
 
 
 def _sharing_budget(workload: Workload) -> Q:

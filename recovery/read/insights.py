@@ -13,12 +13,12 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from django.db import transaction
-from django.db.models import Avg, Count, OuterRef, QuerySet, Subquery
+from django.db.models import Avg, Count, Max, Min, OuterRef, QuerySet, Subquery
 from django.db.models.functions import TruncDay, TruncHour
 
 from recovery.audit import live
@@ -101,6 +101,50 @@ def take_goodput_snapshots(now: datetime, *, window: timedelta = SNAPSHOT_WINDOW
         written += 1
     prune_goodput_snapshots(now)
     transaction.on_commit(lambda: live.announce_snapshots(now, written))
+    return written
+
+
+def backfill_goodput_snapshots(
+    now: datetime, *, since: datetime, window: timedelta = SNAPSHOT_WINDOW
+) -> int:
+    """Take the hourly snapshots a history recorded before the worker ran would have had: one
+    per cluster at each whole hour in ``(since, now)`` after its first data that has none yet,
+    at most a window's worth; return how many were written.
+
+    For a trail written all at once, such as the demo fleet's, so the Insights page draws its
+    ETTR over time from the start. Each is computed from the trail up to its hour, with one
+    difference from a snapshot taken then: a workload that has finished since ends its wall
+    time at its last event before the hour, not at the hour.
+    """
+    clusters = list(Cluster.objects.order_by("pk"))
+    firsts = first_data(clusters)
+    written = 0
+    for cluster in clusters:
+        # From the cluster's first data on: no figures before it had any.
+        start = max(since, now - window, firsts.get(cluster.pk, now))
+        hours = []
+        hour = _hour_of(start) + timedelta(hours=1)
+        while hour < now:
+            hours.append(hour)
+            hour += timedelta(hours=1)
+        if not hours:
+            continue
+        taken = {
+            _hour_of(at)
+            for at in ClusterGoodputSnapshot.objects.filter(
+                cluster=cluster, taken_at__gte=hours[0], taken_at__lt=now
+            ).values_list("taken_at", flat=True)
+        }
+        for hour in hours:
+            if hour in taken:
+                continue
+            figures = window_goodput(cluster, start=hour - window, end=hour)
+            ClusterGoodputSnapshot.objects.update_or_create(
+                cluster=cluster,
+                taken_at=hour,
+                defaults=_snapshot_fields(figures, cluster, start=hour - window, end=hour),
+            )
+            written += 1
     return written
 
 
@@ -255,15 +299,33 @@ def latest_snapshots(clusters: Iterable[Cluster | int]) -> dict[int, ClusterGood
 
 @dataclass(frozen=True)
 class EttrPoint:
+    """A cluster's snapshots in one hour or day: their ETTR averaged, and what the newest of
+    them had summed (wall and unproductive seconds, never less as a young cluster ages)."""
+
     cluster_id: int
     at: datetime
     ettr: float
+    wall_s: float = 0.0
+    unproductive_s: float = 0.0
+    # The newest snapshot in the bucket, and the shortest window among them.
+    newest_at: datetime | None = None
+    window_s: float | None = None
+
+    def covers_since(self, first_data: datetime | None) -> bool:
+        """Whether the bucket's snapshots reach back to the cluster's first data: their
+        figures are then its whole history, summed since it began."""
+        if first_data is None or self.newest_at is None or self.window_s is None:
+            return False
+        return self.newest_at - timedelta(seconds=self.window_s) <= first_data
+
+
+BUCKET_SPANS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 
 
 def ettr_over_time(
     *, since: datetime, until: datetime, bucket: Bucket, cluster: Cluster | None = None
 ) -> list[EttrPoint]:
-    """Each cluster's snapshot ETTR averaged per hour or day, oldest first; one query.
+    """Each cluster's snapshots per hour or day, oldest first; one query.
 
     At most one point per cluster and bucket, however often snapshots are taken.
     """
@@ -276,10 +338,148 @@ def ettr_over_time(
         snapshots.annotate(at=_trunc(bucket, "taken_at"))
         .order_by()
         .values("cluster_id", "at")
-        .annotate(ettr=Avg("ettr"))
+        .annotate(
+            ettr=Avg("ettr"),
+            wall=Max("wall_seconds"),
+            unproductive=Max("unproductive_seconds"),
+            newest=Max("taken_at"),
+            window=Min("window_seconds"),
+        )
         .order_by("cluster_id", "at")
     )
-    return [EttrPoint(row["cluster_id"], row["at"], row["ettr"]) for row in rows]
+    return [
+        EttrPoint(
+            row["cluster_id"],
+            row["at"],
+            row["ettr"],
+            wall_s=row["wall"] or 0.0,
+            unproductive_s=row["unproductive"] or 0.0,
+            newest_at=row["newest"],
+            window_s=row["window"],
+        )
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True)
+class EttrValue:
+    at: datetime
+    ettr: float
+
+
+@dataclass
+class EttrLines:
+    """What the ETTR chart draws of one cluster.
+
+    ``each`` is the ETTR of what each bucket added: productive over wall time accrued between
+    the newest snapshots of the bucket and of the one before (a bucket in which a failure was
+    detected also bears the work lost before it, back to the last checkpoint). ``so_far`` is
+    the cluster's ETTR since its first data, and ``trailing`` its ETTR over the snapshots'
+    trailing window. A young cluster, whose whole history lies inside the window, has the
+    first two; buckets whose window no longer reaches its first data have ``trailing`` only:
+    figures over a sliding window do not add up to what one bucket added.
+    """
+
+    each: list[EttrValue] = field(default_factory=list)
+    so_far: list[EttrValue] = field(default_factory=list)
+    trailing: list[EttrValue] = field(default_factory=list)
+
+
+def ettr_lines(
+    points: Iterable[EttrPoint],
+    first_data: dict[int, datetime],
+    *,
+    bucket: Bucket,
+    since: datetime,
+) -> dict[int, EttrLines]:
+    """Each cluster's lines from ``ettr_over_time`` points, oldest first; points before
+    ``since`` (read so the first bucket shown has one before it) only serve as that."""
+    step = BUCKET_SPANS[bucket]
+    lines: dict[int, EttrLines] = {}
+    previous: dict[int, EttrPoint] = {}
+    for point in sorted(points, key=lambda p: (p.cluster_id, p.at)):
+        line = lines.setdefault(point.cluster_id, EttrLines())
+        start = first_data.get(point.cluster_id)
+        whole = point.covers_since(start)
+        before = previous.get(point.cluster_id)
+        previous[point.cluster_id] = point
+        if point.at < _floor(since, bucket):
+            continue
+        if not whole:
+            line.trailing.append(EttrValue(point.at, point.ettr))
+            continue
+        line.so_far.append(EttrValue(point.at, _ratio(point.wall_s, point.unproductive_s, point)))
+        if before is not None and before.at == point.at - step and before.covers_since(start):
+            added = point.wall_s - before.wall_s
+            lost = point.unproductive_s - before.unproductive_s
+        elif before is None and start is not None and start >= point.at - step:
+            added, lost = point.wall_s, point.unproductive_s  # its first data came in it
+        else:
+            continue  # no snapshot in the bucket before: what this one added is unknown
+        if added > 0:
+            line.each.append(EttrValue(point.at, max(0.0, min(1.0, 1 - max(lost, 0.0) / added))))
+    return lines
+
+
+def _ratio(wall_s: float, unproductive_s: float, point: EttrPoint) -> float:
+    if wall_s <= 0:
+        return point.ettr
+    return max(0.0, min(1.0, (wall_s - unproductive_s) / wall_s))
+
+
+def _floor(moment: datetime, bucket: Bucket) -> datetime:
+    hour = _hour_of(moment)
+    return hour if bucket == "hour" else hour.replace(hour=0)
+
+
+def first_data(clusters: Iterable[Cluster | int]) -> dict[int, datetime]:
+    """When each cluster's data begins: its first audit event, goodput snapshot or anomaly,
+    whichever came first; one query of three grouped minimums (the first two on their
+    (cluster, time) indexes, the third over the much smaller anomaly table). A cluster with
+    none is left out."""
+    ids = [cluster if isinstance(cluster, int) else cluster.pk for cluster in clusters]
+    if not ids:
+        return {}
+    events = (
+        AuditEvent.objects.filter(cluster_id__in=ids)
+        .order_by()
+        .values("cluster_id")
+        .annotate(first=Min("occurred_at"))
+        .values_list("cluster_id", "first")
+    )
+    snapshots = (
+        ClusterGoodputSnapshot.objects.filter(cluster_id__in=ids)
+        .order_by()
+        .values("cluster_id")
+        .annotate(first=Min("taken_at"))
+        .values_list("cluster_id", "first")
+    )
+    anomalies = (
+        Anomaly.objects.filter(workload__cluster_id__in=ids)
+        .order_by()
+        .values("workload__cluster_id")
+        .annotate(first=Min("detected_at"))
+        .values_list("workload__cluster_id", "first")
+    )
+    firsts: dict[int, datetime] = {}
+    for cluster_id, first in events.union(snapshots, anomalies, all=True):
+        if cluster_id is not None and first is not None:
+            firsts[cluster_id] = min(first, firsts.get(cluster_id, first))
+    return firsts
+
+
+def data_span_text(span: timedelta) -> str:
+    """How much data there is, in words: "40 minutes", "5 hours", "1 day", "2.5 days"."""
+    seconds = max(span.total_seconds(), 0.0)
+    if seconds < 3600:
+        minutes = max(round(seconds / 60), 1)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    if seconds < 86400:
+        hours = round(seconds / 3600)
+        return "1 day" if hours == 24 else f"{hours} hour{'s' if hours != 1 else ''}"
+    days = round(seconds / 86400, 1)
+    shown = f"{days:g}"
+    return f"{shown} day{'s' if shown != '1' else ''}"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,12 @@ from django.db.models import F, Max, Window
 from django.db.models.functions import DenseRank, Mod, RowNumber
 from django.utils import timezone
 
-from recovery.choices import AuditKind, WorkloadState
+from recovery.choices import (
+    AuditKind,
+    RecommendationAction,
+    RecommendationStatus,
+    WorkloadState,
+)
 from recovery.models import (
     Anomaly,
     Attempt,
@@ -274,3 +279,189 @@ def step_before(points: Sequence[ProgressPoint], moment: datetime, attempt: int 
     if not steps and attempt is not None:
         return step_before(points, moment, None)
     return max(steps, default=0)
+
+
+# ---------- the workload's story: its latest action, and its anomalies in causal order ----------
+
+# Kinds of event that tell what became of an action: the controller's report, and the states
+# the workload went through afterwards.
+STORY_EVENT_KINDS = (AuditKind.SCHEDULER_ACTION, AuditKind.STATE_CHANGED)
+MAX_STORY_EVENTS = 500
+
+# Statuses of a recommendation whose action reached the scheduler: it had an effect that later
+# facts can undo. A skipped one found the job already as the action would leave it.
+ACTED_STATUSES = frozenset({RecommendationStatus.EXECUTED, RecommendationStatus.SKIPPED})
+# What each action leaves the workload as; a later state outside these undoes it.
+_STOPPED_STATES = frozenset(
+    {
+        WorkloadState.STOPPED,
+        WorkloadState.CANCELLED,
+        WorkloadState.FAILED,
+        WorkloadState.COMPLETED,
+    }
+)
+_ENDED_BY_OTHERS = frozenset({WorkloadState.CANCELLED, WorkloadState.STOPPED})
+_STATE_LABELS = dict(WorkloadState.choices)
+
+
+@dataclass(frozen=True)
+class LaterFact:
+    """A fact recorded after an action that undid its effect: ``what`` happened ``at``."""
+
+    what: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ActionStanding:
+    """A recommendation as its facts tell it: when it was carried out, and what overtook it."""
+
+    recommendation: Recommendation
+    acted_at: datetime | None
+    overtaken_by: LaterFact | None
+
+    @property
+    def overtaken(self) -> bool:
+        return self.overtaken_by is not None
+
+
+def story_events(workload: Workload, *, limit: int = MAX_STORY_EVENTS) -> list[AuditEvent]:
+    """The workload's newest controller reports and state changes, oldest first; one query."""
+    return _newest_events(workload, STORY_EVENT_KINDS, limit)
+
+
+def action_standings(
+    recommendations: Sequence[Recommendation],
+    attempts: Sequence[Attempt],
+    events: Sequence[AuditEvent],
+) -> dict[int, ActionStanding]:
+    """Each recommendation's standing, by its id, from the order of the recorded facts.
+
+    A stop that was carried out is overtaken when an attempt started after it, or the
+    workload ran, waited or was requeued again; a restart when the job was then stopped or
+    cancelled before any new attempt started. ``events`` are ``story_events``, oldest first.
+    """
+    acted_at: dict[int, datetime] = {}
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        pk = payload.get("recommendation")
+        if event.kind == AuditKind.SCHEDULER_ACTION and isinstance(pk, int):
+            acted_at.setdefault(pk, event.occurred_at)
+    standings = {}
+    for recommendation in recommendations:
+        at = acted_at.get(recommendation.pk)
+        if at is None and recommendation.status in ACTED_STATUSES:
+            at = recommendation.updated_at  # the report's event is older than the events read
+        later = None
+        if at is not None and recommendation.status in ACTED_STATUSES:
+            later = _overtaking_fact(recommendation, at, attempts, events)
+        standings[recommendation.pk] = ActionStanding(recommendation, at, later)
+    return standings
+
+
+def _overtaking_fact(
+    recommendation: Recommendation,
+    acted_at: datetime,
+    attempts: Sequence[Attempt],
+    events: Sequence[AuditEvent],
+) -> LaterFact | None:
+    started_after = [a for a in attempts if a.started_at is not None and a.started_at > acted_at]
+    first_started = min(started_after, key=lambda a: a.started_at or acted_at, default=None)
+    later_states = [
+        (event.occurred_at, str(event.payload.get("to", "")))
+        for event in events
+        if event.kind == AuditKind.STATE_CHANGED
+        and event.occurred_at > acted_at
+        and isinstance(event.payload, dict)
+    ]
+    if recommendation.action == RecommendationAction.STOP:
+        if first_started is not None and first_started.started_at is not None:
+            return LaterFact(f"attempt {first_started.number} started", first_started.started_at)
+        for moment, state in later_states:
+            if state and state not in _STOPPED_STATES:
+                return LaterFact(f"the job became {_state_label(state)}", moment)
+    elif recommendation.action in (
+        RecommendationAction.RESTART,
+        RecommendationAction.RESTART_EXCLUDING,
+    ):
+        restarted_at = first_started.started_at if first_started is not None else None
+        for moment, state in later_states:
+            if restarted_at is not None and moment >= restarted_at:
+                break  # the restart took effect before anything else happened
+            if state in _ENDED_BY_OTHERS:
+                return LaterFact(f"the job was {_state_label(state).lower()}", moment)
+    return None
+
+
+def _state_label(state: str) -> str:
+    return str(_STATE_LABELS.get(state, state))
+
+
+def latest_action(
+    recommendations: Sequence[Recommendation], standings: dict[int, ActionStanding]
+) -> ActionStanding | None:
+    """The workload's newest recommendation that was not replaced by another, as it stands."""
+    current = [r for r in recommendations if r.status != RecommendationStatus.SUPERSEDED]
+    if not current:
+        return None
+    newest = max(current, key=lambda r: (r.created_at, r.pk))
+    return standings.get(newest.pk)
+
+
+ROOT_CAUSE = "root"
+CASCADE = "cascade"
+WITNESS = "witness"
+# Roles a detector gives a finding that only shows the consequence of another.
+_CONSEQUENCE_ROLES = frozenset({"symptom", "wrapper"})
+
+
+@dataclass(frozen=True)
+class AnomalyEntry:
+    """An anomaly in the workload page's list: its place in its attempt's failure.
+
+    ``role`` is ``ROOT_CAUSE`` for the anomaly a recommendation was made on, ``CASCADE`` for
+    what only shows its consequence (a collective timeout on the surviving ranks, a launcher
+    reporting a child's death), ``WITNESS`` for other evidence of the same failure (the
+    scheduler's node failure), and "" in an attempt no recommendation named a cause of.
+    """
+
+    anomaly: Anomaly
+    attempt: int | None
+    role: str
+    root_id: int | None
+
+
+def anomalies_in_causal_order(
+    anomalies: Iterable[Anomaly],
+    recommendations: Iterable[Recommendation],
+    attempts: Sequence[Attempt],
+) -> list[AnomalyEntry]:
+    """The anomalies per attempt, newest attempt first; in each, the root cause a
+    recommendation named first, then the others by time (cascades and witnesses).
+
+    ``attempts`` are oldest first, to place an anomaly recorded without one.
+    """
+    named = [
+        r.anomaly_id
+        for r in sorted(recommendations, key=lambda r: (r.created_at, r.pk))
+        if r.anomaly_id is not None and r.status != RecommendationStatus.SUPERSEDED
+    ]
+    by_attempt: dict[int | None, list[Anomaly]] = {}
+    for anomaly in anomalies:
+        by_attempt.setdefault(anomaly_attempt_number(anomaly, attempts), []).append(anomaly)
+    entries: list[AnomalyEntry] = []
+    for number in sorted(by_attempt, key=lambda n: -1 if n is None else n, reverse=True):
+        found = sorted(by_attempt[number], key=lambda a: (a.detected_at, a.pk))
+        roots = [a for a in found if a.pk in named]
+        root_id = roots[0].pk if roots else None
+        for anomaly in roots:
+            entries.append(AnomalyEntry(anomaly, number, ROOT_CAUSE, anomaly.pk))
+        for anomaly in found:
+            if anomaly in roots:
+                continue
+            role = ""
+            if root_id is not None:
+                consequence = anomaly.details.get("role") in _CONSEQUENCE_ROLES
+                role = CASCADE if consequence else WITNESS
+            entries.append(AnomalyEntry(anomaly, number, role, root_id))
+    return entries

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +16,8 @@ from pytest_django import DjangoAssertNumQueries
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from console.charts import colour_for_attribution, colour_for_category
-from recovery.choices import RecommendationStatus
+from recovery.audit.record import record_event
+from recovery.choices import AuditKind, RecommendationStatus
 from recovery.models import Cluster, ClusterGoodputSnapshot, Recommendation
 from recovery.read.insights import DETECTION_LATENCY_EDGES
 from tests.conftest import TEST_PASSWORD
@@ -190,8 +191,9 @@ def test_the_charts_are_built_from_snapshots_and_anomalies(viewer: User) -> None
     assert bars["y"] == [0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
     assert bars["x"][2] == "2\N{EN DASH}5 s"
     ettr = figure(body, "insights-chart-ettr")
+    # The anomaly 8 days ago makes the cluster older than the snapshots' 7-day window.
     (line,) = ettr["data"]
-    assert line["name"] == "lab"
+    assert line["name"] == "lab: over the trailing window"
     assert 1 <= len(line["y"]) <= 2
     by_category = figure(body, "insights-chart-by-category")
     assert by_category["layout"]["barmode"] == "stack"
@@ -282,12 +284,13 @@ def test_the_page_reads_a_bounded_number_of_rows(
                 workload__cluster=cluster, detected_at=timezone.now() - timedelta(hours=hours)
             )
 
+    # 14: with the query for where each cluster's data begins, and the page's own (base.html).
     add_cluster()
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(14):
         assert client.get(URL, {"range": "30d"}).status_code == 200
     for _ in range(4):
         add_cluster()
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(14):
         assert client.get(URL, {"range": "30d"}).status_code == 200
 
 
@@ -405,9 +408,101 @@ def test_the_precision_section_reads_a_bounded_number_of_rows(
         precision_trail(ClusterFactory(), ClusterFactory(), now)
 
     add_clusters()
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(20):
         assert client.get(URL).status_code == 200
     for _ in range(3):
         add_clusters()
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(20):
         assert client.get(URL).status_code == 200
+
+
+# --- the range fits the data; ETTR over time means something for a young cluster -------------
+
+
+def young_cluster(hours: int = 24, lost_in_hour: int = 12) -> tuple[Cluster, datetime]:
+    """A cluster whose first event came ``hours`` and 10 minutes ago, with a snapshot each hour
+    since: two workloads' wall time (2 h per hour) and 30 minutes lost in one hour."""
+    lab = ClusterFactory(name="lab")
+    now = timezone.now()
+    first = now - timedelta(hours=hours, minutes=10)
+    record_event(cluster=lab, kind=AuditKind.STATE_CHANGED, actor="test", occurred_at=first)
+    for k in range(hours + 1):
+        taken = now - timedelta(hours=hours - k, minutes=1)
+        wall = 7200.0 * (k + 1)
+        lost = 1800.0 if k >= lost_in_hour else 0.0
+        snapshot(
+            lab,
+            minutes_ago=(now - taken).total_seconds() / 60,
+            wall_seconds=wall,
+            unproductive_seconds=lost,
+            ettr=1 - lost / wall,
+        )
+    return lab, first
+
+
+def local_hour(moment: datetime) -> str:
+    hour = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return timezone.localtime(hour).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_the_default_range_starts_where_a_days_data_does(viewer: User) -> None:
+    """
+    GIVEN a cluster with one day of data
+    WHEN a viewer opens Insights at its default range of 7 days
+    THEN the header says there is 1 day of data, and every chart over time starts at the hour
+         the data does instead of 7 days ago
+    """
+    _, first = young_cluster()
+    body = logged_in(viewer).get(URL).content.decode()
+    assert "1 day of data" in text_of(region(body, "insights-as-of"))
+    assert '<option value="7d" selected>' in body
+    for chart_id in ("insights-chart-ettr", "insights-chart-by-category"):
+        layout = figure(body, chart_id)["layout"]
+        if "range" in layout.get("xaxis", {}):
+            assert layout["xaxis"]["range"][0] == local_hour(first), chart_id
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html)).strip()
+
+
+def test_a_young_clusters_ettr_is_a_line_per_hour_and_one_so_far(viewer: User) -> None:
+    young_cluster()
+    body = logged_in(viewer).get(URL).content.decode()
+    traces = {t["name"]: t for t in figure(body, "insights-chart-ettr")["data"]}
+    assert set(traces) == {"lab: each hour", "lab: so far"}
+    each, so_far = traces["lab: each hour"], traces["lab: so far"]
+    assert each["mode"] == so_far["mode"] == "lines+markers"
+    assert so_far["line"]["dash"] == "dash"
+    assert each["line"]["color"] == so_far["line"]["color"]
+    # An hour for each snapshot, all productive but the hour 30 minutes were lost in.
+    assert len(each["y"]) == 25
+    assert sorted(each["y"])[:2] == [pytest.approx(0.75), 1.0]
+    assert so_far["y"][-1] == pytest.approx(1 - 1800 / (7200 * 25))
+
+
+def test_a_range_the_data_fills_says_nothing_of_its_span(viewer: User) -> None:
+    young_cluster(hours=30)
+    body = logged_in(viewer).get(URL, {"range": "24h"}).content.decode()
+    assert "of data" not in text_of(region(body, "insights-as-of"))
+    ettr = figure(body, "insights-chart-ettr")
+    start = datetime.fromisoformat(ettr["layout"]["xaxis"]["range"][0])
+    assert timezone.make_aware(start) >= timezone.now() - timedelta(hours=25)
+
+
+def test_a_cluster_older_than_the_window_draws_its_trailing_ettr(viewer: User) -> None:
+    lab = ClusterFactory(name="lab")
+    record_event(
+        cluster=lab,
+        kind=AuditKind.STATE_CHANGED,
+        actor="test",
+        occurred_at=timezone.now() - timedelta(days=9),
+    )
+    for hours in (3, 2, 1):
+        snapshot(lab, minutes_ago=hours * 60, wall_seconds=500_000.0, ettr=0.9)
+    body = logged_in(viewer).get(URL).content.decode()
+    (line,) = figure(body, "insights-chart-ettr")["data"]
+    assert line["name"] == "lab: over the trailing window"
+    assert line["line"]["dash"] == "dot"
+    assert line["y"] == [0.9, 0.9, 0.9]
+    assert "of data" not in text_of(region(body, "insights-as-of"))

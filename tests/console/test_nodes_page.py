@@ -135,3 +135,78 @@ def test_a_suspect_node_of_another_cluster_is_not_flagged(
         .content.decode()
     )
     assert "badge--suspect" not in body
+
+
+# ---------- health and the Suspect column tell the same thing ----------
+
+
+def row_of(body: str, node: Node) -> str:
+    start = body.rindex("<tr", 0, body.index(f'id="node-{node.pk}"'))
+    return body[start : body.index("</tr>", start)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "health_shown", "suspect_text"),
+    [
+        # Only the health says so (the health layer, an administrator, the demo fleet).
+        ({"health": NodeHealth.SUSPECT}, "Suspect", "its health is Suspect"),
+        # Only recovery's flag says so: the health agrees with it.
+        (
+            {
+                "health": NodeHealth.HEALTHY,
+                "suspect_since": timezone.now() - timedelta(hours=1),
+                "suspect_reason": "implicated in 2 workloads within 6 h",
+            },
+            "Suspect",
+            "implicated in 2 workloads within 6 h",
+        ),
+        # Unhealthy outranks suspect in the health column; the flag still shows.
+        (
+            {
+                "health": NodeHealth.UNHEALTHY,
+                "suspect_since": timezone.now() - timedelta(hours=1),
+                "suspect_reason": "implicated in 2 workloads within 6 h",
+            },
+            "Unhealthy",
+            "implicated in 2 workloads within 6 h",
+        ),
+    ],
+)
+def test_the_suspect_column_agrees_with_the_health(
+    viewer: User, fields: dict[str, object], health_shown: str, suspect_text: str
+) -> None:
+    """
+    GIVEN a node one of its records calls suspect
+    WHEN a viewer opens the Nodes page
+    THEN its health and its Suspect column both say so, and the node counts as suspect
+    """
+    flagged = node(ClusterFactory(name="lab"), "gpu-a100-012", times_implicated=1, **fields)
+    body = logged_in(viewer).get(reverse("console:nodes")).content.decode()
+    row = row_of(body, flagged)
+    assert f">{health_shown}</span>" in row
+    assert '<span class="badge badge--suspect">suspect</span>' in row
+    assert suspect_text in row
+    assert "node-row--suspect" in row
+    assert "1 suspect" in body
+
+
+def test_a_node_nothing_calls_suspect_has_a_dash_in_the_suspect_column(
+    viewer: User, nodes: dict[str, Node]
+) -> None:
+    body = logged_in(viewer).get(reverse("console:nodes")).content.decode()
+    row = row_of(body, nodes["implicated"])
+    assert "badge--suspect" not in row
+    assert ">Unknown</span>" in row
+
+
+def test_the_workload_page_flags_a_node_whose_health_is_suspect(viewer: User) -> None:
+    lab = ClusterFactory(name="lab")
+    node(lab, "gpu-a100-012", health=NodeHealth.SUSPECT)
+    attempt = AttemptFactory(workload__cluster=lab, nodes=["gpu-a100-011", "gpu-a100-012"])
+    body = (
+        logged_in(viewer)
+        .get(reverse("console:workload", args=[attempt.workload.pk]))
+        .content.decode()
+    )
+    assert body.count("badge--suspect") == 1
+    assert 'title="Suspect: its health is Suspect"' in body

@@ -20,6 +20,11 @@ from console.timeline import (
     DECISION_MARKERS,
     DECISIONS_ROW,
     EXIT_STATE_COLOURS,
+    SAME_MOMENT_SHARE,
+    SEVERAL_NAME,
+    TIMELINE_HEIGHT_PX,
+    DecisionMarker,
+    group_same_moment,
     short_nodes,
     workload_timeline,
 )
@@ -30,6 +35,7 @@ from recovery.choices import (
     AuditKind,
     Confirmation,
     FailureCategory,
+    RecommendationAction,
     RecommendationStatus,
     WorkloadState,
 )
@@ -356,16 +362,80 @@ def test_the_page_shows_each_anomalys_confirmation(viewer: User, crash_states: W
     assert anomalies.count("anomaly__confirmation") == 4  # not for the hang
 
 
-def test_decisions_and_scheduler_actions_share_their_own_row(figure: dict[str, Any]) -> None:
-    recommendation = traces(figure)["Recommendation"]
-    action = traces(figure)["Scheduler action"]
-    assert recommendation["y"] == action["y"] == [DECISIONS_ROW]
-    assert recommendation["x"] == [plotted(at(253))]
-    assert action["x"] == [plotted(at(255))]
-    assert "Executed" in recommendation["hovertext"][0]
-    assert "Restart excluding nodes" in recommendation["hovertext"][0]
+def test_decisions_at_the_same_moment_share_one_marker(figure: dict[str, Any]) -> None:
+    """The recommendation at 253 s and the scheduler action at 255 s are 2 s apart on a
+    10-minute axis: drawn apart they would sit on top of each other."""
+    named = traces(figure)
+    assert "Recommendation" not in named
+    assert "Scheduler action" not in named
+    several = named[SEVERAL_NAME]
+    assert several["y"] == [DECISIONS_ROW]
+    assert several["x"] == [plotted(at(253))]
+    assert several["text"] == ["2"]
+    hover = several["hovertext"][0]
+    assert hover.startswith("<b>2 at once</b>")
+    # Each decision's own hover, in time order.
+    assert hover.index("Restart excluding nodes") < hover.index("requeue")
+    assert "Executed" in hover
+
+
+def test_decisions_apart_keep_their_own_markers(history: Workload) -> None:
+    event(history, 400, AuditKind.SCHEDULER_ACTION, 2, action="requeue", excluded=[])
+    named = traces(figure_payload(workload_timeline(history, now=NOW)))
+    action = named["Scheduler action"]
+    assert action["y"] == [DECISIONS_ROW]
+    assert action["x"] == [plotted(at(400))]
     assert "requeue" in action["hovertext"][0]
-    assert recommendation["marker"]["symbol"] != action["marker"]["symbol"]
+    assert named[SEVERAL_NAME]["x"] == [plotted(at(253))]
+    assert action["marker"]["symbol"] != named[SEVERAL_NAME]["marker"]["symbol"]
+
+
+def test_at_a_day_scale_a_recommendation_its_approval_and_stop_are_one_marker() -> None:
+    """
+    GIVEN a day-long attempt; a stop recommended, approved 3 minutes later and carried out
+          4 seconds after that, and an earlier approval hours before
+    WHEN the timeline is drawn
+    THEN the three close decisions are one marker listing each, the early one stays apart,
+         and the legend sits below the chart, where plotly's mode bar cannot cover it
+    """
+    workload = WorkloadFactory(state=WorkloadState.STOPPED, current_attempt=1)
+    AttemptFactory(
+        workload=workload, number=1, started_at=at(0), ended_at=at(86_000), nodes=["gpu01"]
+    )
+    RecommendationFactory(
+        workload=workload,
+        action=RecommendationAction.STOP,
+        status=RecommendationStatus.EXECUTED,
+        created_at=at(80_000),
+    )
+    event(workload, 3_600, AuditKind.APPROVED, 1, action="restart")
+    event(workload, 80_180, AuditKind.APPROVED, 1, action="stop")
+    event(workload, 80_184, AuditKind.STOPPED, 1, reason="retry budget")
+
+    figure = figure_payload(workload_timeline(workload, now=at(86_400)))
+
+    named = traces(figure)
+    several = named[SEVERAL_NAME]
+    assert several["x"] == [plotted(at(80_000))]
+    assert several["text"] == ["3"]
+    hover = several["hovertext"][0]
+    assert hover.index("Recommended: Stop") < hover.index("Approved") < hover.index("Stopped")
+    assert named["Approved"]["x"] == [plotted(at(3_600))]
+    legend = figure["layout"]["legend"]
+    assert legend["orientation"] == "h"
+    assert (legend["yref"], legend["y"], legend["yanchor"]) == ("container", 0, "bottom")
+
+
+def test_markers_group_within_a_share_of_the_span_never_wider() -> None:
+    moments = [at(0), at(5), at(9), at(10), at(30)]
+    markers = [DecisionMarker(m, "Approved", "circle", "#000", 12, "") for m in moments]
+    groups = group_same_moment(list(reversed(markers)), timedelta(seconds=9))
+    assert [[m.at for m in group] for group in groups] == [
+        [at(0), at(5), at(9)],  # 10 s is more than 9 s after the group's first
+        [at(10)],
+        [at(30)],
+    ]
+    assert SAME_MOMENT_SHARE == 0.01
 
 
 def test_every_decision_event_read_has_a_marker() -> None:
@@ -490,7 +560,7 @@ def test_the_timeline_json_is_the_figure(viewer: User, history: Workload) -> Non
     payload = response.json()
     names = {trace["name"] for trace in payload["data"]}
     assert {"Attempt: Failed", "Anomaly: GPU hardware", "Checkpoint saved"} <= names
-    assert payload["layout"]["height"] == 480
+    assert payload["layout"]["height"] == TIMELINE_HEIGHT_PX == 560
 
 
 # ---------- the page ----------
@@ -528,7 +598,7 @@ def test_the_page_shows_excluded_nodes(viewer: User, history: Workload) -> None:
     attempts = body[body.index('id="workload-attempts"') :]
     assert attempts.count(">excluded until <time") == 1
     assert re.search(r"gpu06 <span class=\"badge badge--excluded\"", attempts)
-    assert '<span class="badge badge--excluded node-excluded">gpu02</span>' in attempts
+    assert 'node-excluded" title="gpu02">gpu02</span>' in attempts
 
 
 @pytest.fixture
@@ -583,7 +653,7 @@ def test_the_page_shows_the_newest_anomalies_only(viewer: User, long_history: Wo
     body = (
         logged_in(viewer).get(reverse("console:workload", args=[long_history.pk])).content.decode()
     )
-    assert body.count('<article class="anomaly"') == 50
+    assert body.count('<article class="anomaly') == 50
     assert "The newest 50 anomalies" in body
 
 
@@ -594,6 +664,8 @@ def test_the_page_makes_a_bounded_number_of_queries(
 ) -> None:
     client = logged_in(viewer)
     url = reverse("console:workload", args=[long_history.pk])
-    with django_assert_max_num_queries(25):
+    # Besides the figure and the sections: the facts the latest action is read against, the
+    # cluster's controllers, and the root cause older than the page with its verdicts.
+    with django_assert_max_num_queries(29):
         response = client.get(url)
     assert response.status_code == 200

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from recovery.choices import (
     AnomalyKind,
+    AttemptExitState,
     Attribution,
     FailureCategory,
     RecommendationAction,
@@ -201,6 +202,42 @@ def test_the_next_jobs_failure_stops_when_the_workflows_budget_is_spent() -> Non
     assert recommendation.action == RecommendationAction.STOP
     assert recommendation.stop_reason == StopReason.RETRY_BUDGET
     assert recommendation.reason.endswith("after 3 attempts over 2 jobs of its workflow")
+
+
+def test_a_chain_of_jobs_ending_at_their_time_limit_spends_no_retry_budget() -> None:
+    """Day-long jobs continued by the next at the time limit: the next crash is a restart."""
+    cluster = ClusterFactory()
+    workflow = Workflow.objects.create(cluster=cluster, user="alice", name="pretrain-70b")
+    for day in range(3):
+        job = WorkloadFactory(
+            cluster=cluster, workflow=workflow, submit_time=SUBMITTED + timedelta(days=day)
+        )
+        AttemptFactory(
+            workload=job,
+            number=1,
+            exit_state=AttemptExitState.TIMEOUT,
+            produced_checkpoint=True,
+            excluded_nodes=["gpu-002"] if day == 0 else [],
+        )
+    today = WorkloadFactory(
+        cluster=cluster, workflow=workflow, submit_time=SUBMITTED + timedelta(days=3)
+    )
+    Policy.objects.create(name="two attempts", max_attempts=2)
+    failure = AnomalyFactory(workload=today, attempt=AttemptFactory(workload=today, number=1))
+    history = history_of(today, Policy(max_attempts=2))
+    assert (history.attempts, history.jobs) == (1, 1)
+    # What earlier jobs kept out still carries over.
+    assert history.previously_excluded == {"gpu-002"}
+    recommendation = recommend(failure)
+    assert recommendation is not None
+    assert recommendation.action == RecommendationAction.RESTART_EXCLUDING
+
+
+def test_a_crash_after_the_chain_went_on_still_counts_the_jobs_own_retries() -> None:
+    first, second = _workflow_of_two_jobs()
+    first.attempts.filter(number=2).update(exit_state=AttemptExitState.TIMEOUT)
+    AttemptFactory(workload=second, number=2)
+    assert history_of(second, Policy()).attempts == 2
 
 
 def test_the_budget_of_a_workflow_is_counted_at_its_newest_job() -> None:

@@ -22,7 +22,11 @@ from recovery.demo.fleet.builder import Builder
 from recovery.demo.fleet.h100 import H100_CLUSTER, seed_h100
 from recovery.demo.fleet.parts import SeedSummary
 from recovery.demo.fleet.users import DEMO_USERS, ensure_demo_users
-from recovery.read.insights import take_goodput_snapshots
+from recovery.read.insights import (
+    SNAPSHOT_WINDOW,
+    backfill_goodput_snapshots,
+    take_goodput_snapshots,
+)
 
 __all__ = (
     "A100_CLUSTER",
@@ -45,5 +49,8 @@ def seed_demo_cluster(now: datetime | None = None, seed: int = 7) -> SeedSummary
     builder = Builder(anchor, random.Random(seed))
     seed_a100(builder)
     seed_h100(builder)
-    take_goodput_snapshots(anchor)  # so the Insights page has figures before the worker runs
+    # So the Insights page has figures, and ETTR a line over the recorded days, before the
+    # worker takes its first snapshot.
+    take_goodput_snapshots(anchor)
+    backfill_goodput_snapshots(anchor, since=anchor - SNAPSHOT_WINDOW)
     return builder.summary
