@@ -5,6 +5,7 @@ from django.contrib.auth.forms import AuthenticationForm
 
 from recovery.choices import SIGNATURE_CATEGORIES, Attribution
 from recovery.detection.linear_regex import MAX_PATTERN_LENGTH
+from recovery.models import Recommendation
 
 # A failure is blamed on a layer, even if it is "unknown"; "none" is the healthy verdict's.
 TAUGHT_ATTRIBUTIONS = [(v, label) for v, label in Attribution.choices if v != Attribution.NONE]
@@ -21,7 +22,73 @@ class DecisionForm(forms.Form):
         required=False,
         max_length=2000,
         widget=forms.TextInput(attrs={"placeholder": "Reason (optional)"}),
+        error_messages={"max_length": "The note is longer than %(limit_value)d characters."},
     )
+
+
+# One page of the approval queue (console.views.approvals.APPROVALS_PAGE_SIZE) at most: an
+# operator decides on what they saw, never on more than one page.
+MAX_BULK_DECISIONS = 50
+BULK_DECISIONS = [("approve", "Approve"), ("reject", "Reject")]
+# A primary key is a signed 64-bit integer (BigAutoField).
+MAX_ID = 2**63 - 1
+
+
+class BulkDecisionForm(DecisionForm):
+    """Several recommendations, one decision and one note (the single decision's note field).
+
+    Any problem with the ids (not a number, repeated, unknown, too many) refuses the whole
+    submission: nothing is decided on a selection the operator did not mean.
+    """
+
+    recommendation = forms.Field(
+        widget=forms.MultipleHiddenInput,
+        error_messages={"required": "Select at least one recommendation."},
+    )
+    decision = forms.ChoiceField(
+        choices=BULK_DECISIONS,
+        error_messages={
+            "required": "Choose to approve or to reject the selection.",
+            "invalid_choice": "Choose to approve or to reject the selection.",
+        },
+    )
+
+    def clean_recommendation(self) -> list[int]:
+        values = self.cleaned_data["recommendation"]
+        given = [str(v).strip() for v in (values if isinstance(values, list) else [values])]
+        if len(given) > MAX_BULK_DECISIONS:
+            raise forms.ValidationError(
+                f"{len(given)} recommendations were selected: at most {MAX_BULK_DECISIONS} "
+                "(one page of the queue) are decided at once."
+            )
+        not_ids = [value for value in given if not _is_id(value)]
+        if not_ids:
+            raise forms.ValidationError(
+                f"Not a recommendation id: {', '.join(repr(v[:20]) for v in not_ids[:5])}."
+            )
+        ids = [int(value) for value in given]
+        repeated = sorted({pk for pk in ids if ids.count(pk) > 1})
+        if repeated:
+            raise forms.ValidationError(
+                f"Selected more than once: recommendation {_listed(repeated)}."
+            )
+        known = set(Recommendation.objects.filter(pk__in=ids).values_list("pk", flat=True))
+        unknown = [pk for pk in ids if pk not in known]
+        if unknown:
+            raise forms.ValidationError(f"No such recommendation: {_listed(unknown)}.")
+        return ids
+
+    def problems(self) -> str:
+        """Every error as one sentence for a message."""
+        return " ".join(str(error) for errors in self.errors.values() for error in errors)
+
+
+def _is_id(value: str) -> bool:
+    return 0 < len(value) <= 19 and value.isascii() and value.isdigit() and 0 < int(value) <= MAX_ID
+
+
+def _listed(ids: list[int]) -> str:
+    return ", ".join(str(pk) for pk in ids)
 
 
 class SignalStoresForm(forms.Form):

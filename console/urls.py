@@ -2,6 +2,7 @@ from django.urls import path
 
 from console.views import (
     approvals,
+    approvals_count,
     audit,
     clusters,
     fleet,
@@ -31,6 +32,8 @@ urlpatterns = [
         name="workflow_timeline",
     ),
     path("approvals/", approvals.approvals, name="approvals"),
+    path("approvals/count/", approvals_count.approvals_count, name="approvals_count"),
+    path("approvals/bulk/", approvals.bulk_decide, name="bulk_decide"),
     path(
         "recommendations/<int:recommendation_id>/approve/",
         approvals.decide,

@@ -7,7 +7,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from console.access import console_view
-from recovery.read.cluster_status import CONTROLLER_SEEN_WITHIN, STALE_AFTER_POLLS, cluster_statuses
+from recovery.read.cluster_status import STALE_AFTER_POLLS, cluster_statuses
+from recovery.read.controllers import CONTROLLER_SEEN_WITHIN
 
 
 @console_view("recovery.view_cluster", "Viewing clusters")

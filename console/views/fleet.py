@@ -10,7 +10,7 @@ from django.utils import timezone
 from console.access import console_view
 from recovery.choices import WorkloadState
 from recovery.models import Cluster, Workload
-from recovery.read.filters import ANOMALY_CHOICES, FleetFilterSet
+from recovery.read.filters import ANOMALY_CHOICES, ATTENTION_SORT, FleetFilterSet
 from recovery.read.goodput import goodput_of_workloads
 from recovery.read.insights import latest_snapshots
 from recovery.read.queries import fleet_rows
@@ -27,6 +27,11 @@ SORTABLE_COLUMNS = {
     "progress": "Last progress",
     "checkpoint": "Checkpoint",
 }
+# The other order offered beside attention (no column shows the submit time).
+SUBMITTED_SORT = "-submitted"
+ATTENTION_ORDER_WORDS = (
+    "Needing attention first: awaiting approval, then failing or recovering, running, ended"
+)
 
 
 @console_view("recovery.view_workload", "Viewing the fleet")
@@ -63,6 +68,9 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "states": WorkloadState.choices,
             "anomalies": ANOMALY_CHOICES,
             "columns": _sort_links(filters["sort"]),
+            "by_attention": filters["sort"] == ATTENTION_SORT,
+            "submitted_sort": SUBMITTED_SORT,
+            "order": _order_words(filters["sort"]),
             "cluster_goodput": [(c, snapshots.get(c.pk)) for c in shown],
         },
     )
@@ -82,3 +90,13 @@ def _sort_links(current: str) -> dict[str, dict[str, str]]:
             state, next_sort = "none", f"-{key}" if descending_first else key
         columns[key] = {"label": label, "aria_sort": state, "next": next_sort}
     return columns
+
+
+def _order_words(sort: str) -> str:
+    """The order the rows are in, as the page says it."""
+    if sort == ATTENTION_SORT:
+        return ATTENTION_ORDER_WORDS
+    if sort.removeprefix("-") == "submitted":
+        return "Newest first" if sort.startswith("-") else "Oldest first"
+    label = SORTABLE_COLUMNS.get(sort.removeprefix("-"), sort)
+    return f"By {label.lower()}, {'descending' if sort.startswith('-') else 'ascending'}"

@@ -35,9 +35,16 @@ def note_of(request: HttpRequest) -> str:
     return str(form.cleaned_data["note"]) if form.is_valid() else ""
 
 
-def back(request: HttpRequest, home: str, message: str, *, changed: bool) -> HttpResponse:
-    """Say what happened, then return to the page the button was on (or ``home``)."""
-    messages.add_message(request, messages.SUCCESS if changed else messages.INFO, message)
+def back(
+    request: HttpRequest, home: str, message: str, *, changed: bool, level: int | None = None
+) -> HttpResponse:
+    """Say what happened, then return to the page the button was on (or ``home``).
+
+    The message is a success when something changed, else information, unless ``level`` says.
+    """
+    if level is None:
+        level = messages.SUCCESS if changed else messages.INFO
+    messages.add_message(request, level, message)
     next_url = request.POST.get("next", "")
     if next_url and url_has_allowed_host_and_scheme(
         next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()

@@ -27,7 +27,6 @@ FLEET_SORTS: dict[str, tuple[str, ...]] = {
     "progress": ("last_progress_at", "id"),
     "checkpoint": ("last_checkpoint_step", "id"),
 }
-DEFAULT_FLEET_SORT = "-submitted"
 ANY_ANOMALY = "any"
 NO_ANOMALY = "none"
 

@@ -126,6 +126,11 @@
     return list;
   }
 
+  function isToggle(el) {
+    var type = (el.getAttribute('type') || '').toLowerCase();
+    return el.tagName === 'INPUT' && (type === 'checkbox' || type === 'radio');
+  }
+
   function isTextField(el) {
     if (el.tagName === 'TEXTAREA') return true;
     if (el.tagName !== 'INPUT') return false;
@@ -134,11 +139,13 @@
   }
 
   function captureState(container) {
-    var state = { values: {}, focus: null, selection: null, open: {} };
+    var state = { values: {}, checked: {}, focus: null, selection: null, open: {} };
     var active = document.activeElement;
     keyedControls(container).forEach(function (item) {
       var el = item.el;
       if (isTextField(el) && el.value !== el.defaultValue) state.values[item.key] = el.value;
+      // A ticked card (bulk approval) stays ticked when the queue is redrawn around it.
+      if (isToggle(el) && el.checked !== el.defaultChecked) state.checked[item.key] = el.checked;
       if (el === active) {
         state.focus = item.key;
         if (isTextField(el)) {
@@ -161,6 +168,9 @@
       var el = item.el;
       if (Object.prototype.hasOwnProperty.call(state.values, item.key) && isTextField(el)) {
         el.value = state.values[item.key];
+      }
+      if (Object.prototype.hasOwnProperty.call(state.checked, item.key) && isToggle(el)) {
+        el.checked = state.checked[item.key];
       }
       if (state.focus === item.key) {
         el.focus({ preventScroll: true });

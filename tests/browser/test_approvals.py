@@ -125,7 +125,8 @@ def test_an_operator_approves_on_the_workload_page(browsing: Browsing, operator:
 def test_an_operator_rejects_with_a_reason_once(browsing: Browsing, operator: User) -> None:
     """
     GIVEN a recommendation awaiting approval
-    WHEN the operator types a reason and double-clicks Reject, then the form is posted again
+    WHEN the operator opens the card's details, types a reason and double-clicks Reject, then
+        the form is posted again
     THEN it is rejected with that reason, by that operator, in exactly one `rejected` event,
     AND approving it afterwards is refused without changing anything
     """
@@ -133,6 +134,8 @@ def test_an_operator_rejects_with_a_reason_once(browsing: Browsing, operator: Us
     page = browsing.page(operator)
     page.goto("/approvals/")
     card = page.locator(f"#recommendation-{recommendation.pk}")
+    # The note is in the card's details, sent with the Reject button of its one-line summary.
+    card.locator("summary").click()
     card.get_by_label(f"Reason for rejecting recommendation {recommendation.pk}").fill(
         REJECT_REASON
     )

@@ -94,7 +94,7 @@ def test_an_approval_on_the_monitor_cluster_is_carried_out_and_the_demo_cleans_u
         approved = time.monotonic()
 
         deadline = approved + 60
-        status = ""
+        status: object = ""
         while time.monotonic() < deadline:
             ((status, attempt),) = query(
                 database,

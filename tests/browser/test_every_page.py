@@ -188,6 +188,24 @@ def icon_problems(page: Page) -> list[str]:
     return [f"{named} request for {url} answers {status}"]
 
 
+# Text wider than its table cell, drawn over the next column (a cell that clips or scrolls its
+# overflow, as an ellipsis does, is fine).
+CELLS_SPILLING = """() => [...document.querySelectorAll('td, th')]
+  .filter(cell => cell.getClientRects().length)
+  .filter(cell => getComputedStyle(cell).overflowX === 'visible')
+  .filter(cell => cell.scrollWidth > cell.clientWidth + 1)
+  .map(cell => cell.innerText.trim().slice(0, 80))"""
+
+# A Plotly chart whose mode bar overlaps its legend.
+LEGENDS_COVERED = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(plot => {
+  const bar = plot.querySelector('.modebar'), legend = plot.querySelector('.legend');
+  if (!bar || !legend || !bar.getClientRects().length) return false;
+  const a = bar.getBoundingClientRect(), b = legend.getBoundingClientRect();
+  return a.width && b.width && a.left < b.right && b.left < a.right
+    && a.top < b.bottom && b.top < a.bottom;
+}).map(plot => plot.closest('[id]') ? plot.closest('[id]').id : 'a chart')"""
+
+
 def check_page(page: Page, name: str, path: str | None, theme: str) -> list[str]:
     """Open ``path`` (None: stay on the current page), check it, save its screenshot."""
     problems = []
@@ -215,6 +233,10 @@ def check_page(page: Page, name: str, path: str | None, theme: str) -> list[str]
     )
     if overflow > 1:
         problems.append(f"overflows sideways by {overflow}px at 1280px")
+    for cell in page.evaluate(CELLS_SPILLING):
+        problems.append(f"table cell spills into the next: {cell!r}")
+    for chart in page.evaluate(LEGENDS_COVERED):
+        problems.append(f"the chart's toolbar covers its legend: {chart}")
     luminance = page.evaluate(BACKGROUND_LUMINANCE)
     if luminance is None or (luminance < 0.5) != (theme == "dark"):
         problems.append(f"background luminance {luminance} does not fit the {theme} theme")

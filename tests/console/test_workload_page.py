@@ -260,21 +260,21 @@ def test_the_latest_action_is_the_newest_recommendation_still_standing() -> None
     assert latest_action([], {}) is None
 
 
-def test_the_demo_job_stopped_then_restarted_tells_one_story(viewer: User) -> None:
+def test_the_demo_job_restarted_without_its_failed_node_tells_one_story(viewer: User) -> None:
     """
-    GIVEN the demo fleet, whose job 48213 had a stop carried out and then ran attempt 2
+    GIVEN the demo fleet, whose job 48213 lost gpu-a100-007 (Xid 79), had the approved restart
+          without it carried out, and runs attempt 2
     WHEN a viewer opens it
-    THEN the header's state and its latest action agree: the stop is overtaken by attempt 2
+    THEN the header's state and its latest action agree, and the Xid leads the anomalies
     """
     seed_demo_cluster()
     workload = Workload.objects.get(job_id="48213")
     assert workload.state == WorkloadState.RUNNING
     body = page(viewer, workload)
     head = text(shown(body, "latest-action"))
-    assert re.match(
-        r"Latest action: Stop · Executed at \S+ \S+, overtaken: attempt 2 started", head
-    )
-    # The Xid the stop was made on leads the anomalies, the consequences follow.
+    assert head.startswith("Latest action: Restart excluding nodes · Executed at ")
+    assert "overtaken" not in head
+    # The Xid the restart was made on leads the anomalies, the consequences follow.
     roles = re.findall(
         r'<article class="anomaly[^"]*" id="anomaly-\d+"[^>]*data-role="(\w+)"', body
     )

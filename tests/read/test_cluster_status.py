@@ -463,4 +463,5 @@ def test_monitor_mode_with_approvals_waiting_and_no_controller_warns_that_approv
     ControllerToken.objects.filter(pk=token.pk).update(last_used_at=NOW - timedelta(seconds=5))
     assert status_of(cluster).warnings == []
     (status,) = cluster_statuses(NOW, attribution=NO_PROVIDER)
+    assert status.controllers is not None
     assert [c.name for c in status.controllers.controllers] == ["login-1"]

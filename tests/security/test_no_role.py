@@ -231,7 +231,7 @@ def test_an_account_without_a_role_is_refused_everywhere_and_changes_nothing(
     assert client.login(username=outsider.username, password=TEST_PASSWORD)
     tried = targets(stored)
     assert {t.area for t in tried} == {"console", "api", "admin"}
-    assert len([t for t in tried if t.area == "console"]) == 21
+    assert len([t for t in tried if t.area == "console"]) == 23
     before = everything_stored()
 
     problems = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from recovery.read.filters.filtersets import (
     ANOMALY_CHOICES,
+    ATTENTION_SORT,
     NODE_FLAGS,
     AnomalyFilterSet,
     ApprovalQueueFilterSet,
@@ -25,10 +26,12 @@ from recovery.read.filters.filtersets import (
     WorkflowFilterSet,
     WorkflowListFilterSet,
     WorkloadFilterSet,
+    attention_ordered,
 )
 
 __all__ = [
     "ANOMALY_CHOICES",
+    "ATTENTION_SORT",
     "NODE_FLAGS",
     "AnomalyFilterSet",
     "ApprovalQueueFilterSet",
@@ -46,4 +49,5 @@ __all__ = [
     "WorkflowFilterSet",
     "WorkflowListFilterSet",
     "WorkloadFilterSet",
+    "attention_ordered",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Case, Exists, F, IntegerField, OuterRef, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from recovery.audit.trail import QUICK_RANGES, AuditFilters, WorkloadRef, audit_events
@@ -66,9 +66,9 @@ from recovery.read.filters.fields import (
     TypedInstantFilter,
     WorkloadRefFilter,
 )
+from recovery.read.nodes import SUSPECT
 from recovery.read.queries import (
     ANY_ANOMALY,
-    DEFAULT_FLEET_SORT,
     FLEET_SORTS,
     NO_ANOMALY,
     fleet_ordering,
@@ -183,7 +183,7 @@ class NodeFilterSet(ListFilterSet):
         fields: tuple[str, ...] = ()
 
     def filter_suspect(self, nodes: QuerySet[Node], name: str, value: bool) -> QuerySet[Node]:
-        return nodes.filter(suspect_since__isnull=not value)
+        return nodes.filter(SUSPECT if value else ~SUSPECT)
 
     def filter_excluded(self, nodes: QuerySet[Node], name: str, value: bool) -> QuerySet[Node]:
         excluded = Node.excluded_at(self.now)
@@ -324,14 +324,57 @@ ANOMALY_CHOICES = [
     (NO_ANOMALY, "No anomaly"),
     *FailureCategory.choices,
 ]
-FLEET_SORT_CHOICES = [(key, key) for name in FLEET_SORTS for key in (name, f"-{name}")]
+
+# The fleet's default order: what needs a person first (``attention_ordered``).
+ATTENTION_SORT = "attention"
+FLEET_SORT_CHOICES = [
+    (ATTENTION_SORT, ATTENTION_SORT),
+    *((key, key) for name in FLEET_SORTS for key in (name, f"-{name}")),
+]
+
+# The attention groups, in the order the fleet shows them.
+AWAITING_APPROVAL, TROUBLED, ACTIVE, ENDED = range(4)
+# Something went wrong or recovery is under way: failed, held (by recovery or an
+# administrator), requeued for another attempt, or no longer listed by the scheduler.
+TROUBLED_STATES = (
+    WorkloadState.FAILED,
+    WorkloadState.HELD,
+    WorkloadState.REQUEUED,
+    WorkloadState.UNKNOWN,
+)
+# A recommendation in one of these is approved, or decided by the policy, and being carried out.
+UNDER_WAY_STATUSES = (RecommendationStatus.READY, RecommendationStatus.CLAIMED)
+# Running, or queued for a first attempt (a queued restart is requeued, hence troubled).
+ACTIVE_STATES = (WorkloadState.RUNNING, WorkloadState.PENDING)
+# The rest has ended: completed, cancelled by its owner, stopped by recovery.
+
+
+def attention_ordered(workloads: QuerySet[Workload]) -> QuerySet[Workload]:
+    """``workloads`` with those awaiting an approval first, then those failing or being
+    recovered, then running or queued ones, then ended ones; in each group the latest activity
+    (``updated_at``: a state, progress or checkpoint recorded) first.
+
+    One ORDER BY in the database (a CASE over two EXISTS on the recommendations' (workload,
+    status) index), so a page of 50 is read from any number of workloads.
+    """
+    recommendations = Recommendation.objects.filter(workload=OuterRef("pk"))
+    awaiting = recommendations.filter(status=RecommendationStatus.AWAITING_APPROVAL)
+    under_way = recommendations.filter(status__in=UNDER_WAY_STATUSES)
+    group = Case(
+        When(Exists(awaiting), then=Value(AWAITING_APPROVAL)),
+        When(Q(state__in=TROUBLED_STATES) | Exists(under_way), then=Value(TROUBLED)),
+        When(state__in=ACTIVE_STATES, then=Value(ACTIVE)),
+        default=Value(ENDED),
+        output_field=IntegerField(),
+    )
+    return workloads.alias(attention=group).order_by("attention", "-updated_at", "-id")
 
 
 class FleetFilterSet(WorkloadFilterSet):
     """The fleet page: the workloads' filters plus a search (``q``: a job id, or part of a
     name), the anomalies a workload had (``anomaly``: a category, ``any`` or ``none``) and a
-    sort (a key of ``FLEET_SORTS``, ``-`` for descending). A cluster that does not exist
-    matches nothing."""
+    sort (``attention``, the default, or a key of ``FLEET_SORTS``, ``-`` for descending). A
+    cluster that does not exist matches nothing."""
 
     cluster = PlainTextFilter(field_name="cluster__name")
     state = TrimmedChoiceFilter(
@@ -352,15 +395,19 @@ class FleetFilterSet(WorkloadFilterSet):
     sort = TrimmedChoiceFilter(
         choices=FLEET_SORT_CHOICES,
         method="filter_sorted_later",
-        error_messages={"invalid_choice": "Cannot sort by “%(value)s”: newest first instead."},
+        error_messages={
+            "invalid_choice": "Cannot sort by “%(value)s”: needing attention first instead."
+        },
     )
 
     @property
     def sort_key(self) -> str:
-        return self.value("sort") or DEFAULT_FLEET_SORT
+        return self.value("sort") or ATTENTION_SORT
 
     def filter_queryset(self, queryset: QuerySet[Workload]) -> QuerySet[Workload]:
         workloads: QuerySet[Workload] = super().filter_queryset(queryset)
+        if self.sort_key == ATTENTION_SORT:
+            return attention_ordered(workloads)
         return workloads.order_by(*fleet_ordering(self.sort_key))
 
     def filter_search(
@@ -402,7 +449,7 @@ class FlaggedNodeFilterSet(NodeFilterSet):
 
     def flag_conditions(self) -> dict[str, Q]:
         return {
-            "suspect": Q(suspect_since__isnull=False),
+            "suspect": SUSPECT,
             "unhealthy": Q(health__in=[NodeHealth.UNHEALTHY, NodeHealth.SUSPECT]),
             "implicated": Q(times_implicated__gt=0),
             "excluded": Node.excluded_at(self.now),

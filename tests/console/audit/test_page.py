@@ -502,8 +502,9 @@ def test_the_permalink_reads_a_bounded_number_of_rows(
         for n in range(100)
     )
     client = logged_in(viewer)
-    # Ten, and one more on every page for the banner of abandoned actions.
-    with django_assert_max_num_queries(11):
+    # Ten, and one more on every page for each of the banner of abandoned actions and the
+    # count of pending approvals in the navigation.
+    with django_assert_max_num_queries(12):
         body = client.get(
             reverse("console:audit_event", args=[trail["events"]["detected"].pk])
         ).content.decode()
