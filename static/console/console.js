@@ -12,10 +12,6 @@
 
   var DEBOUNCE_MS = 100; // coalesces a burst of events into one refetch
   var MAX_WAIT_MS = 1000; // a steady stream of events still refreshes at least this often
-  var PING_MS = 25000;
-  var BACKOFF_MIN_MS = 1000;
-  var BACKOFF_MAX_MS = 30000;
-  var UNAUTHORISED_CLOSE_CODE = 4401; // console/consumers.py
   var PRIMARY_TARGET_IDS = ['fleet-rows', 'audit-trail'];
   var CONTROLS = 'input, textarea, select, button, a[href], summary, [tabindex]';
 
@@ -241,13 +237,10 @@
   rememberCurrent();
   highlightEvidence(document);
   if (!root) return;
-  if (!('WebSocket' in window) || !('fetch' in window) || !('DOMParser' in window)) {
+  if (!('WebSocket' in window) || !('fetch' in window) || !('DOMParser' in window) || !window.WRLiveSocket) {
     setStatus('offline', 'No live updates');
     return;
   }
-
-  var socketUrl =
-    (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + root.getAttribute('data-live-url');
 
   /* ---------- refreshing the page's live regions ---------- */
 
@@ -313,148 +306,32 @@
     }
   });
 
-  /* ---------- the WebSocket ---------- */
+  /* ---------- the live channel (live_socket.js keeps it open) ---------- */
 
-  var socket = null;
-  var backoff = BACKOFF_MIN_MS;
-  var reconnectTimer = null;
-  var pingTimer = null;
-  var awaitingReply = false;
-  var needCatchUp = false;
-  var stopped = false;
-
-  function connect() {
-    reconnectTimer = null;
-    if (stopped || socket) return;
-    setStatus(needCatchUp ? 'reconnecting' : 'connecting');
-    var ws;
-    try {
-      ws = new WebSocket(socketUrl);
-    } catch (err) {
-      scheduleReconnect();
-      return;
-    }
-    socket = ws;
-
-    ws.onopen = function () {
-      if (socket !== ws) return;
-      backoff = BACKOFF_MIN_MS;
-      setStatus('live');
-      startPing(ws);
-      if (needCatchUp) {
-        // Events may have been missed while away.
-        needCatchUp = false;
-        requestRefresh();
-      }
-    };
-
-    ws.onmessage = function (event) {
-      if (socket !== ws) return;
-      awaitingReply = false;
-      var data;
-      try {
-        data = JSON.parse(event.data);
-      } catch (err) {
-        return;
-      }
-      if (data && (data.type === 'audit.event' || data.type === 'insights.snapshot')) requestRefresh();
-    };
-
-    ws.onclose = function (event) {
-      if (socket !== ws) return;
-      socket = null;
-      stopPing();
-      if (event.code === UNAUTHORISED_CLOSE_CODE) {
-        stopForGood('Signed out');
-        return;
-      }
-      scheduleReconnect();
-    };
-
-    ws.onerror = function () {
-      /* a close event follows and schedules the reconnect */
-    };
-  }
-
-  function scheduleReconnect() {
-    if (stopped || reconnectTimer) return;
-    needCatchUp = true;
-    setStatus('reconnecting');
-    var delay = backoff;
-    backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
-    reconnectTimer = setTimeout(connect, delay);
-  }
-
-  function startPing(ws) {
-    stopPing();
-    awaitingReply = false;
-    pingTimer = setInterval(function () {
-      if (socket !== ws || ws.readyState !== WebSocket.OPEN) return;
-      if (awaitingReply) {
-        // No answer to the last ping: the connection is dead without having said so.
-        dropSocket();
-        scheduleReconnect();
-        return;
-      }
-      awaitingReply = true;
-      try {
-        ws.send(JSON.stringify({ type: 'ping' }));
-      } catch (err) {
-        dropSocket();
-        scheduleReconnect();
-      }
-    }, PING_MS);
-  }
-
-  function stopPing() {
-    if (pingTimer) clearInterval(pingTimer);
-    pingTimer = null;
-  }
-
-  function dropSocket() {
-    var ws = socket;
-    socket = null;
-    stopPing();
-    if (ws) {
-      try {
-        ws.close(1000);
-      } catch (err) {
-        /* already closed */
-      }
-    }
-  }
+  var channel = null;
 
   function stopForGood(text) {
-    stopped = true;
-    clearTimeout(reconnectTimer);
-    reconnectTimer = null;
-    dropSocket();
+    if (channel) channel.stop();
     setStatus('offline', text);
   }
 
-  window.addEventListener('online', function () {
-    // The network is back: do not sit out the rest of a long backoff.
-    if (reconnectTimer && !stopped) {
-      clearTimeout(reconnectTimer);
-      reconnectTimer = null;
-      connect();
+  channel = window.WRLiveSocket(root.getAttribute('data-live-url'), {
+    connecting: function (catchUp) {
+      setStatus(catchUp ? 'reconnecting' : 'connecting');
+    },
+    open: function (catchUp) {
+      setStatus('live');
+      // Events may have been missed while away.
+      if (catchUp) requestRefresh();
+    },
+    message: function (data) {
+      if (data.type === 'audit.event' || data.type === 'insights.snapshot') requestRefresh();
+    },
+    reconnecting: function () {
+      setStatus('reconnecting');
+    },
+    signedOut: function () {
+      setStatus('offline', 'Signed out');
     }
   });
-
-  window.addEventListener('pagehide', function () {
-    clearTimeout(reconnectTimer);
-    reconnectTimer = null;
-    dropSocket();
-  });
-
-  window.addEventListener('pageshow', function (event) {
-    // Restored from the back/forward cache: the socket is gone and the page is old.
-    if (event.persisted && !stopped) {
-      needCatchUp = true;
-      backoff = BACKOFF_MIN_MS;
-      connect();
-    }
-  });
-
-  connect();
 })();

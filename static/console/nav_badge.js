@@ -17,19 +17,14 @@
 
   var FLEET_CHANNEL = '/ws/live/';
   var DEBOUNCE_MS = 250; // a burst of decisions is one fetch
-  var PING_MS = 25000;
-  var BACKOFF_MIN_MS = 1000;
-  var BACKOFF_MAX_MS = 30000;
-  var UNAUTHORISED_CLOSE_CODE = 4401; // console/consumers.py
 
   var holder = document.getElementById('nav-approvals-count');
   if (!holder) return; // signed out, or a role that may not see the approval queue
   if (document.querySelector('[data-live-url="' + FLEET_CHANNEL + '"]')) return; // console.js
-  if (!('WebSocket' in window) || !('fetch' in window)) return;
+  if (!('WebSocket' in window) || !('fetch' in window) || !window.WRLiveSocket) return;
 
   var countUrl = holder.getAttribute('data-count-url');
   var kinds = (holder.getAttribute('data-count-kinds') || '').split(/\s+/).filter(Boolean);
-  var socketUrl = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + FLEET_CHANNEL;
 
   /* ---------- the count ---------- */
 
@@ -103,141 +98,28 @@
     }
   });
 
-  /* ---------- the fleet channel ---------- */
-
-  var socket = null;
-  var backoff = BACKOFF_MIN_MS;
-  var reconnectTimer = null;
-  var pingTimer = null;
-  var awaitingReply = false;
-
-  function connect() {
-    reconnectTimer = null;
-    if (stopped || socket) return;
-    var ws;
-    try {
-      ws = new WebSocket(socketUrl);
-    } catch (err) {
-      scheduleReconnect();
-      return;
-    }
-    socket = ws;
-
-    ws.onopen = function () {
-      if (socket !== ws) return;
-      backoff = BACKOFF_MIN_MS;
-      holder.setAttribute('data-live-state', 'live');
-      startPing(ws);
-      // Listening from now on: one read covers what changed since the page was rendered, or
-      // while the channel was down.
-      requestCount();
-    };
-
-    ws.onmessage = function (event) {
-      if (socket !== ws) return;
-      awaitingReply = false;
-      var data;
-      try {
-        data = JSON.parse(event.data);
-      } catch (err) {
-        return;
-      }
-      if (data && data.type === 'audit.event' && kinds.indexOf(data.kind) !== -1) requestCount();
-    };
-
-    ws.onclose = function (event) {
-      if (socket !== ws) return;
-      socket = null;
-      stopPing();
-      holder.setAttribute('data-live-state', 'reconnecting');
-      if (event.code === UNAUTHORISED_CLOSE_CODE) {
-        stop();
-        return;
-      }
-      scheduleReconnect();
-    };
-
-    ws.onerror = function () {
-      /* a close event follows and schedules the reconnect */
-    };
-  }
-
-  function scheduleReconnect() {
-    if (stopped || reconnectTimer) return;
-    var delay = backoff;
-    backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
-    reconnectTimer = setTimeout(connect, delay);
-  }
-
-  function startPing(ws) {
-    stopPing();
-    awaitingReply = false;
-    pingTimer = setInterval(function () {
-      if (socket !== ws || ws.readyState !== WebSocket.OPEN) return;
-      if (awaitingReply) {
-        // No answer to the last ping: the connection is dead without having said so.
-        dropSocket();
-        scheduleReconnect();
-        return;
-      }
-      awaitingReply = true;
-      try {
-        ws.send(JSON.stringify({ type: 'ping' }));
-      } catch (err) {
-        dropSocket();
-        scheduleReconnect();
-      }
-    }, PING_MS);
-  }
-
-  function stopPing() {
-    if (pingTimer) clearInterval(pingTimer);
-    pingTimer = null;
-  }
-
-  function dropSocket() {
-    var ws = socket;
-    socket = null;
-    stopPing();
-    if (ws) {
-      try {
-        ws.close(1000);
-      } catch (err) {
-        /* already closed */
-      }
-    }
-  }
+  /* ---------- the fleet channel (live_socket.js keeps it open) ---------- */
 
   function stop() {
     stopped = true;
     holder.setAttribute('data-live-state', 'stopped');
-    clearTimeout(reconnectTimer);
-    reconnectTimer = null;
     clearTimeout(timer);
-    dropSocket();
+    if (channel) channel.stop();
   }
 
-  window.addEventListener('online', function () {
-    if (reconnectTimer && !stopped) {
-      clearTimeout(reconnectTimer);
-      reconnectTimer = null;
-      connect();
-    }
+  var channel = window.WRLiveSocket(FLEET_CHANNEL, {
+    open: function () {
+      holder.setAttribute('data-live-state', 'live');
+      // Listening from now on: one read covers what changed since the page was rendered, or
+      // while the channel was down.
+      requestCount();
+    },
+    message: function (data) {
+      if (data.type === 'audit.event' && kinds.indexOf(data.kind) !== -1) requestCount();
+    },
+    reconnecting: function () {
+      holder.setAttribute('data-live-state', 'reconnecting');
+    },
+    signedOut: stop
   });
-
-  window.addEventListener('pagehide', function () {
-    clearTimeout(reconnectTimer);
-    reconnectTimer = null;
-    dropSocket();
-  });
-
-  window.addEventListener('pageshow', function (event) {
-    // Restored from the back/forward cache: the socket is gone and the count may be old.
-    if (event.persisted && !stopped) {
-      backoff = BACKOFF_MIN_MS;
-      connect();
-    }
-  });
-
-  connect();
 })();
