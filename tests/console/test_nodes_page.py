@@ -78,6 +78,20 @@ def test_suspect_nodes_lead_their_cluster(viewer: User, nodes: dict[str, Node]) 
     assert body.index(">lab</h2>") < body.index(">prod</h2>")
 
 
+def test_a_node_only_its_health_calls_suspect_leads_and_is_shown_as_suspect(
+    viewer: User, nodes: dict[str, Node]
+) -> None:
+    lab = nodes["fine"].cluster
+    node(lab, "gpu-000", times_implicated=5, last_implicated_at=timezone.now())
+    node(lab, "gpu-009", health=NodeHealth.SUSPECT)
+    client = logged_in(viewer)
+    body = client.get(reverse("console:nodes"), {"cluster": "lab"}).content.decode()
+    assert body.index("gpu-007") < body.index("gpu-009") < body.index("gpu-000")
+    body = client.get(reverse("console:nodes"), {"show": "suspect"}).content.decode()
+    assert "gpu-009" in body
+    assert "gpu-000" not in body
+
+
 def test_it_filters_by_cluster_and_by_flag(viewer: User, nodes: dict[str, Node]) -> None:
     client = logged_in(viewer)
     body = client.get(reverse("console:nodes"), {"cluster": "prod"}).content.decode()

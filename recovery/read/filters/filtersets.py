@@ -475,9 +475,11 @@ class FlaggedNodeFilterSet(NodeFilterSet):
             for condition in self.flag_conditions().values():
                 flagged |= condition
             nodes = nodes.filter(flagged)
-        # Suspect nodes lead each cluster's list, most recently flagged first.
+        # Suspect nodes (by either record, as the health column says) lead each cluster's list,
+        # most recently flagged first.
         return nodes.order_by(
             "cluster__name",
+            Case(When(SUSPECT, then=Value(0)), default=Value(1), output_field=IntegerField()),
             F("suspect_since").desc(nulls_last=True),
             "-times_implicated",
             "name",
