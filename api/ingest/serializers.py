@@ -185,6 +185,16 @@ class SlurmStateField(StringRegexField):
         return STATE_ALIASES.get(state, state)
 
 
+class JsonIntegerField(serializers.IntegerField):
+    """An integer as JSON writes one: ``300.0``, ``"300"`` and ``true`` are refused, as the
+    schema says (DRF's own field would take all three for 300 or 1)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
 class JobEndedRequest(JobScoped):
     state = SlurmStateField(
         required=False,
@@ -193,7 +203,7 @@ class JobEndedRequest(JobScoped):
         help_text="The job's final state as the scheduler names it: FAILED, NODE_FAIL, TIMEOUT, "
         "OUT_OF_MEMORY (or OOM), CANCELLED, COMPLETED, PREEMPTED…",
     )
-    exit_code = serializers.IntegerField(
+    exit_code = JsonIntegerField(
         required=False,
         allow_null=True,
         default=None,
@@ -210,7 +220,7 @@ class JobEndedRequest(JobScoped):
         help_text="Slurm's SLURM_JOB_EXIT_CODE2, ``exit:signal``.",
     )
     nodes = NodeListField(required=False, default=list)
-    restart_count = serializers.IntegerField(
+    restart_count = JsonIntegerField(
         min_value=0, max_value=100_000, required=False, allow_null=True, default=None
     )
 

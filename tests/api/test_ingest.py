@@ -459,6 +459,11 @@ def test_a_simulated_cluster_is_not_polled(django_capture_on_commit_callbacks: A
         ({"state": "FAILED"}, "job_id"),
         ({"job_id": "4242", "state": "FAIL ED"}, "state"),
         ({"job_id": "4242", "exit_code": "x"}, "exit_code"),
+        # Only a JSON integer is an integer: a fuzzer found 300.0 taken as 300.
+        ({"job_id": "4242", "exit_code": 300.0}, "exit_code"),
+        ({"job_id": "4242", "exit_code": "768"}, "exit_code"),
+        ({"job_id": "4242", "exit_code": True}, "exit_code"),
+        ({"job_id": "4242", "restart_count": 1.0}, "restart_count"),
         ({"job_id": "4242", "exit_code_text": "3"}, "exit_code_text"),
         ({"job_id": "4242", "nodes": "node[001-"}, "nodes"),
         ({"job_id": "4242", "nodes": 7}, "nodes"),
