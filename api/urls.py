@@ -1,7 +1,7 @@
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api import advisor, decisions, goodput, job_tokens, views
+from api import advisor, decisions, goodput, job_tokens, readiness, views
 
 app_name = "api"
 
@@ -11,6 +11,11 @@ urlpatterns = [
     path("v1/health/", views.health, name="health"),
     path("v1/workloads/<int:workload_id>/goodput/", goodput.workload, name="workload-goodput"),
     path("v1/clusters/<int:cluster_id>/goodput/", goodput.cluster, name="cluster-goodput"),
+    path(
+        "v1/clusters/<str:cluster_name>/readiness/",
+        readiness.cluster_readiness,
+        name="cluster-readiness",
+    ),
     path(
         "v1/recommendations/<int:recommendation_id>/approve/",
         decisions.approve,

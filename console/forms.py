@@ -3,9 +3,10 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
-from recovery.choices import SIGNATURE_CATEGORIES, Attribution
+from recovery.choices import SIGNATURE_CATEGORIES, Attribution, ClusterMode
 from recovery.detection.linear_regex import MAX_PATTERN_LENGTH
-from recovery.models import Recommendation
+from recovery.models import Cluster, Recommendation
+from recovery.sources.schedulers.validation import InvalidIdentifier, validate_partition
 
 # A failure is blamed on a layer, even if it is "unknown"; "none" is the healthy verdict's.
 TAUGHT_ATTRIBUTIONS = [(v, label) for v, label in Attribution.choices if v != Attribution.NONE]
@@ -147,3 +148,124 @@ class TeachPatternForm(forms.Form):
     )
     # What the shown preview was of (``PatternDraft.digest``): saving needs a preview of it.
     previewed = forms.CharField(required=False, widget=forms.HiddenInput)
+
+
+# The canary's partitions, as typed: a comma-separated list of Slurm partition names.
+MAX_CANARY_PARTITIONS = 64
+MAX_CONTROL_REASON = 500
+
+
+class ClusterControlsForm(forms.Form):
+    """What a cluster may do on its own: its mode, the acknowledgement, automatic drains and
+    the canary (the partitions and share of jobs action mode reaches), with the operator's
+    reason, required when anything changes.
+
+    Bound to the cluster as stored: ``changes()`` lists what the submission changes, and
+    ``apply`` sets those values on the cluster for ``save_with_audit`` to store and record.
+    """
+
+    mode = forms.ChoiceField(choices=ClusterMode.choices)
+    acknowledge_scheduler_actions = forms.BooleanField(
+        required=False,
+        label="Acknowledge scheduler actions",
+        help_text="Action mode acts without approval only when this is also set.",
+    )
+    drain_automatically = forms.BooleanField(
+        required=False,
+        label="Drain automatically",
+        help_text="Off: every drain waits for an operator, even in action mode. Drains always "
+        "wait while the cluster has a canary.",
+    )
+    action_partitions = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Canary partitions",
+        help_text="Comma-separated Slurm partitions action mode reaches; empty: every partition.",
+    )
+    action_share_percent = forms.IntegerField(
+        min_value=1,
+        max_value=100,
+        widget=forms.TextInput(attrs={"inputmode": "numeric", "size": 4}),
+        label="Canary share (%)",
+        help_text="The share of opted-in jobs, chosen by job id, action mode reaches.",
+    )
+    reason = forms.CharField(
+        required=False,
+        max_length=MAX_CONTROL_REASON,
+        widget=forms.TextInput(attrs={"placeholder": "Why (kept in the audit trail)"}),
+        error_messages={"max_length": "The reason is longer than %(limit_value)d characters."},
+    )
+
+    def __init__(self, *args: object, cluster: Cluster, **kwargs: object) -> None:
+        kwargs.setdefault(
+            "initial",
+            {
+                "mode": cluster.mode,
+                "acknowledge_scheduler_actions": cluster.acknowledge_scheduler_actions,
+                "drain_automatically": cluster.drain_automatically,
+                "action_partitions": ", ".join(str(p) for p in cluster.action_partitions or []),
+                "action_share_percent": cluster.action_share_percent,
+            },
+        )
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.cluster = cluster
+
+    def clean_action_partitions(self) -> list[str]:
+        text = str(self.cleaned_data.get("action_partitions") or "")
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        problems = []
+        for name in names:
+            try:
+                validate_partition(name)
+            except InvalidIdentifier as exc:
+                problems.append(str(exc))
+        if problems:
+            raise forms.ValidationError(" ".join(problems[:3]))
+        unique = list(dict.fromkeys(names))
+        if len(unique) > MAX_CANARY_PARTITIONS:
+            raise forms.ValidationError(f"At most {MAX_CANARY_PARTITIONS} partitions.")
+        return unique
+
+    def clean_reason(self) -> str:
+        return str(self.cleaned_data.get("reason") or "").strip()
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        if not self.errors and self.changes() and not data.get("reason"):
+            self.add_error(
+                "reason", "Give a reason: it is kept with the change in the audit trail."
+            )
+        return data
+
+    def changes(self) -> list[str]:
+        """What the submission changes, in words; empty when it changes nothing."""
+        data = self.cleaned_data
+        cluster = self.cluster
+        said = []
+        if data.get("mode") is not None and data["mode"] != cluster.mode:
+            said.append(f"mode {cluster.mode} to {data['mode']}")
+        for field, words in (
+            ("acknowledge_scheduler_actions", "acknowledgement of scheduler actions"),
+            ("drain_automatically", "automatic drains"),
+        ):
+            if field in data and bool(data[field]) != bool(getattr(cluster, field)):
+                said.append(f"{words} {'on' if data[field] else 'off'}")
+        before = [str(p) for p in cluster.action_partitions or []]
+        if "action_partitions" in data and data["action_partitions"] != before:
+            said.append(
+                "canary partitions "
+                + (", ".join(data["action_partitions"]) or "none (every partition)")
+            )
+        share = data.get("action_share_percent")
+        if share is not None and share != cluster.action_share_percent:
+            said.append(f"canary share {cluster.action_share_percent} % to {share} %")
+        return said
+
+    def apply(self, cluster: Cluster) -> None:
+        """Set the submitted controls on ``cluster`` (not saved)."""
+        data = self.cleaned_data
+        cluster.mode = data["mode"]
+        cluster.acknowledge_scheduler_actions = bool(data["acknowledge_scheduler_actions"])
+        cluster.drain_automatically = bool(data["drain_automatically"])
+        cluster.action_partitions = list(data["action_partitions"])
+        cluster.action_share_percent = int(data["action_share_percent"])

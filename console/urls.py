@@ -8,6 +8,7 @@ from console.views import (
     fleet,
     insights,
     nodes,
+    readiness,
     signals,
     unexplained,
     workflows,
@@ -66,4 +67,5 @@ urlpatterns = [
     path("audit/<int:event_id>/", audit.audit_event, name="audit_event"),
     path("clusters/", clusters.clusters, name="clusters"),
     path("clusters/<int:cluster_id>/signals/", signals.cluster_signals, name="cluster_signals"),
+    path("clusters/<int:cluster_id>/readiness/", readiness.readiness, name="readiness"),
 ]

@@ -83,6 +83,7 @@ class ClusterAdmin(ModelAdmin[Cluster]):
         "mode",
         "acknowledge_scheduler_actions",
         "drain_automatically",
+        "action_scope",
         "environment",
         "last_polled_at",
     ]
@@ -98,6 +99,10 @@ class ClusterAdmin(ModelAdmin[Cluster]):
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
         save = partial(super().save_model, request, obj, form, change)
         save_with_audit(obj, actor_name(request.user), save)
+
+    @admin.display(description="Action mode reaches")
+    def action_scope(self, obj: Cluster) -> str:
+        return obj.action_scope_words()
 
 
 @admin.register(Node)
@@ -240,6 +245,7 @@ class PolicyAdmin(ModelAdmin[Policy]):
                 "fields": [
                     "blast_radius_percent",
                     "blast_radius_window_minutes",
+                    "drain_nodes",
                     "decision_timeout_seconds",
                     "recommendation_ttl_minutes",
                 ]

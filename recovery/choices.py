@@ -343,6 +343,7 @@ class AuditKind(models.TextChoices):
         "Acknowledgement of scheduler actions changed",
     )
     AUTOMATIC_DRAIN_CHANGED = "automatic_drain_changed", "Automatic drains changed"
+    ACTION_SCOPE_CHANGED = "action_scope_changed", "Action mode's canary changed"
     DRAIN_WITHHELD = "drain_withheld", "Drain withheld (blast radius)"
     DRAIN_REFUSED = "drain_refused", "Drain refused (node not recovery's)"
     PATTERN_TAUGHT = "pattern_taught", "Detection pattern taught"

@@ -153,6 +153,8 @@ class RecommendedPayload(_RecommendedRequired, total=False):
     drain_automatically: bool
     site_policy: str
     environment_refused: str
+    # Whether the job was in the part of the cluster action mode reaches (its canary).
+    in_action_scope: bool
 
 
 class DrainWithheldPayload(TypedDict):
@@ -394,11 +396,33 @@ class InputIgnoredPayload(TypedDict):
 
 # Keyed "from", like StateChangedPayload. A cluster created with a value other than a new
 # cluster's default records the change from that default (``recovery.audit.cluster_controls``).
-ModeChangedPayload = TypedDict("ModeChangedPayload", {"from": str, "to": str})
-AcknowledgementChangedPayload = TypedDict(
-    "AcknowledgementChangedPayload", {"from": bool, "to": bool}
+# ``reason``: what the person said when the Console asked them why (admin asks nothing).
+_ModeChangedRequired = TypedDict("_ModeChangedRequired", {"from": str, "to": str})
+
+
+class ModeChangedPayload(_ModeChangedRequired, total=False):
+    reason: str
+
+
+_FlagChangedRequired = TypedDict("_FlagChangedRequired", {"from": bool, "to": bool})
+
+
+class AcknowledgementChangedPayload(_FlagChangedRequired, total=False):
+    reason: str
+
+
+class AutomaticDrainChangedPayload(_FlagChangedRequired, total=False):
+    reason: str
+
+
+# The canary before and after: {"partitions": [...], "share_percent": N}.
+_ActionScopeChangedRequired = TypedDict(
+    "_ActionScopeChangedRequired", {"from": dict[str, Any], "to": dict[str, Any]}
 )
-AutomaticDrainChangedPayload = TypedDict("AutomaticDrainChangedPayload", {"from": bool, "to": bool})
+
+
+class ActionScopeChangedPayload(_ActionScopeChangedRequired, total=False):
+    reason: str
 
 
 class _PatternTaughtRequired(TypedDict):
@@ -467,6 +491,7 @@ PAYLOADS: dict[str, type] = {
     "mode_changed": ModeChangedPayload,
     "acknowledgement_changed": AcknowledgementChangedPayload,
     "automatic_drain_changed": AutomaticDrainChangedPayload,
+    "action_scope_changed": ActionScopeChangedPayload,
     "drain_withheld": DrainWithheldPayload,
     "drain_refused": DrainRefusedPayload,
     "pattern_taught": PatternTaughtPayload,

@@ -26,6 +26,7 @@ nothing else has since taken the node out of service.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,6 +47,7 @@ from recovery.choices import (
     RecommendationStatus,
     Severity,
 )
+from recovery.loop.decision_facts import FACTS_VERSION, LONGEST_EXCLUSION
 from recovery.loop.policy import site_policy_for
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation
 from recovery.sources.schedulers.base import drain_reason
@@ -72,7 +74,11 @@ def drain_worthy(anomaly: Anomaly) -> bool:
 
 
 def propose_drains(anomaly: Anomaly, now: datetime | None = None) -> list[Recommendation]:
-    """Recommend draining the nodes ``anomaly`` blames, where nothing has done it already."""
+    """Recommend draining the nodes ``anomaly`` blames, where nothing has done it already.
+
+    What each node's drain was decided on, and what was decided, is kept on the anomaly
+    (``drain_facts``) for a replay under another policy (``recovery.loop.replay``).
+    """
     if not drain_worthy(anomaly):
         return []
     nodes = sorted({str(name) for name in anomaly.implicated_nodes})
@@ -80,12 +86,109 @@ def propose_drains(anomaly: Anomaly, now: datetime | None = None) -> list[Recomm
         return []
     now = now or timezone.now()
     policy = site_policy_for(anomaly.workload)
-    made = []
+    cluster = anomaly.workload.cluster
+    facts = drain_facts(cluster, nodes, now)
+    facts["site_policy"] = {
+        "id": policy.pk,
+        "name": policy.name,
+        "updated_at": policy.updated_at.isoformat() if policy.updated_at else None,
+    }
+    made: list[Recommendation] = []
     for name in nodes:
-        recommendation = _propose_drain(anomaly, name, policy, now)
-        if recommendation is not None:
-            made.append(recommendation)
+        # A drain made ready here counts against the radius for the anomaly's next node.
+        ready = {r.node.name for r in made if r.node and r.status == RecommendationStatus.READY}
+        outcome, why = drain_choice(facts, name, policy, ready)
+        facts["result"][name] = outcome
+        if outcome == DRAIN_REFUSED:
+            node_facts = facts["nodes"][name]
+            refusal = {"node": name, "reason": why, "node_state": node_facts["node_state"]}
+            _record_once(anomaly, AuditKind.DRAIN_REFUSED, refusal, ("node", "reason"), policy, now)
+        elif outcome == DRAIN_WITHHELD:
+            withheld = {"node": name, "reason": why}
+            _record_once(anomaly, AuditKind.DRAIN_WITHHELD, withheld, ("node",), policy, now)
+        elif outcome == DRAIN_PROPOSED:
+            recommendation = _propose_drain(anomaly, name, policy, now)
+            if recommendation is not None:
+                made.append(recommendation)
+    if anomaly.pk is not None:
+        Anomaly.objects.filter(pk=anomaly.pk).update(drain_facts=facts)
+    anomaly.drain_facts = facts
     return made
+
+
+# What ``drain_choice`` decides for a node: no drain (the policy drains no nodes, the node is
+# unknown, or already handled), refused (not recovery's to drain), withheld (blast radius), or
+# proposed (a drain recommendation).
+DRAIN_OFF, DRAIN_UNKNOWN_NODE, DRAIN_HANDLED = "drains off", "unknown node", "handled"
+DRAIN_REFUSED, DRAIN_WITHHELD, DRAIN_PROPOSED = "refused", "withheld", "proposed"
+
+
+def drain_facts(cluster: Cluster, names: list[str], now: datetime) -> dict[str, Any]:
+    """What the drains of ``names`` are decided on, for any policy, as JSON."""
+    drained = sorted(drained_by_recovery(cluster, now))
+    found = {node.name: node for node in Node.objects.filter(cluster=cluster, name__in=names)}
+    nodes: dict[str, Any] = {}
+    for name in names:
+        node = found.get(name)
+        if node is None:
+            nodes[name] = {"exists": False}
+            continue
+        drains = Recommendation.objects.filter(node=node, action=RecommendationAction.DRAIN)
+        nodes[name] = {
+            "exists": True,
+            "drained_by_recovery": node.drained_by_recovery,
+            "open_or_recent": drains.filter(
+                Q(status__in=OPEN_RECOMMENDATION_STATUSES)
+                | Q(status__in=DONE, updated_at__gte=now - SYNC_LAG)
+            ).exists(),
+            "rejected_at": [
+                at.isoformat()
+                for at in drains.filter(
+                    status=RecommendationStatus.REJECTED,
+                    updated_at__gte=now - LONGEST_EXCLUSION,
+                ).values_list("updated_at", flat=True)[:100]
+            ],
+            "refusal": node.drain_refusal,
+            "node_state": node.as_read().facts(),
+        }
+    return {
+        "v": FACTS_VERSION,
+        "at": now.isoformat(),
+        "cluster_size": Node.objects.filter(cluster=cluster).count(),
+        "drained": drained,
+        "automatic": _drains_automatically(cluster),
+        "nodes": nodes,
+        "result": {},
+    }
+
+
+def drain_choice(
+    facts: Mapping[str, Any], name: str, policy: Policy, also_drained: set[str]
+) -> tuple[str, str]:
+    """What ``policy`` decides for draining ``name`` on recorded ``drain_facts``, and why.
+    ``also_drained``: nodes of the same anomaly whose drains were made ready just before."""
+    if not policy.drain_nodes:
+        return DRAIN_OFF, "the policy drains no nodes"
+    node = facts["nodes"].get(name) or {"exists": False}
+    if not node["exists"]:
+        return DRAIN_UNKNOWN_NODE, f"{name} is not a node of the cluster"
+    now = datetime.fromisoformat(facts["at"])
+    rejected_since = now - timedelta(hours=policy.exclusion_hours)
+    rejected = any(datetime.fromisoformat(at) >= rejected_since for at in node["rejected_at"])
+    if node["drained_by_recovery"] or node["open_or_recent"] or rejected:
+        return DRAIN_HANDLED, "drained by recovery, about to be, or refused by an operator lately"
+    if node["refusal"]:
+        return DRAIN_REFUSED, str(node["refusal"])
+    drained = set(facts["drained"]) | also_drained
+    over = _over_radius(drained, int(facts["cluster_size"]), name, policy)
+    if over:
+        return DRAIN_WITHHELD, over
+    return DRAIN_PROPOSED, ""
+
+
+def _drains_automatically(cluster: Cluster) -> bool:
+    # A drain takes the node from every partition it serves: with a canary, a person decides.
+    return cluster.acts_automatically and cluster.drain_automatically and not cluster.has_canary
 
 
 def _propose_drain(
@@ -93,21 +196,8 @@ def _propose_drain(
 ) -> Recommendation | None:
     workload = anomaly.workload
     cluster = workload.cluster
-    node = Node.objects.filter(cluster=cluster, name=name).first()
-    if node is None or _handled_already(node, policy, now):
-        return None
-    refusal = node.drain_refusal
-    if refusal:
-        # Once per node and refusal (which names its state), with the node as read.
-        facts = {"node": node.name, "reason": refusal, "node_state": node.as_read().facts()}
-        _record_once(anomaly, AuditKind.DRAIN_REFUSED, facts, ("node", "reason"), policy, now)
-        return None
-    over = over_drain_radius(cluster, node.name, policy, now)
-    if over:
-        facts = {"node": node.name, "reason": over}
-        _record_once(anomaly, AuditKind.DRAIN_WITHHELD, facts, ("node",), policy, now)
-        return None
-    automatic = cluster.acts_automatically and cluster.drain_automatically
+    node = Node.objects.get(cluster=cluster, name=name)
+    automatic = _drains_automatically(cluster)
     source = anomaly.get_evidence_source_display() or "a site fact"
     what = anomaly.signature or anomaly.category or "hardware fault"
     verdict = f"hardware: {anomaly.category or 'unknown'} ({what}) on {name}, from {source}"
@@ -147,27 +237,13 @@ def _propose_drain(
                     "mode": cluster.mode,
                     "job_mode": workload.opt_in_mode,
                     "drain_automatically": cluster.drain_automatically,
+                    "in_action_scope": workload.in_action_scope,
                     "would_have_done": not automatic,
                 },
             )
     except IntegrityError:
         return None  # the same anomaly's drain, recorded by another worker meanwhile
     return recommendation
-
-
-def _handled_already(node: Node, policy: Policy, now: datetime) -> bool:
-    """Drained by recovery, about to be, or an operator said no to draining it lately."""
-    if node.drained_by_recovery:
-        return True
-    drains = Recommendation.objects.filter(node=node, action=RecommendationAction.DRAIN)
-    return drains.filter(
-        Q(status__in=OPEN_RECOMMENDATION_STATUSES)
-        | Q(status__in=DONE, updated_at__gte=now - SYNC_LAG)
-        | Q(
-            status=RecommendationStatus.REJECTED,
-            updated_at__gte=now - timedelta(hours=policy.exclusion_hours),
-        )
-    ).exists()
 
 
 def drained_by_recovery(cluster: Cluster, now: datetime) -> set[str]:
@@ -194,7 +270,11 @@ def drained_by_recovery(cluster: Cluster, now: datetime) -> set[str]:
 def over_drain_radius(cluster: Cluster, adding: str, policy: Policy, now: datetime) -> str:
     """Why draining ``adding`` too would take more of the cluster than the policy allows, or ""."""
     total = Node.objects.filter(cluster=cluster).count()
-    drained = drained_by_recovery(cluster, now) | {adding}
+    return _over_radius(drained_by_recovery(cluster, now), total, adding, policy)
+
+
+def _over_radius(drained: set[str], total: int, adding: str, policy: Policy) -> str:
+    drained = drained | {adding}
     if not total or len(drained) * 100 <= policy.blast_radius_percent * total:
         return ""
     return (

@@ -49,8 +49,9 @@ from recovery.detection.trends import (
 )
 from recovery.loop.anomalies import record_anomalies
 from recovery.loop.confirmation import apply, hang_policy, settle, suspects_of
+from recovery.loop.decision_facts import UNCONFIRMED
 from recovery.loop.logs import OnNode, attempts_by_node
-from recovery.loop.policy import DECISION_HORIZON, UNCONFIRMED, decide_when_ready, policy_for
+from recovery.loop.policy import DECISION_HORIZON, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
 from recovery.sources.schedulers.base import JobInfo, is_recovery_drain
 

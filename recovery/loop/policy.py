@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -35,11 +36,9 @@ from recovery.choices import (
     AttemptExitState,
     Attribution,
     AuditKind,
-    ClusterNodeState,
     Confirmation,
     DivergenceAction,
     FailureCategory,
-    NodeHealth,
     RecommendationAction,
     RecommendationStatus,
     StopReason,
@@ -47,12 +46,22 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.loop.confirmation import AWAITING_CAUSE_ROLES, attempt_ending
+from recovery.loop.decision_facts import (
+    UNCONFIRMED,
+    History,
+    cluster_node_facts,
+    excludes,
+    facts_time,
+    gather,
+    history_facts,
+    history_from,
+    kept_out_from,
+    over_blast_radius_from,
+)
 from recovery.models import (
     Anomaly,
-    Attempt,
     Cluster,
     EnvironmentBinding,
-    Node,
     Policy,
     Recommendation,
     Workload,
@@ -65,8 +74,6 @@ MAX_POLICY_TRIES = 5
 POLICY_RETRY_SECONDS = 30
 # Anomalies older than this are never decided late: the state they describe is gone.
 DECISION_HORIZON = timedelta(hours=6)
-# Crashes nothing may act on: not yet seen to end the process, or seen not to.
-UNCONFIRMED = frozenset({Confirmation.SUSPECTED, Confirmation.SURVIVED, Confirmation.STALLED})
 # Slurm's word that it ended an attempt for a preemption or for a requeue someone asked for
 # ("CANCELLED AT ... DUE TO PREEMPTION", "... DUE TO JOB REQUEUE"), or its PREEMPTED state.
 SCHEDULER_REQUEUE_SIGNATURE = "slurm-preempted"
@@ -78,22 +85,6 @@ APPLICATION_FAULTS = frozenset(
         FailureCategory.NAN_DIVERGENCE,
     }
 )
-
-
-@dataclass(frozen=True)
-class History:
-    attempts: int
-    attempts_without_checkpoint: int
-    previously_excluded: frozenset[str] = frozenset()
-    # Nodes of the cluster kept out of every job's restart, with the state that keeps each out.
-    cluster_nodes: Mapping[str, str] = field(default_factory=dict)
-    # The jobs whose attempts are counted: more than one where a workflow's earlier jobs count.
-    jobs: int = 1
-
-    @property
-    def counted_over(self) -> str:
-        """Where the attempts were counted, for a decision's reason ("" for one job)."""
-        return f" over {self.jobs} jobs of its workflow" if self.jobs > 1 else ""
 
 
 @dataclass(frozen=True)
@@ -216,13 +207,21 @@ def policies_read_once() -> Iterator[None]:
     if getattr(_policies, "enabled", None) is not None:
         yield
         return
-    _policies.enabled = list(Policy.objects.filter(enabled=True))
+    with policies_chosen_from(list(Policy.objects.filter(enabled=True))):
+        yield
+
+
+@contextlib.contextmanager
+def policies_chosen_from(candidates: list[Policy]) -> Iterator[None]:
+    """Inside the block ``policy_for`` and ``site_policy`` choose among ``candidates`` (with
+    the environment bindings as read on entry): a replay's draft among the saved policies."""
+    saved = getattr(_policies, "enabled", None), getattr(_policies, "bindings", None)
+    _policies.enabled = candidates
     _policies.bindings = list(EnvironmentBinding.objects.order_by("pk"))
     try:
         yield
     finally:
-        _policies.enabled = None
-        _policies.bindings = None
+        _policies.enabled, _policies.bindings = saved
 
 
 def history_of(
@@ -231,81 +230,23 @@ def history_of(
     """Attempts so far, the run of them without a new checkpoint, and the nodes to keep out.
 
     A workload in a workflow counts the attempts of the workflow's earlier jobs too, in the
-    order they were submitted: the budget and the run without a checkpoint carry from one job
-    of the workflow to the next, and so do its excluded nodes.
-    Nodes stay excluded when an earlier attempt excluded them, or when an anomaly of this
-    workload (or of its workflow's earlier jobs) implicated them with evidence the policy
-    excludes on, within its exclusion time.
-    Two queries whatever the number of anomalies or jobs: the attempts (bounded by the retry
-    budget), and the node lists of only the anomalies the policy excludes on, filtered by the
-    database; no anomaly is built as an object.
+    order they were submitted (from after the last one that ended as planned): the budget and
+    the run without a checkpoint carry from one job of the workflow to the next, and so do its
+    excluded nodes. Nodes stay excluded when an earlier attempt excluded them, or when an
+    anomaly of this workload (or of its workflow's earlier jobs) implicated them with evidence
+    the policy excludes on, within its exclusion time.
     ``policy`` is the job's own (``policy_for``); the cluster's nodes kept out of every job
-    follow ``site`` (``site_policy_for`` unless given).
+    follow ``site`` (``site_policy_for`` unless given). Read through the facts a decision
+    records (``recovery.loop.decision_facts``), so that a replay counts the same way.
     """
-    rows = list(
-        Attempt.objects.filter(_sharing_budget(workload))
-        .order_by("workload__submit_time", "workload_id", "number")
-        .values_list("produced_checkpoint", "excluded_nodes", "workload_id", "exit_state")
-    )
-    excluded = {node for _, nodes, _, _ in rows for node in nodes or []}
-    attempts = _since_the_workflow_went_on(rows, workload.pk)
-    without = 0
-    for produced_checkpoint, _, _, _ in reversed(attempts):
-        if produced_checkpoint:
-            break
-        without += 1
-    if policy is not None:
-        since = timezone.now() - timedelta(hours=policy.exclusion_hours)
-        implicated = (
-            Anomaly.objects.filter(_sharing_budget(workload), detected_at__gte=since)
-            .filter(excluding_nodes(policy))
-            .values_list("implicated_nodes", flat=True)
-        )
-        for nodes in implicated:
-            excluded.update(nodes or [])
-    cluster_nodes: Mapping[str, str] = {}
+    now = timezone.now()
+    facts: dict[str, object] = {**history_facts(workload, now), "cluster_nodes": []}
     if policy is not None:
         if site is None:
             site = site_policy_for(workload)
-        cluster_nodes = kept_out_of_every_job(workload.cluster_id, site)
-    jobs = len({job for _, _, job, _ in attempts}) or 1
-    return History(len(attempts), without, frozenset(excluded), cluster_nodes, jobs)
-
-
-# An earlier job of a workflow that ended at its time limit, or completed, was continued by the
-# next job on purpose: that is how long runs are chained, not a retry.
-_PLANNED_ENDS = frozenset({AttemptExitState.TIMEOUT, AttemptExitState.COMPLETED})
-
-
-def _since_the_workflow_went_on(
-    rows: list[tuple[bool, list[str] | None, int, str]], workload_id: int
-) -> list[tuple[bool, list[str] | None, int, str]]:
-    """The attempts that count against the retry budget: those after the last planned end of
-    an earlier job of the workflow (all of them when there was none).
-
-    Without this, a chain of day-long jobs that each end at their time limit would spend the
-    budget with no failure at all, and its first crash would be answered with a stop.
-    """
-    for index in range(len(rows) - 1, -1, -1):
-        _, _, job, exit_state = rows[index]
-        if job != workload_id and exit_state in _PLANNED_ENDS:
-            return rows[index + 1 :]
-    return rows
-
-
-def _sharing_budget(workload: Workload) -> Q:
-    """The rows (attempts, anomalies) of ``workload`` and of its workflow's earlier jobs.
-
-    A workflow is one user's on one cluster (``recovery.loop.workflows``): what another
-    user's jobs did never counts here.
-    """
-    own = Q(workload=workload)
-    if workload.workflow_id is None:
-        return own
-    return own | Q(
-        workload__workflow_id=workload.workflow_id,
-        workload__submit_time__lte=workload.submit_time,
-    )
+        if site.keep_out_cluster_nodes:
+            facts["cluster_nodes"] = cluster_node_facts(workload.cluster_id, now)
+    return history_from(facts, policy, site, now)
 
 
 def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:
@@ -318,36 +259,10 @@ def kept_out_of_every_job(cluster_id: int, policy: Policy) -> dict[str, str]:
     scheduler's node state): what one user's job printed never keeps a node from other users.
     Both last the policy's exclusion time; a suspect lasts until an operator clears it.
     """
-    states = set(policy.keep_out_cluster_nodes or [])
-    if not states:
+    if not policy.keep_out_cluster_nodes:
         return {}
     now = timezone.now()
-    wanted = Q(pk__in=[])
-    if ClusterNodeState.EXCLUDED in states:
-        wanted |= Node.excluded_at(now)
-    unhealthy_since = now - timedelta(hours=policy.exclusion_hours)
-    if ClusterNodeState.UNHEALTHY in states:
-        wanted |= Q(health=NodeHealth.UNHEALTHY, last_implicated_at__gte=unhealthy_since)
-    if ClusterNodeState.SUSPECT in states:
-        wanted |= Q(suspect_since__isnull=False)
-    found: dict[str, str] = {}
-    rows = Node.objects.filter(wanted, cluster_id=cluster_id).values_list(
-        "name", "excluded_until", "health", "last_implicated_at", "suspect_since"
-    )
-    # The most telling state names the node: unhealthy says why it was excluded too.
-    for name, excluded_until, health, implicated_at, suspect_since in rows:
-        if (
-            ClusterNodeState.UNHEALTHY in states
-            and health == NodeHealth.UNHEALTHY
-            and implicated_at is not None
-            and implicated_at >= unhealthy_since
-        ):
-            found[name] = ClusterNodeState.UNHEALTHY
-        elif ClusterNodeState.EXCLUDED in states and excluded_until and excluded_until > now:
-            found[name] = ClusterNodeState.EXCLUDED
-        elif suspect_since is not None:
-            found[name] = ClusterNodeState.SUSPECT
-    return found
+    return kept_out_from(cluster_node_facts(cluster_id, now), policy, now)
 
 
 IMPLICATED = "implicated"
@@ -391,12 +306,8 @@ def excluding_nodes(policy: Policy) -> Q:
 
 def excludes_nodes(anomaly: Anomaly, policy: Policy) -> bool:
     """Whether the policy keeps the nodes ``anomaly`` implicates out of later attempts."""
-    if anomaly.kind == AnomalyKind.STRAGGLER:
-        return False  # a straggler is excluded only by the straggler action, when it persists
-    if anomaly.confirmation in UNCONFIRMED:
-        return False  # a crash the process did not die of implicates no node
-    return anomaly.attribution in (policy.exclude_on_attributions or []) or (
-        anomaly.category in (policy.exclude_on_categories or [])
+    return excludes(
+        anomaly.kind, anomaly.confirmation, anomaly.attribution, anomaly.category, policy
     )
 
 
@@ -481,111 +392,207 @@ def _requeued_by_the_scheduler(anomaly: Anomaly) -> bool:
     )
 
 
-def recommend(anomaly: Anomaly) -> Recommendation | None:
+# What ``choose`` makes of a decision point: nothing to decide (``SKIPPED``), the attempt's
+# earlier recommendation stands (``KEPT``), the policy says no action (``NO_ACTION``), the open
+# recommendation already says the same (``SAME``) or is being carried out (``UNDER_WAY``), or a
+# new recommendation (``NEW``, superseding the open one if any).
+SKIPPED, KEPT, NO_ACTION, SAME, UNDER_WAY, NEW = (
+    "skipped",
+    "kept",
+    "no action",
+    "same",
+    "under way",
+    "new",
+)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the policy makes of one decision point's facts."""
+
+    outcome: str
+    decision: Decision | None = None
+    # Whether a new recommendation waits for a person (monitor mode, outside the canary, a
+    # divergence, over the blast radius) or is ready on the policy's word.
+    needs_person: bool = True
+    why: str = ""
+
+
+def choose(facts: Mapping[str, Any], anomaly: Anomaly, policy: Policy, site: Policy) -> Choice:
+    """The policy's choice on recorded facts (``recovery.loop.decision_facts.gather``).
+
+    A pure function of the facts, the anomaly as the policy saw it and the two policies: the
+    live decision (``recommend``) and a replay (``recovery.loop.replay``) both go through it.
+    """
+    seen, workload = facts["anomaly"], facts["workload"]
+    if seen["confirmation"] in UNCONFIRMED:
+        # survived: training went on; stalled: decided as the hang it recorded
+        return Choice(SKIPPED, why=f"crash {seen['confirmation']}")
+    if facts["attempt_number"] == workload["current_attempt"] and workload["state"] in (
+        WorkloadState.COMPLETED,
+        WorkloadState.CANCELLED,
+        WorkloadState.STOPPED,
+    ):
+        # finished, cancelled by its owner or stopped already: nothing to restart
+        return Choice(SKIPPED, why=f"the job was {workload['state']}")
+    earlier = facts["earlier"]
+    if earlier is not None and (
+        earlier["status"] not in OPEN_RECOMMENDATION_STATUSES
+        or seen["role"] in AWAITING_CAUSE_ROLES
+    ):
+        return Choice(KEPT, why=f"recommendation {earlier['id']} ({earlier['status']}) stands")
+    now = facts_time(facts)
+    decision = decide(anomaly, policy, history_from(facts, policy, site, now))
+    if decision.action == RecommendationAction.NONE:
+        return Choice(NO_ACTION, decision, why=decision.reason)
+    # The job's comment can only make the loop more careful than its cluster, never less. A
+    # divergence is acted on while the job still trains: a person always decides.
+    needs_person = (
+        not workload["acts_automatically"]
+        or seen["kind"] == AnomalyKind.DIVERGENCE
+        or over_blast_radius_from(facts, decision.excluded_nodes, site, now)
+    )
+    current = facts["open"]
+    if current is not None:
+        if (
+            current["action"] == decision.action
+            and current["excluded_nodes"] == decision.excluded_nodes
+        ):
+            return Choice(SAME, decision, needs_person, "the same failure seen again")
+        if current["status"] == RecommendationStatus.CLAIMED:
+            return Choice(UNDER_WAY, decision, needs_person, "a controller is acting on it")
+    return Choice(NEW, decision, needs_person)
+
+
+def recommend(anomaly: Anomaly, now: datetime | None = None) -> Recommendation | None:
     """Record the policy's decision for ``anomaly``; one recommendation per failed attempt.
 
     A later anomaly of the same attempt may sharpen an open recommendation (more nodes to
     exclude, a stop); it never adds a second action for an attempt that was already acted on,
     and evidence that only shows a consequence never changes a decision made on a cause.
+    The facts decided on and the choice are kept on the anomaly (``decision_facts``).
     """
+    now = now or timezone.now()
     workload = anomaly.workload
     cluster = workload.cluster
     attempt_number = anomaly.attempt.number if anomaly.attempt else workload.current_attempt
-    if anomaly.confirmation in UNCONFIRMED:
-        return None  # survived: training went on; stalled: decided as the hang it recorded
-    if attempt_number == workload.current_attempt and workload.state in (
-        WorkloadState.COMPLETED,
-        WorkloadState.CANCELLED,
-        WorkloadState.STOPPED,
-    ):
-        return None  # finished, cancelled by its owner or stopped already: nothing to restart
     key = f"policy:{cluster.pk}:{workload.pk}:{attempt_number}:"
-    earlier = (
-        Recommendation.objects.filter(idempotency_key__startswith=key)
-        .exclude(status=RecommendationStatus.SUPERSEDED)
-        .order_by("-created_at", "-id")
-        .first()
-    )
-    if earlier is not None and (
-        earlier.status not in OPEN_RECOMMENDATION_STATUSES
-        or anomaly.details.get("role") in AWAITING_CAUSE_ROLES
-    ):
-        return earlier
     policy = policy_for(workload)
     site = site_policy(workload, policy)
-    decision = decide(anomaly, policy, history_of(workload, policy, site.policy))
-    if decision.action == RecommendationAction.NONE:
-        return None
-    # The job's comment can only make the loop more careful than its cluster, never less. A
-    # divergence is acted on while the job still trains: a person always decides.
-    needs_person = (
-        not workload.acts_automatically
-        or anomaly.kind == AnomalyKind.DIVERGENCE
-        or _over_blast_radius(workload, decision, site.policy)
-    )
-    status = RecommendationStatus.AWAITING_APPROVAL if needs_person else RecommendationStatus.READY
-    now = timezone.now()
     with transaction.atomic():
+        earlier = (
+            Recommendation.objects.filter(idempotency_key__startswith=key)
+            .exclude(status=RecommendationStatus.SUPERSEDED)
+            .order_by("-created_at", "-id")
+            .first()
+        )
         current = (
             Recommendation.objects.select_for_update()
             .filter(workload=workload, status__in=OPEN_RECOMMENDATION_STATUSES)
             .filter(idempotency_key__startswith=key)
             .first()
         )
-        if current is not None:
-            if (
-                current.action == decision.action
-                and current.excluded_nodes == decision.excluded_nodes
-            ):
-                return current  # the same failure seen again: one action for it
-            if current.status == RecommendationStatus.CLAIMED:
-                return current  # a controller is acting on it; the next attempt will be judged
-        version = Recommendation.objects.filter(idempotency_key__startswith=key).count()
-        recommendation = Recommendation.objects.create(
-            workload=workload,
-            attempt=anomaly.attempt,
-            anomaly=anomaly,
-            action=decision.action,
-            excluded_nodes=decision.excluded_nodes,
-            exclusion_sources=decision.exclusion_sources,
-            reason=decision.reason,
-            stop_reason=decision.stop_reason,
-            status=status,
-            decided_by=Actor.POLICY,
-            idempotency_key=f"{key}{version + 1}",
-            expires_at=now + timedelta(minutes=policy.recommendation_ttl_minutes),
+        facts = gather(
+            anomaly,
+            attempt_number=attempt_number,
+            earlier=earlier,
+            open_one=current,
+            policy=policy,
+            site_policy=site.policy,
+            now=now,
         )
-        if current is not None:
-            current.transition(RecommendationStatus.SUPERSEDED, superseded_by=recommendation)
-            record_event(
-                cluster=cluster,
-                workload=workload,
-                attempt=attempt_number,
-                kind=AuditKind.SUPERSEDED,
-                actor=Actor.POLICY,
-                payload={"recommendation": current.pk, "by": recommendation.pk},
-            )
+        choice = choose(facts, anomaly, policy, site.policy)
+        recommendation = _carry_out_choice(
+            choice, anomaly, attempt_number, key, earlier, current, policy, site, now
+        )
+        facts["result"] = {
+            "outcome": choice.outcome,
+            "action": choice.decision.action if choice.decision else None,
+            "excluded_nodes": choice.decision.excluded_nodes if choice.decision else [],
+            "needs_person": choice.needs_person,
+            "recommendation": recommendation.pk if recommendation is not None else None,
+        }
+        facts["exclusion_hours"] = policy.exclusion_hours
+        if anomaly.pk is not None:
+            Anomaly.objects.filter(pk=anomaly.pk).update(decision_facts=facts)
+        anomaly.decision_facts = facts
+    return recommendation
+
+
+def _carry_out_choice(
+    choice: Choice,
+    anomaly: Anomaly,
+    attempt_number: int,
+    key: str,
+    earlier: Recommendation | None,
+    current: Recommendation | None,
+    policy: Policy,
+    site: SitePolicy,
+    now: datetime,
+) -> Recommendation | None:
+    """Write what ``choose`` chose: a new recommendation and its events, or nothing."""
+    if choice.outcome == SKIPPED or choice.outcome == NO_ACTION:
+        return None
+    if choice.outcome == KEPT:
+        return earlier
+    if choice.outcome in (SAME, UNDER_WAY):
+        return current
+    decision = choice.decision
+    assert decision is not None
+    workload = anomaly.workload
+    cluster = workload.cluster
+    status = (
+        RecommendationStatus.AWAITING_APPROVAL
+        if choice.needs_person
+        else RecommendationStatus.READY
+    )
+    version = Recommendation.objects.filter(idempotency_key__startswith=key).count()
+    recommendation = Recommendation.objects.create(
+        workload=workload,
+        attempt=anomaly.attempt,
+        anomaly=anomaly,
+        action=decision.action,
+        excluded_nodes=decision.excluded_nodes,
+        exclusion_sources=decision.exclusion_sources,
+        reason=decision.reason,
+        stop_reason=decision.stop_reason,
+        status=status,
+        decided_by=Actor.POLICY,
+        idempotency_key=f"{key}{version + 1}",
+        expires_at=now + timedelta(minutes=policy.recommendation_ttl_minutes),
+    )
+    if current is not None:
+        current.transition(RecommendationStatus.SUPERSEDED, superseded_by=recommendation)
         record_event(
             cluster=cluster,
             workload=workload,
             attempt=attempt_number,
-            kind=AuditKind.RECOMMENDED,
+            kind=AuditKind.SUPERSEDED,
             actor=Actor.POLICY,
-            payload={
-                "recommendation": recommendation.pk,
-                "anomaly": anomaly.pk,
-                "action": decision.action,
-                "excluded_nodes": decision.excluded_nodes,
-                "reason": decision.reason,
-                "policy": policy.name,
-                "site_policy": site.policy.name,
-                **({"environment_refused": site.refused} if site.refused else {}),
-                "exclusion_sources": decision.exclusion_sources,
-                "mode": cluster.mode,
-                "job_mode": workload.opt_in_mode,
-                "would_have_done": needs_person,
-            },
+            payload={"recommendation": current.pk, "by": recommendation.pk},
         )
+    record_event(
+        cluster=cluster,
+        workload=workload,
+        attempt=attempt_number,
+        kind=AuditKind.RECOMMENDED,
+        actor=Actor.POLICY,
+        payload={
+            "recommendation": recommendation.pk,
+            "anomaly": anomaly.pk,
+            "action": decision.action,
+            "excluded_nodes": decision.excluded_nodes,
+            "reason": decision.reason,
+            "policy": policy.name,
+            "site_policy": site.policy.name,
+            **({"environment_refused": site.refused} if site.refused else {}),
+            "exclusion_sources": decision.exclusion_sources,
+            "mode": cluster.mode,
+            "job_mode": workload.opt_in_mode,
+            "in_action_scope": workload.in_action_scope,
+            "would_have_done": choice.needs_person,
+        },
+    )
     return recommendation
 
 
@@ -623,24 +630,6 @@ def _decide_divergence(anomaly: Anomaly, policy: Policy, history: History) -> De
         reason=f"{what}; restart from the checkpoint of step {checkpoint}, saved before it "
         f"began at step {since}",
     )
-
-
-def _over_blast_radius(workload: Workload, decision: Decision, policy: Policy) -> bool:
-    """More of the cluster excluded or restarted in the window than the cluster's policy
-    (``site_policy_for``) allows."""
-    total = Node.objects.filter(cluster=workload.cluster).count()
-    if not total:
-        return False
-    since = timezone.now() - timedelta(minutes=policy.blast_radius_window_minutes)
-    recent = Recommendation.objects.filter(
-        workload__cluster=workload.cluster,
-        created_at__gte=since,
-        action__in=[RecommendationAction.RESTART, RecommendationAction.RESTART_EXCLUDING],
-    ).exclude(workload=workload)
-    nodes = set(decision.excluded_nodes)
-    for excluded in recent.values_list("excluded_nodes", flat=True):
-        nodes.update(excluded or [])
-    return len(nodes) * 100 > policy.blast_radius_percent * total
 
 
 def ready_to_decide(anomaly: Anomaly, policy: Policy, now: datetime) -> bool:
@@ -689,7 +678,7 @@ def decide_when_ready(anomaly: Anomaly, now: datetime | None = None) -> Recommen
         with transaction.atomic():
             if not ready_to_decide(anomaly, policy_for(anomaly.workload), now):
                 return None
-            recommendation = recommend(anomaly)
+            recommendation = recommend(anomaly, now)
             Anomaly.objects.filter(pk=anomaly.pk).update(decided_at=now)
             anomaly.decided_at = now
             return recommendation

@@ -30,7 +30,6 @@ from recovery.audit.limits import MAX_COMMANDS_BYTES, MAX_FREE_FORM_BYTES, free_
 from recovery.audit.record import record_event
 from recovery.choices import (
     AuditKind,
-    ClusterMode,
     Disposition,
     EvidenceTrust,
     RecommendationAction,
@@ -164,7 +163,7 @@ def _decide(
     return Decision(recommendation, changed=True, message=f"{verb}.")
 
 
-def _claimable(now: datetime) -> Q:
+def _claimable(now: datetime, cluster: Cluster) -> Q:
     """Ready, or claimed by a controller whose lease ran out; never past its deadline; and
     still allowed to reach the scheduler (``_still_authorised``).
 
@@ -177,35 +176,45 @@ def _claimable(now: datetime) -> Q:
             | Q(status=RecommendationStatus.CLAIMED, lease_expires_at__lt=now)
         )
         & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        & _still_authorised()
+        & _still_authorised(cluster)
     )
 
 
-def _still_authorised() -> Q:
-    """Approved by an operator, or made ready by the policy on a cluster that still acts on its
-    own (action mode, acknowledged; for a drain, automatic drains on).
+def _still_authorised(cluster: Cluster) -> Q:
+    """Approved by an operator, or made ready by the policy where ``cluster`` still acts on its
+    own: action mode, acknowledged, the job in the part of the cluster action mode reaches (its
+    canary partitions and share); for a drain, automatic drains on and no canary (a drain takes
+    a node from every partition it serves).
 
-    A cluster switched back to monitor mode, or whose acknowledgement or automatic drains were
-    turned off, stops what the policy made ready before the switch: nothing the policy alone
-    decided reaches the scheduler once the cluster no longer lets it.
+    A cluster switched back to monitor mode, whose acknowledgement or automatic drains were
+    turned off, or whose canary no longer covers the job, stops what the policy made ready
+    before the change: nothing the policy alone decided reaches the scheduler once the cluster
+    no longer lets it. ``cluster`` is read in the caller's transaction.
     """
-    acts_automatically = Q(
-        workload__cluster__mode=ClusterMode.ACTION,
-        workload__cluster__acknowledge_scheduler_actions=True,
-    )
-    drains_automatically = Q(node__isnull=True) | Q(workload__cluster__drain_automatically=True)
-    return ~Q(approved_by="") | (acts_automatically & drains_automatically)
+    approved = ~Q(approved_by="")
+    if not cluster.acts_automatically:
+        return approved
+    in_scope = Q(workload__canary_bucket__lt=cluster.action_share_percent)
+    if cluster.action_partitions:
+        in_scope &= Q(workload__partition__in=[str(p) for p in cluster.action_partitions])
+    if cluster.drain_automatically and not cluster.has_canary:
+        drains_automatically = Q()
+    else:
+        drains_automatically = Q(node__isnull=True)
+    return approved | (Q(workload__cluster=cluster) & in_scope & drains_automatically)
 
 
 def claimable_for(cluster: Cluster) -> QuerySet[Recommendation]:
     """What a controller of ``cluster`` may claim now, oldest first.
 
     Ready recommendations (approved in monitor mode, or made ready by the policy in an
-    acknowledged action-mode cluster) and claimed ones whose controller's lease ran out.
+    acknowledged action-mode cluster, within its canary) and claimed ones whose controller's
+    lease ran out.
     """
+    cluster = Cluster.objects.get(pk=cluster.pk)  # the controls as stored now
     return (
         Recommendation.objects.filter(workload__cluster=cluster)
-        .filter(_claimable(timezone.now()))
+        .filter(_claimable(timezone.now(), cluster))
         .select_related("workload", "attempt", "node")
         .order_by("created_at", "id")
     )
@@ -229,7 +238,15 @@ def claim(
     _require_instance(instance)
     now = timezone.now()
     with transaction.atomic():
-        claimable = Recommendation.objects.filter(pk=recommendation_id).filter(_claimable(now))
+        # Locked like a change of the cluster's controls locks it: a claim sees them before or
+        # after a change, never half of one.
+        cluster_id = Recommendation.objects.filter(pk=recommendation_id).values_list(
+            "workload__cluster_id", flat=True
+        )
+        cluster = Cluster.objects.select_for_update().get(pk=cluster_id.get())
+        claimable = Recommendation.objects.filter(pk=recommendation_id).filter(
+            _claimable(now, cluster)
+        )
         previous_owner, previous_instance = claimable.values_list(
             "lease_owner", "lease_instance"
         ).first() or ("", "")

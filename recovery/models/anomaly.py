@@ -83,6 +83,19 @@ class Anomaly(models.Model):
         help_text="Set while the external provider's verdict is awaited: from when it may be "
         "asked (again). The policy waits for it.",
     )
+    decision_facts = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the policy decided this anomaly on, as it was read then (the anomaly, "
+        "the attempts, nodes kept out, recent actions) and what it decided: replaying a "
+        "policy over recorded history reads these (recovery.loop.replay).",
+    )
+    drain_facts = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The nodes this anomaly's drains were decided on, as read then, and what was "
+        "decided for each (recovery.loop.replay).",
+    )
 
     class Meta:
         ordering = ["-detected_at", "-id"]

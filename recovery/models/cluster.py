@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
-from django.core.validators import RegexValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -21,6 +23,26 @@ from recovery.sources.schedulers.base import (
     drained_by_recovery,
     resume_refusal,
 )
+
+PARTITION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_ACTION_PARTITIONS = 100
+
+
+def validate_partition_list(value: object) -> None:
+    """A canary's partitions: a list of at most 100 distinct Slurm partition names."""
+    if not isinstance(value, list):
+        raise ValidationError('A list of partition names, e.g. ["canary"].')
+    if len(value) > MAX_ACTION_PARTITIONS:
+        raise ValidationError(f"At most {MAX_ACTION_PARTITIONS} partitions.")
+    for name in value:
+        if not isinstance(name, str) or not PARTITION_NAME.match(name):
+            raise ValidationError(
+                f"{name!r} is not a partition name: letters, digits, '.', '_' or '-', starting "
+                "with a letter or digit (at most 64)."
+            )
+    if len(set(value)) != len(value):
+        raise ValidationError("A partition is listed twice.")
+
 
 cluster_name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
@@ -59,6 +81,19 @@ class Cluster(models.Model):
         "DCGM or the scheduler) run without an approval, and only where the cluster acts "
         "automatically. Off: every drain waits for an operator, even in action mode.",
     )
+    action_partitions = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_partition_list],
+        help_text="A canary: in action mode, only jobs in these partitions are acted on without "
+        "an approval; the rest of the cluster stays in monitor mode. Empty: every partition.",
+    )
+    action_share_percent = models.PositiveSmallIntegerField(
+        default=100,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="A canary: in action mode, only this share of opted-in jobs (chosen by job "
+        "id, the same jobs every time) is acted on without an approval. 100: every job.",
+    )
     environment = models.CharField(
         max_length=63, blank=True, help_text="Label such as prod or staging, used by policies."
     )
@@ -80,6 +115,28 @@ class Cluster(models.Model):
     def acts_automatically(self) -> bool:
         """Whether a recommendation may reach the scheduler without an operator's approval."""
         return self.mode == ClusterMode.ACTION and self.acknowledge_scheduler_actions
+
+    @property
+    def has_canary(self) -> bool:
+        """Action mode reaches only part of the cluster: chosen partitions or a share of jobs."""
+        return bool(self.action_partitions) or self.action_share_percent < 100
+
+    def in_action_scope(self, partition: str, canary_bucket: int) -> bool:
+        """Whether a job of ``partition`` with ``canary_bucket`` is in the part of the cluster
+        that action mode reaches (the canary), the mode itself aside. Both settings narrow."""
+        partitions = self.action_partitions or []
+        return (not partitions or partition in partitions) and (
+            canary_bucket < self.action_share_percent
+        )
+
+    def action_scope_words(self) -> str:
+        """The part of the cluster action mode reaches, for people."""
+        parts = []
+        if self.action_partitions:
+            parts.append("partition " + ", ".join(map(str, self.action_partitions)))
+        if self.action_share_percent < 100:
+            parts.append(f"{self.action_share_percent} % of jobs")
+        return " and ".join(parts) or "every job"
 
 
 def scheduler_cluster_name(cluster: Cluster) -> str:

@@ -90,6 +90,7 @@ class Policy(models.Model):
             "exclude_on_categories",  # counts towards making it suspect
             "exclusion_hours",  # Node.excluded_until, unhealthy nodes kept out, rejected drains
             "keep_out_cluster_nodes",
+            "drain_nodes",
             "suspect_node_workloads",
             "suspect_window_hours",
             "blast_radius_percent",
@@ -192,6 +193,12 @@ class Policy(models.Model):
         default=24,
         validators=[MinValueValidator(1), MaxValueValidator(24 * 90)],
         help_text=SITE_SETTING,
+    )
+    drain_nodes = models.BooleanField(
+        default=True,
+        help_text="Recommend draining a node that a site fact (its kernel log, DCGM, the "
+        "scheduler) blames on hardware. Off: such a node is only kept out of restarts. "
+        + SITE_SETTING,
     )
     blast_radius_percent = models.PositiveIntegerField(
         default=10,

@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 from django.db import models
 
 from recovery.choices import AttemptExitState, OptInMode, WorkloadState
 from recovery.models.cluster import Cluster
 from recovery.models.workflow import Workflow
+
+
+def canary_bucket(job_id: str) -> int:
+    """0-99 from the job id alone: a job is in the same share of a canary on every poll, on
+    every worker, and across its restarts (they keep the job id)."""
+    digest = hashlib.sha256(str(job_id).encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 100
 
 
 class Workload(models.Model):
@@ -44,6 +54,11 @@ class Workload(models.Model):
         blank=True,
         help_text="Job ids this job waited for with afterany or afternotok, as the scheduler "
         "showed them while it was pending (Slurm stops showing a dependency once satisfied).",
+    )
+    canary_bucket = models.PositiveSmallIntegerField(
+        default=0,
+        editable=False,
+        help_text="0-99, from the job id: the job is in a canary of N % when this is below N.",
     )
     opted_in = models.BooleanField(default=False)
     opt_in_error = models.CharField(
@@ -111,16 +126,33 @@ class Workload(models.Model):
         label = f"{self.cluster.name}:{self.job_id}"
         return f"{label} {self.name}" if self.name else label
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.canary_bucket = canary_bucket(self.job_id)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "job_id" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "canary_bucket"}
+        super().save(*args, **kwargs)
+
     @property
     def acts_automatically(self) -> bool:
         """Whether this job's recommendations may reach the scheduler without an approval.
 
-        The cluster's mode must allow it and the job's owner must have asked for "act": a job
-        opted in to be observed waits for an operator whatever the cluster's mode.
+        The cluster's mode must allow it, the job must be in the part of the cluster action
+        mode reaches (``Cluster.in_action_scope``: a canary), and the job's owner must have
+        asked for "act": a job opted in to be observed waits for an operator whatever the
+        cluster's mode.
         """
         return (
-            self.cluster.acts_automatically and self.opted_in and self.opt_in_mode == OptInMode.ACT
+            self.cluster.acts_automatically
+            and self.in_action_scope
+            and self.opted_in
+            and self.opt_in_mode == OptInMode.ACT
         )
+
+    @property
+    def in_action_scope(self) -> bool:
+        """In the cluster's canary, or the cluster has none (the mode aside)."""
+        return self.cluster.in_action_scope(self.partition, self.canary_bucket)
 
 
 class Attempt(models.Model):

@@ -122,6 +122,7 @@ def seed_a_realistic_fleet() -> dict[str, str]:
         "audit": "/audit/",
         "audit-event": f"/audit/{event.pk}/",
         "clusters": "/clusters/",
+        "readiness": f"/clusters/{running.cluster_id}/readiness/",
     }
 
 

@@ -93,6 +93,7 @@ class Harness:
         self.loop: Loop | None = None
         self.jobs: list[E2EJob] = []
         self.timeline: Timeline | None = None
+        self.timelines: list[Timeline] = []
         self.injection: Injection | None = None
         self.started = time.time()
         self.row: dict[str, Any] = {
@@ -164,8 +165,12 @@ class Harness:
         mode: str = "act",
         workflow: str | None = None,
         after: str | None = None,
+        nodes: int = NODES_PER_JOB,
+        partition: str | None = None,
         **env: str,
     ) -> E2EJob:
+        """Submit the training job on ``nodes`` nodes, to ``partition`` (Slurm's default
+        partition unless named); ``env`` adds to the job's environment."""
         tag = uuid.uuid4().hex[:6]
         workdir = self.workdir / f"job-{tag}"
         ckpt_dir = workdir / "checkpoints"
@@ -195,7 +200,8 @@ class Harness:
             f"--job-name=e2e-{self.name}",
             f"--output={output}",
             f"--chdir={workdir}",
-            f"--nodes={NODES_PER_JOB}",
+            f"--nodes={nodes}",
+            *([f"--partition={partition}"] if partition else []),
             f"--comment={json.dumps(comment)}",
             *([f"--dependency={after}"] if after else []),
             str(JOB_SCRIPT),
@@ -207,8 +213,10 @@ class Harness:
         )
         self.jobs.append(job)
         self.row["job_id"] = job.job_id
+        # The report shows the last job's timeline; every job's is stopped in ``close``.
         self.timeline = Timeline(self.slurm, job.job_id, self.started)
         self.timeline.start()
+        self.timelines.append(self.timeline)
         return job
 
     # ------------------------------------------------------------------ waiting
@@ -418,8 +426,8 @@ class Harness:
     def close(self) -> None:
         if self.loop is not None:
             self.loop.stop()
-        if self.timeline is not None:
-            self.timeline.stop()
+        for timeline in self.timelines:
+            timeline.stop()
         for job in self.jobs:
             # A stopped rank must be able to die when the job is cancelled.
             for proc in job_procs(job.job_id):

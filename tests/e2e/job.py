@@ -1,7 +1,8 @@
 """A scenario's job: the training program it runs, its files and its fault switch.
 
-The job is ``jobs/ddp_train.sh`` running ``jobs/ddp_train.py`` on ``NODES_PER_JOB`` nodes; the
-program reads the faults to play from its control file while it trains.
+The job is ``jobs/ddp_train.sh`` running ``jobs/ddp_train.py`` on ``NODES_PER_JOB`` nodes (unless
+``Harness.submit`` asks for another count); the program reads the faults to play from its control
+file while it trains.
 """
 
 from __future__ import annotations

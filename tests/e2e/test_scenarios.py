@@ -783,3 +783,121 @@ def test_16_a_slow_checkpoint_save_is_neither_a_stall_nor_a_hang(scenario: Harne
     assert save >= SAVE_SECONDS, job.log()[-3000:]
     _assert_untouched(scenario, job, workload, fields)
     assert not anomalies.filter(kind__in=[AnomalyKind.HANG, AnomalyKind.STRAGGLER]).exists(), trail
+
+
+# Scenario 17: the canary partition of deploy/slurm-dev/slurm.conf.in has two of the four nodes.
+CANARY_PARTITION = "canary"
+OTHER_PARTITION = "debug"
+CANARY_NODES_PER_JOB = 2
+# How long the job outside the canary is watched untouched, its recommendation waiting.
+UNTOUCHED_SECONDS = 5
+
+
+def test_17_a_canary_partition_acts_while_the_rest_awaits_approval(
+    scenario: Harness, operator: User
+) -> None:
+    """
+    GIVEN an acknowledged action-mode cluster whose canary is the partition "canary" (set with
+          a reason, in the trail), a controller with no partition of its own, and two two-node
+          jobs opted in with "mode": "act" training at once, one in "canary", one in "debug"
+    WHEN a rank of each is killed
+    THEN the canary job is restarted by the controller without an approval and resumes from its
+         checkpoint; the debug job's recommendation awaits approval and nothing touches it in
+         the scheduler meanwhile; once an operator approves it, it is restarted exactly once
+    """
+    from recovery.audit.cluster_controls import save_with_audit
+    from tests.e2e.figures import scenario_figures
+
+    cluster = scenario.setup("17-canary-partition")
+    cluster.action_partitions = [CANARY_PARTITION]
+    reason = "e2e: action mode on the canary partition first"
+    (scope_changed,) = save_with_audit(cluster, operator.username, cluster.save, reason)
+    assert scope_changed.kind == AuditKind.ACTION_SCOPE_CHANGED
+    assert scope_changed.payload["to"] == {"partitions": [CANARY_PARTITION], "share_percent": 100}
+
+    canary = scenario.submit(nodes=CANARY_NODES_PER_JOB, partition=CANARY_PARTITION)
+    other = scenario.submit(nodes=CANARY_NODES_PER_JOB, partition=OTHER_PARTITION)
+    canary_before = scenario.wait_until_training(canary)
+    other_before = scenario.wait_until_training(other)
+    assert (canary_before.partition, other_before.partition) == (CANARY_PARTITION, "debug")
+    assert canary_before.acts_automatically and not other_before.acts_automatically
+    canary_nodes = expand_nodes(scenario.slurm, canary.slurm_state().get("NodeList", ""))
+    other_nodes = expand_nodes(scenario.slurm, other.slurm_state().get("NodeList", ""))
+    assert len(canary_nodes) == len(other_nodes) == CANARY_NODES_PER_JOB
+    assert set(canary_nodes) <= {"node001", "node002"}, canary_nodes
+    scenario.record(
+        canary_job_id=canary.job_id,
+        other_job_id=other.job_id,
+        nodes={canary.job_id: canary_nodes, other.job_id: other_nodes},
+        scope_reason=reason,
+    )
+
+    other_injection = scenario.kill_rank(other, 1)
+    canary_injection = scenario.kill_rank(canary, 1)
+
+    fields = scenario.wait_for_restart(canary)
+    waiting = scenario.wait_for(
+        "a recommendation awaiting approval for the job outside the canary",
+        lambda: Recommendation.objects.filter(
+            workload__cluster=scenario.cluster,
+            workload__job_id=other.job_id,
+            status=RecommendationStatus.AWAITING_APPROVAL,
+        ).first(),
+        timeout=60,
+    )
+    # Untouched for a while after its recommendation, the controller running every half second.
+    waited = (datetime.now(waiting.created_at.tzinfo) - waiting.created_at).total_seconds()
+    time.sleep(max(0.0, UNTOUCHED_SECONDS - waited))
+    assert scheduler_actions(scenario, other) == []
+    assert int(other.slurm_state().get("Restarts", "0") or 0) == 0
+    waiting.refresh_from_db()
+    assert waiting.status == RecommendationStatus.AWAITING_APPROVAL
+    untouched = (datetime.now(waiting.created_at.tzinfo) - waiting.created_at).total_seconds()
+
+    (canary_restart,) = acted(scenario, canary)
+    assert canary_restart.action in RESTARTS, canary_restart.reason
+    assert canary_restart.status == RecommendationStatus.EXECUTED
+    assert canary_restart.approved_by == "", canary_restart.approved_by
+    assert int(fields["Restarts"]) == 1
+    assert len(scheduler_actions(scenario, canary)) == 1
+    assert_resumed_and_progressed(canary, canary_before.last_checkpoint_step or 0)
+    recommended = AuditEvent.objects.get(
+        kind=AuditKind.RECOMMENDED, payload__recommendation=waiting.pk
+    )
+    assert recommended.payload["would_have_done"] is True, recommended.payload
+    scenario.record(
+        canary_restart_attempt=int(fields["Restarts"]) + 1,
+        canary_resumed_from=resumed_after(canary, 1),
+        other_untouched_s=round(untouched, 2),
+        actions_on_other_before_approval=0,
+    )
+
+    api = APIClient()
+    api.force_authenticate(operator)
+    url = reverse("api:recommendation-approve", args=[waiting.pk])
+    answers = [api.post(url, {"note": "e2e"}, format="json") for _ in range(2)]  # a double click
+    assert [a.status_code for a in answers] == [200, 200], answers[0].content[:500]
+    assert [a.json()["changed"] for a in answers] == [True, False]
+    approved_at = time.time()
+    scenario.injection = other_injection
+    other_fields = scenario.wait_for_restart(other)
+    restarted_after_approval = time.time() - approved_at
+    time.sleep(3)  # a second action on either job would show now
+
+    assert int(other.slurm_state()["Restarts"]) == int(other_fields["Restarts"]) == 1
+    assert int(canary.slurm_state()["Restarts"]) == 1
+    assert len(scheduler_actions(scenario, other)) == 1
+    assert len(scheduler_actions(scenario, canary)) == 1
+    assert [r.pk for r in acted(scenario, other)] == [waiting.pk]
+    approvals = AuditEvent.objects.filter(
+        workload__cluster=scenario.cluster, kind=AuditKind.APPROVED
+    )
+    assert [e.workload.job_id for e in approvals if e.workload] == [other.job_id]
+    assert_resumed_and_progressed(other, other_before.last_checkpoint_step or 0)
+    scenario.record(
+        approved_through="POST /api/v1/recommendations/<id>/approve/ (twice)",
+        other_restart_after_approval_s=round(restarted_after_approval, 2),
+        other_figures=scenario_figures(scenario.workload(other), other_injection),
+    )
+    # The report row's figures are the canary job's (the first submitted), from its injection.
+    scenario.injection = canary_injection

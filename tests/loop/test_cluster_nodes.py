@@ -20,7 +20,8 @@ from recovery.choices import (
     RecommendationAction,
     RecommendationStatus,
 )
-from recovery.loop.policy import History, decide, kept_out_of_every_job, recommend
+from recovery.loop.decision_facts import History
+from recovery.loop.policy import decide, kept_out_of_every_job, recommend
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
 

@@ -19,8 +19,8 @@ from recovery.choices import (
     StopReason,
     StragglerAction,
 )
+from recovery.loop.decision_facts import History
 from recovery.loop.policy import (
-    History,
     SitePolicy,
     decide,
     history_of,

@@ -14,7 +14,8 @@ from recovery.choices import (
     StopReason,
     WorkloadState,
 )
-from recovery.loop.policy import History, decide, recommend
+from recovery.loop.decision_facts import History
+from recovery.loop.policy import decide, recommend
 from recovery.models import Anomaly, Attempt, Policy, Recommendation
 from tests.factories import AnomalyFactory, AttemptFactory, ClusterFactory, WorkloadFactory
 
