@@ -36,6 +36,8 @@ CLUSTER: dict[str, Any] = {
     "mode": ClusterMode.MONITOR.value,
     "acknowledge_scheduler_actions": False,
     "acts_automatically": False,
+    "action_partitions": [],
+    "action_share_percent": 100,
     "environment": "prod",
     "last_polled_at": "2026-11-29T03:14:10Z",
     "last_poll_error": "",

@@ -30,7 +30,13 @@ def _node_names(help_text: str = "") -> serializers.ListField:
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     acts_automatically = serializers.BooleanField(
         read_only=True,
-        help_text="Recommendations reach the scheduler without an operator's approval.",
+        help_text="Recommendations reach the scheduler without an operator's approval, for "
+        "the jobs in the canary (action_partitions, action_share_percent).",
+    )
+    action_partitions = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="The canary: action mode reaches only jobs in these partitions (empty: all).",
     )
 
     class Meta:
@@ -44,6 +50,8 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "mode",
             "acknowledge_scheduler_actions",
             "acts_automatically",
+            "action_partitions",
+            "action_share_percent",
             "environment",
             "last_polled_at",
             "last_poll_error",

@@ -96,7 +96,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="act on the simulation of --cluster (manage.py simulate) through REDIS_URL, or "
         "through its files in WR_SIMULATOR_STATE_DIR when that is set",
     )
-    parser.add_argument("--partitions", default="", help="comma-separated allowlist")
+    parser.add_argument(
+        "--partitions",
+        default="",
+        help="comma-separated partitions this controller acts in; it can only narrow what the "
+        "control plane offers, whose canary (the cluster's action partitions and share) "
+        "decides which recommendations run without an approval",
+    )
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--lease-seconds", type=int, default=120)
     parser.add_argument("--once", action="store_true", help="one pass, then exit")

@@ -105,3 +105,9 @@ def scenario(
         else:
             harness.finish(str(outcome.longrepr) if outcome is not None else "did not finish")
         harness.close()
+    differences = harness.row.get("replay", {}).get("differences")
+    if differences:
+        pytest.fail(
+            "replaying the policies in force over the run did not reproduce its decisions: "
+            + "; ".join(differences)
+        )

@@ -24,7 +24,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from recovery.choices import AuditKind, ClusterMode, WorkloadState
 from recovery.controller.client import AdvisorClient
 from recovery.controller.controller import AdvisorController
 from recovery.loop.poll import adapter_for
+from recovery.loop.replay import SAME, replay
 from recovery.models import (
     Anomaly,
     AuditEvent,
@@ -406,6 +407,8 @@ class Harness:
                 self.row.update(self.figures(self.jobs[0], anomaly_kind=self.anomaly_kind))
         except Exception:
             self.row.setdefault("figures_error", traceback.format_exc()[-2000:])
+        if failure is None and self.cluster is not None:
+            self.row["replay"] = self.replay_of_the_run()
         self.row["passed"] = failure is None
         if failure is not None:
             self.row["failure"] = failure[-3000:]
@@ -422,6 +425,27 @@ class Harness:
         if self.timeline is not None:
             self.row["timeline"] = self.timeline.entries[:200]
         self.report.rows.append(self.row)
+
+    def replay_of_the_run(self) -> dict[str, Any]:
+        """The policies in force replayed over what the run decided: the same decisions.
+
+        Recorded in the report; ``differences`` lists any decision the replay did not
+        reproduce (the scenario fixture fails the test on them).
+        """
+        assert self.cluster is not None
+        since = datetime.fromtimestamp(self.started - 60, tz=UTC)
+        report = replay(self.cluster, since, timezone.now() + timedelta(seconds=1))
+        return {
+            "decisions": len(report.decisions),
+            "verdicts": dict(report.verdicts),
+            "differences": [
+                f"{d.job_id}/{d.attempt} {d.kind}: recorded "
+                f"{d.recorded.words() if d.recorded else 'nothing'}, replayed "
+                f"{d.replayed.words() if d.replayed else 'nothing'} [{d.verdict}] {d.explanation}"
+                for d in report.decisions
+                if d.verdict != SAME
+            ],
+        }
 
     def close(self) -> None:
         if self.loop is not None:

@@ -19,6 +19,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
+from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -901,3 +902,16 @@ def test_17_a_canary_partition_acts_while_the_rest_awaits_approval(
     )
     # The report row's figures are the canary job's (the first submitted), from its injection.
     scenario.injection = canary_injection
+
+    # The readiness page reads the same run: the canary acted alone, the rest by approval.
+    assert scenario.cluster is not None
+    browser = Client()
+    browser.force_login(operator)
+    page = browser.get(reverse("console:readiness", args=[scenario.cluster.pk]), {"days": 1})
+    assert page.status_code == 200
+    report = page.context["report"]
+    halves = {half.half: half for half in report.halves}
+    assert halves["canary"].carried_out_without_approval == 1, halves
+    assert (halves["monitor"].approved, halves["monitor"].carried_out_without_approval) == (1, 0)
+    assert report.counts.approved == 1
+    scenario.record(readiness_recommended={h: f.recommended for h, f in halves.items()})
