@@ -19,6 +19,7 @@ from recovery.choices import (
     AnomalyKind,
     AttemptExitState,
     AuditKind,
+    ClusterMode,
     FailureCategory,
     RecommendationAction,
     RecommendationStatus,
@@ -401,3 +402,20 @@ def test_the_clusters_controllers_are_shown_beside_the_recommendations(
     response = logged_in(viewer).get(reverse("console:workload", args=[stopped_then_restarted.pk]))
     assert response.context["wait_warning"] == ""
     assert "slurm-advisor-1" in response.content.decode()
+
+
+def test_a_job_outside_the_clusters_canary_is_said_to_act_only_on_approval(
+    viewer: User,
+) -> None:
+    cluster = ClusterFactory(
+        mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True, action_partitions=["canary"]
+    )
+    inside = WorkloadFactory(cluster=cluster, partition="canary", job_id="501")
+    outside = WorkloadFactory(cluster=cluster, partition="batch", job_id="502")
+    assert "action mode for partition canary: this job is in that canary" in text(
+        page(viewer, inside)
+    )
+    assert (
+        "action mode for partition canary: this job is outside that canary and acts only on "
+        "approval" in text(page(viewer, outside))
+    )
