@@ -550,6 +550,11 @@ def renew(request: Request, recommendation_id: int) -> Response:
                 "instance": serializers.CharField(
                     help_text="The instance id this controller process sent, as recorded."
                 ),
+                "acts_without_approval": serializers.CharField(
+                    help_text="What the cluster lets the policy's recommendations do without an "
+                    "approval, e.g. 'nothing (monitor mode)' or 'jobs in partition canary': "
+                    "the ready list offers only those, and approved ones."
+                ),
             },
         ),
         400: OpenApiResponse(
@@ -567,6 +572,7 @@ def renew(request: Request, recommendation_id: int) -> Response:
                 "scheduler_cluster_name": "a100",
                 "actor": "controller:slurm-advisor-1",
                 "instance": "7d0c4f7e-2b1a-4c55-9a51-3f0e8c2d9b14",
+                "acts_without_approval": "jobs in partition canary",
             },
             response_only=True,
         )
@@ -590,5 +596,6 @@ def identity(request: Request) -> Response:
             "scheduler_cluster_name": scheduler_cluster_name(principal.cluster),
             "actor": principal.actor,
             "instance": instance,
+            "acts_without_approval": principal.cluster.acts_without_approval(),
         }
     )

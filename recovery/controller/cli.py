@@ -200,6 +200,8 @@ def check_identity(
             f"controller {identity.actor}{instance} serves cluster {identity.cluster} "
             f"(Slurm ClusterName {identity.scheduler_cluster_name})\n"
         )
+        if identity.acts_without_approval:
+            out.write(f"without an approval it acts on: {identity.acts_without_approval}\n")
         return
 
 

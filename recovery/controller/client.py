@@ -81,6 +81,9 @@ class ControllerIdentity:
     # The instance id the control plane recorded for this process; "" from a control plane
     # that does not hold leases by instance.
     instance: str = ""
+    # What the control plane lets the policy's recommendations do without an approval (its
+    # canary); "" from a control plane that does not say.
+    acts_without_approval: str = ""
 
 
 INSTANCE_HEADER = "X-Controller-Instance"
@@ -134,6 +137,7 @@ class AdvisorClient:
             scheduler_cluster_name=str(data["scheduler_cluster_name"]),
             actor=str(data["actor"]),
             instance=str(data.get("instance") or ""),
+            acts_without_approval=str(data.get("acts_without_approval") or ""),
         )
 
     def headers(self) -> dict[str, str]:

@@ -129,6 +129,14 @@ class Cluster(models.Model):
             canary_bucket < self.action_share_percent
         )
 
+    def acts_without_approval(self) -> str:
+        """What the policy's recommendations may do here without an approval, for people."""
+        if not self.acts_automatically:
+            return "nothing (monitor mode, or action mode not acknowledged)"
+        if not self.has_canary:
+            return "every opted-in job"
+        return f"jobs in {self.action_scope_words()}"
+
     def action_scope_words(self) -> str:
         """The part of the cluster action mode reaches, for people."""
         parts = []

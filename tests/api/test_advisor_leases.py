@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from api.advisor import OLD_CONTROLLER
-from recovery.choices import AuditKind, RecommendationStatus
+from recovery.choices import AuditKind, ClusterMode, RecommendationStatus
 from recovery.controller import cli
 from recovery.controller.client import INSTANCE_HEADER, AdvisorAPIError, AdvisorClient
 from recovery.controller.controller import AdvisorController
@@ -147,10 +147,23 @@ def test_a_controller_learns_which_cluster_its_token_serves() -> None:
         "scheduler_cluster_name": "a100",
         "actor": "controller:ctl-1",
         "instance": instance,
+        "acts_without_approval": "nothing (monitor mode, or action mode not acknowledged)",
     }
     plain = ClusterFactory()
     named = controller(plain).get(reverse("api:advisor-identity")).json()
     assert named["scheduler_cluster_name"] == plain.name
+
+
+def test_a_controller_learns_what_the_canary_lets_it_do_without_an_approval() -> None:
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    process = controller(cluster)
+    said = process.get(reverse("api:advisor-identity")).json()
+    assert said["acts_without_approval"] == "every opted-in job"
+    cluster.action_partitions = ["canary"]
+    cluster.action_share_percent = 10
+    cluster.save()
+    said = process.get(reverse("api:advisor-identity")).json()
+    assert said["acts_without_approval"] == "jobs in partition canary and 10 % of jobs"
 
 
 class Process(APIClient):

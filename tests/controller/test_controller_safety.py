@@ -593,6 +593,24 @@ def test_a_controller_started_during_a_scheduler_outage_waits_for_it(
     assert err.getvalue().count("cannot check the cluster yet: connection refused") == 3
 
 
+def test_a_controller_says_at_start_what_it_may_do_without_an_approval() -> None:
+    from recovery.controller import cli
+
+    class CanaryAPI(FakeAPI):
+        def identity(self) -> ControllerIdentity:
+            return ControllerIdentity(
+                "lab", "lab", "controller:test", acts_without_approval="jobs in partition canary"
+            )
+
+    controller = controller_for(SlurmAwayAtFirst(running_job(), away=0), CanaryAPI())
+    out, err = io.StringIO(), io.StringIO()
+    options = cli.ControllerOptions.from_parsed(
+        {**vars(cli_parser().parse_args(["--cluster", "lab"]))}
+    )
+    cli.check_identity(controller, options, out=out, err=err)
+    assert "without an approval it acts on: jobs in partition canary" in out.getvalue()
+
+
 def cli_parser() -> argparse.ArgumentParser:
     from recovery.controller import cli
 
