@@ -277,9 +277,14 @@ def _replay_decision(
         recorded_by=by,
     )
     if facts.get("v") != FACTS_VERSION or "result" not in facts:
-        unfinished = "the decision did not finish (the policy engine failed)"
-        never = "decided before decision facts were recorded"
-        return replace(base, explanation=unfinished if facts else never)
+        failed = (anomaly.details or {}).get("policy_error")
+        if failed:
+            why = f"the policy engine failed on it and gave up ({failed})"
+        elif facts:
+            why = f"decision facts of another version ({facts.get('v')!r})"
+        else:
+            why = "decided before decision facts were recorded"
+        return replace(base, explanation=why)
     at = facts_time(facts)
     result = facts["result"]
     recorded_action = None

@@ -232,3 +232,16 @@ def test_later_decisions_of_a_job_the_draft_stopped_are_not_counted() -> None:
     assert [d.verdict for d in report.decisions] == [DIFFERENT, "after the draft's stop"]
     assert (report.replayed.stops, report.replayed.restarts) == (1, 0)
     assert (report.recorded.stops, report.recorded.restarts) == (0, 2)
+
+
+def test_a_decision_the_policy_engine_gave_up_on_says_so() -> None:
+    cluster = ClusterFactory()
+    anomaly = crash_on_third_attempt(cluster)
+    Recommendation.objects.all().delete()
+    details = {**anomaly.details, "policy_error": "OperationalError: gone", "policy_tries": 5}
+    Anomaly.objects.filter(pk=anomaly.pk).update(decision_facts={}, details=details)
+    decision = only(replay(cluster, *window()))
+    assert decision.verdict == NOT_REPLAYABLE
+    assert decision.explanation == (
+        "the policy engine failed on it and gave up (OperationalError: gone)"
+    )
