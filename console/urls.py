@@ -9,6 +9,7 @@ from console.views import (
     insights,
     nodes,
     readiness,
+    replay,
     signals,
     unexplained,
     workflows,
@@ -68,4 +69,5 @@ urlpatterns = [
     path("clusters/", clusters.clusters, name="clusters"),
     path("clusters/<int:cluster_id>/signals/", signals.cluster_signals, name="cluster_signals"),
     path("clusters/<int:cluster_id>/readiness/", readiness.readiness, name="readiness"),
+    path("clusters/<int:cluster_id>/replay/", replay.replay, name="replay"),
 ]

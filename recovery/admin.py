@@ -14,6 +14,14 @@ from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
 
 from recovery.audit.cluster_controls import save_with_audit
+from recovery.loop.replay_view import (
+    DEFAULT_DAYS,
+    MAX_DAYS,
+    MIN_DAYS,
+    DaysError,
+    parse_days,
+    preview_unsaved,
+)
 from recovery.models import (
     Anomaly,
     ApiToken,
@@ -179,8 +187,34 @@ class AuditEventAdmin(ReadOnlyAdmin[AuditEvent]):
     actions = None
 
 
+# The change form's second button, and the number of days it replays.
+POLICY_PREVIEW, PREVIEW_DAYS = "_preview", "_preview_days"
+
+
+class PolicyPreviewForm(ModelForm[Policy]):
+    """The policy form, validated as ever, that the admin never saves.
+
+    ``is_valid`` answers False, so the admin takes its path that shows the form again and saves
+    nothing (no ``save_model``, no log entry); ``ready_for_preview`` says whether the form
+    really is valid, its errors are shown as usual otherwise. Mixed in ahead of the admin's own
+    form class by ``PolicyAdmin.get_form`` when "Preview" was pressed.
+    """
+
+    ready_for_preview = False
+
+    def is_valid(self) -> bool:
+        self.ready_for_preview = super().is_valid()
+        return False
+
+
 @admin.register(Policy)
 class PolicyAdmin(ModelAdmin[Policy]):
+    """Policies, with "Preview on the last N days" on the form: the edited, unsaved policy
+    replayed over the recorded decisions of the clusters its scope covers
+    (``recovery.loop.replay_view.preview_unsaved``; template
+    admin/recovery/policy/change_form.html).
+    """
+
     list_display = [
         "name",
         "enabled",
@@ -253,6 +287,37 @@ class PolicyAdmin(ModelAdmin[Policy]):
         ),
         ("Progress overrides", {"fields": ["progress_pattern", "checkpoint_pattern"]}),
     ]
+
+    def get_form(
+        self, request: HttpRequest, obj: Policy | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        if request.method == "POST" and POLICY_PREVIEW in request.POST:
+            return type(f"{form.__name__}Preview", (PolicyPreviewForm, form), {})
+        return form
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Policy | None = None,
+    ) -> HttpResponse:
+        """The form, with the preview above it when one was asked for and the form is valid."""
+        form = context["adminform"].form
+        context["preview_days"] = request.POST.get(PREVIEW_DAYS, DEFAULT_DAYS)
+        context["preview_min_days"], context["preview_max_days"] = MIN_DAYS, MAX_DAYS
+        if isinstance(form, PolicyPreviewForm) and form.ready_for_preview:
+            try:
+                days = parse_days(context["preview_days"])
+            except DaysError as exc:
+                context["preview_error"] = str(exc)
+            else:
+                context["preview_days"] = days
+                context["replays"] = preview_unsaved(form.save(commit=False), days)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 @admin.register(EnvironmentBinding)

@@ -64,11 +64,14 @@ class Action:
     exclusion_hours: int = field(default=0, compare=False)
 
     def words(self) -> str:
+        """As a person reads it: "restart excluding gpu-007", "drain gpu-007", "stop"."""
         if self.action == RecommendationAction.DRAIN:
             return f"drain {self.node}"
         if self.excluded_nodes:
-            return f"{self.action} excluding {', '.join(self.excluded_nodes)}"
-        return str(self.action)
+            return f"restart excluding {', '.join(self.excluded_nodes)}"
+        if self.action == RecommendationAction.RESTART_EXCLUDING:
+            return "restart (no node to exclude)"
+        return str(self.action).replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -602,7 +605,7 @@ def report_json(report: ReplayReport, *, every_decision: bool = False) -> dict[s
     }
 
 
-def _fate(decision: ReplayedDecision) -> str:
+def fate(decision: ReplayedDecision) -> str:
     """What became of the recorded recommendation, in words: "approved by olivia, executed"."""
     status = decision.recorded_status.replace("_", " ")
     if not decision.recorded_by:
@@ -644,7 +647,7 @@ def report_lines(report: ReplayReport, *, every_decision: bool = False) -> list[
     for d in shown:
         recorded = d.recorded.words() if d.recorded else "nothing"
         replayed = d.replayed.words() if d.replayed else "nothing"
-        status = f" ({_fate(d)})" if d.recorded_status else ""
+        status = f" ({fate(d)})" if d.recorded_status else ""
         why = f" {d.explanation}" if d.explanation else ""
         lines.append(
             f"{d.at:%m-%d %H:%M}  {d.job_id}/{d.attempt}  {recorded}{status} -> {replayed}"

@@ -123,6 +123,9 @@ def seed_a_realistic_fleet() -> dict[str, str]:
         "audit-event": f"/audit/{event.pk}/",
         "clusters": "/clusters/",
         "readiness": f"/clusters/{running.cluster_id}/readiness/",
+        # demo-a100 with a larger retry budget: the totals change and differing rows show.
+        "replay": f"/clusters/{running.cluster_id}/replay/?overrides="
+        "%7B%22name%22%3A%22demo-a100%22%2C%22max_attempts%22%3A10%7D",
     }
 
 
