@@ -4,6 +4,7 @@ land in the audit trail. (Production refusing an open /metrics is in tests/test_
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -363,6 +364,8 @@ def cluster_form(cluster: Cluster, **overrides: Any) -> dict[str, Any]:
         "connection": cluster.connection,
         "connection_settings": '{"host": "attacker.example", "user": "root"}',
         "mode": cluster.mode,
+        "action_partitions": json.dumps(cluster.action_partitions),
+        "action_share_percent": cluster.action_share_percent,
         "environment": cluster.environment,
         "last_polled_at_0": "",
         "last_polled_at_1": "",
