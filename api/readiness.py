@@ -36,13 +36,13 @@ from recovery.read.readiness import (
     MAX_DAYS,
     MIN_DAYS,
     Agreement,
-    CheckState,
     DaysError,
     Half,
     Readiness,
     parse_days,
     readiness_over_days,
 )
+from recovery.read.readiness_checklist import CheckState
 
 
 class CanViewClusters(BasePermission):

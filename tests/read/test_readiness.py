@@ -24,14 +24,13 @@ from recovery.models import Attempt, Cluster, ControllerToken, Policy, Recommend
 from recovery.read.health import NO_PROVIDER_REASON, AttributionStatus
 from recovery.read.readiness import (
     DEFAULT_DAYS,
-    MONITOR_TRIAL_DECISIONS,
-    CheckState,
     DaysError,
     Half,
     Readiness,
     parse_days,
     readiness_of,
 )
+from recovery.read.readiness_checklist import MONITOR_TRIAL_DECISIONS, CheckState
 from tests.factories import AnomalyFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db
