@@ -163,7 +163,7 @@ def _recommendation_facts(recommendation: Recommendation | None) -> dict[str, An
     }
 
 
-def _policy_facts(policy: Policy) -> dict[str, Any]:
+def policy_facts(policy: Policy) -> dict[str, Any]:
     return {"id": policy.pk, "name": policy.name, "updated_at": _iso(policy.updated_at)}
 
 
@@ -213,8 +213,8 @@ def gather(
             "mode": workload.cluster.mode,
             "job_mode": workload.opt_in_mode,
         },
-        "policy": _policy_facts(policy),
-        "site_policy": _policy_facts(site_policy),
+        "policy": policy_facts(policy),
+        "site_policy": policy_facts(site_policy),
         "earlier": _recommendation_facts(earlier),
         "open": _recommendation_facts(open_one),
         **history_facts(workload, now),

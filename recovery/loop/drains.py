@@ -47,7 +47,7 @@ from recovery.choices import (
     RecommendationStatus,
     Severity,
 )
-from recovery.loop.decision_facts import FACTS_VERSION, LONGEST_EXCLUSION
+from recovery.loop.decision_facts import FACTS_VERSION, LONGEST_EXCLUSION, policy_facts
 from recovery.loop.policy import site_policy_for
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation
 from recovery.sources.schedulers.base import drain_reason
@@ -88,11 +88,7 @@ def propose_drains(anomaly: Anomaly, now: datetime | None = None) -> list[Recomm
     policy = site_policy_for(anomaly.workload)
     cluster = anomaly.workload.cluster
     facts = drain_facts(cluster, nodes, now)
-    facts["site_policy"] = {
-        "id": policy.pk,
-        "name": policy.name,
-        "updated_at": policy.updated_at.isoformat() if policy.updated_at else None,
-    }
+    facts["site_policy"] = policy_facts(policy)
     made: list[Recommendation] = []
     for name in nodes:
         # A drain made ready here counts against the radius for the anomaly's next node.
@@ -156,7 +152,7 @@ def drain_facts(cluster: Cluster, names: list[str], now: datetime) -> dict[str, 
         "at": now.isoformat(),
         "cluster_size": Node.objects.filter(cluster=cluster).count(),
         "drained": drained,
-        "automatic": _drains_automatically(cluster),
+        "automatic": cluster.drains_without_approval,
         "nodes": nodes,
         "result": {},
     }
@@ -186,18 +182,13 @@ def drain_choice(
     return DRAIN_PROPOSED, ""
 
 
-def _drains_automatically(cluster: Cluster) -> bool:
-    # A drain takes the node from every partition it serves: with a canary, a person decides.
-    return cluster.acts_automatically and cluster.drain_automatically and not cluster.has_canary
-
-
 def _propose_drain(
     anomaly: Anomaly, name: str, policy: Policy, now: datetime
 ) -> Recommendation | None:
     workload = anomaly.workload
     cluster = workload.cluster
     node = Node.objects.get(cluster=cluster, name=name)
-    automatic = _drains_automatically(cluster)
+    automatic = cluster.drains_without_approval
     source = anomaly.get_evidence_source_display() or "a site fact"
     what = anomaly.signature or anomaly.category or "hardware fault"
     verdict = f"hardware: {anomaly.category or 'unknown'} ({what}) on {name}, from {source}"

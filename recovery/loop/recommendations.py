@@ -197,10 +197,7 @@ def _still_authorised(cluster: Cluster) -> Q:
     in_scope = Q(workload__canary_bucket__lt=cluster.action_share_percent)
     if cluster.action_partitions:
         in_scope &= Q(workload__partition__in=[str(p) for p in cluster.action_partitions])
-    if cluster.drain_automatically and not cluster.has_canary:
-        drains_automatically = Q()
-    else:
-        drains_automatically = Q(node__isnull=True)
+    drains_automatically = Q() if cluster.drains_without_approval else Q(node__isnull=True)
     return approved | (Q(workload__cluster=cluster) & in_scope & drains_automatically)
 
 

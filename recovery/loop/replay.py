@@ -221,7 +221,7 @@ def _recorded_recommendations(anomaly_ids: Sequence[int]) -> dict[int, list[Reco
     return found
 
 
-def _as_action(recommendation: Recommendation, needs_person: bool | None = None) -> Action:
+def _as_action(recommendation: Recommendation) -> Action:
     waits = recommendation.approved_by != "" or recommendation.status in (
         RecommendationStatus.AWAITING_APPROVAL,
         RecommendationStatus.REJECTED,
@@ -230,7 +230,7 @@ def _as_action(recommendation: Recommendation, needs_person: bool | None = None)
         action=recommendation.action,
         excluded_nodes=tuple(recommendation.excluded_nodes or []),
         node=recommendation.node.name if recommendation.node else "",
-        needs_person=waits if needs_person is None else needs_person,
+        needs_person=waits,
         reason=recommendation.reason,
     )
 

@@ -117,6 +117,12 @@ class Cluster(models.Model):
         return self.mode == ClusterMode.ACTION and self.acknowledge_scheduler_actions
 
     @property
+    def drains_without_approval(self) -> bool:
+        """Whether the policy's drains run without an operator: acting on its own, automatic
+        drains on, and no canary (a drain takes a node from every partition it serves)."""
+        return self.acts_automatically and self.drain_automatically and not self.has_canary
+
+    @property
     def has_canary(self) -> bool:
         """Action mode reaches only part of the cluster: chosen partitions or a share of jobs."""
         return bool(self.action_partitions) or self.action_share_percent < 100
