@@ -24,7 +24,10 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
+from bench.scaling.burst import print_burst, run_burst
+from bench.scaling.idle import IDLE_JOBS, IDLE_NODES, print_idle, run_idle
 from bench.scaling.report import print_profile, print_table, scale_out_notes, verdict
 from bench.scaling.stack import Bench
 from bench.scaling.steps import ROOT, WORK, Step, StepResult
@@ -84,6 +87,14 @@ def main() -> int:
         "--profile", default=DEFAULT_PROFILE, help="steps whose poll is taken apart, or none"
     )
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS}, 30 s each")
+    parser.add_argument(
+        "--burst", action=argparse.BooleanOptionalAction, default=True,
+        help="the burst step: 200,000 NCCL lines and a 64-rank traceback flood at once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--idle", action=argparse.BooleanOptionalAction, default=True,
+        help="the idle step: 1,000 jobs that print nothing, polls timed in this process",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.steps is None:
         args.steps = QUICK_STEPS if args.quick else DEFAULT_STEPS
@@ -112,6 +123,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupted)
     results: list[StepResult] = []
     reference = None
+    burst: dict[str, Any] | None = None
+    idle: dict[str, Any] | None = None
     profiles: list[tuple[Step, list[dict[str, tuple[float, int]]], str]] = []
     to_profile = {
         Step.parse(text, args.nodes)
@@ -143,6 +156,17 @@ def main() -> int:
                 print_table(results[-1:], args.poll_seconds)
         print("\nreference: the detector alone on the largest step's logs ...", flush=True)
         reference = bench.reference(largest)
+        if args.burst:
+            print("\nburst: NCCL start-up lines and a traceback flood at once ...", flush=True)
+            bench.empty_tables()
+            burst = run_burst(WORK, args.reference_runs)
+        if args.idle:
+            print("\nidle: a cluster whose jobs print nothing, polled ...", flush=True)
+            bench.clear_redis()
+            bench.empty_tables()
+            idle = run_idle(
+                bench.sim_config(Step(IDLE_JOBS, IDLE_NODES, quiet=True)), bench.settings.REDIS_URL
+            )
     except KeyboardInterrupt:
         print("\ninterrupted: stopping every process started", flush=True)
         return 130
@@ -155,14 +179,22 @@ def main() -> int:
         print_profile(step, runs, top)
     verdict(results, reference, profiles, args.poll_seconds)
     scale_out_notes(results, scale_out)
+    if burst is not None:
+        print_burst(burst)
+    if idle is not None:
+        print_idle(idle)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    # Figures of other benches written into the same file (``make bench-ssh``) are kept.
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     RESULTS.write_text(
         json.dumps(
             {
+                **{key: value for key, value in kept.items() if key == "ssh_sweep"},
                 "cores": os.cpu_count(),
                 "poll_seconds": args.poll_seconds,
                 "speedup": args.speedup,
-                "steps": [r.as_json() for r in results],
+                "steps": [r.as_json() for r in results]
+                + [extra for extra in (idle, burst) if extra is not None],
                 "reference": reference,
             },
             indent=2,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import redis
@@ -23,6 +23,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from recovery.loop.held import tokens_for
 from recovery.loop.poll import adapter_for, is_polled, log_store_of
 from recovery.loop.poll import judge_cluster as judge
 from recovery.loop.poll import poll_cluster as poll
@@ -58,9 +59,11 @@ def poll_cluster(cluster_id: int) -> dict[str, Any]:
         queue=settings.CELERY_TASK_DEFAULT_QUEUE,
         expires=settings.POLL_LOCK_SECONDS,
     )
-    batches = queue_workloads(cluster_id, summary.workload_ids)
+    batches = queue_workloads(cluster_id, tokens_for(cluster, summary.workload_facts))
     result: dict[str, Any] = {
-        key: value for key, value in summary.__dict__.items() if key != "workload_ids"
+        key: value
+        for key, value in summary.__dict__.items()
+        if key not in ("workload_ids", "workload_facts")
     }
     result["batches"] = batches
     return result
@@ -103,28 +106,35 @@ def shard_of(workload_id: int) -> int:
 WORKLOADS_PER_TASK = 50
 
 
-def queue_workloads(cluster_id: int, workload_ids: list[int]) -> int:
-    """``process_workloads`` for every shard that holds any of ``workload_ids``, shards packed
-    into tasks of ``WORKLOADS_PER_TASK`` workloads at least; returns how many tasks.
+def queue_workloads(cluster_id: int, tokens: dict[int, str]) -> int:
+    """``process_workloads`` for every shard that holds any of the workloads of ``tokens``
+    (``recovery.loop.held``), in the batches of ``workload_batches``; returns how many tasks.
 
     Each expires before the next poll would queue its shards again.
     """
-    shards: dict[int, list[int]] = {}
-    for workload_id in sorted(workload_ids):
-        shards.setdefault(shard_of(workload_id), []).append(workload_id)
-    tasks: list[tuple[list[int], list[int]]] = []
-    for shard, ids in sorted(shards.items()):
-        if not tasks or len(tasks[-1][1]) >= WORKLOADS_PER_TASK:
-            tasks.append(([], []))
-        tasks[-1][0].append(shard)
-        tasks[-1][1].extend(ids)
-    for task_shards, ids in tasks:
+    batches = workload_batches(tokens)
+    for task_shards, ids in batches:
         process_workloads.apply_async(
-            (cluster_id, task_shards, ids),
+            (cluster_id, task_shards, ids, [tokens[pk] for pk in ids]),
             queue=settings.WORKLOAD_QUEUE,
             expires=settings.POLL_SECONDS * 0.9,
         )
-    return len(tasks)
+    return len(batches)
+
+
+def workload_batches(workload_ids: Iterable[int]) -> list[tuple[list[int], list[int]]]:
+    """The workloads by shard, shards packed into batches of ``WORKLOADS_PER_TASK`` workloads
+    at least: (shards, workload ids) of each task to send."""
+    shards: dict[int, list[int]] = {}
+    for workload_id in sorted(workload_ids):
+        shards.setdefault(shard_of(workload_id), []).append(workload_id)
+    batches: list[tuple[list[int], list[int]]] = []
+    for shard, ids in sorted(shards.items()):
+        if not batches or len(batches[-1][1]) >= WORKLOADS_PER_TASK:
+            batches.append(([], []))
+        batches[-1][0].append(shard)
+        batches[-1][1].extend(ids)
+    return batches
 
 
 # Adapters by cluster and settings, kept by each worker process: an SSH cluster's connection is
@@ -146,13 +156,18 @@ def _adapter(cluster: Cluster) -> SchedulerAdapter:
 
 @shared_task(name="tasks.polling.process_workloads")
 def process_workloads(
-    cluster_id: int, shards: list[int] | int, workload_ids: list[int]
+    cluster_id: int,
+    shards: list[int] | int,
+    workload_ids: list[int],
+    tokens: list[str] | None = None,
 ) -> dict[str, Any]:
     """Read, judge and check the workloads of some shards (``recovery.loop.workloads``).
 
     Each shard's lock is taken, and only the workloads of the shards this worker holds are
     processed: ids are checked against their shard, so a message queued when the shard count
-    was different cannot put a workload in two batches at once.
+    was different cannot put a workload in two batches at once. ``tokens``, one per id, let
+    this process leave alone the workloads it finds quiet (``recovery.loop.held``); a message
+    without them (queued by an earlier release) has every workload processed.
     """
     wanted = {shards} if isinstance(shards, int) else {s for s in shards if isinstance(s, int)}
     cluster = Cluster.objects.filter(pk=cluster_id).first()
@@ -174,12 +189,24 @@ def process_workloads(
         if not ours:
             return {"skipped": 1}
         ids = [pk for pk in workload_ids if isinstance(pk, int) and shard_of(pk) in ours]
+        held_tokens = (
+            {pk: token for pk, token in zip(workload_ids, tokens, strict=True) if pk in ids}
+            if isinstance(tokens, list) and len(tokens) == len(workload_ids)
+            else None
+        )
         try:
             transport = _adapter(cluster).transport
         except SchedulerError as exc:
             logger.warning("workloads of %s not read: %s", cluster.name, exc)
             return {"error": 1}
-        summary = process(cluster, ids, transport, timezone.now(), log_store=log_store_of(cluster))
+        summary = process(
+            cluster,
+            ids,
+            transport,
+            timezone.now(),
+            log_store=log_store_of(cluster),
+            tokens=held_tokens,
+        )
     return {**summary.__dict__, "shards_skipped": len(wanted) - len(ours)}
 
 

@@ -11,6 +11,7 @@ import os
 from bench.scaling.console_probe import describe
 from bench.scaling.steps import (
     MIN_SAMPLES,
+    TARGET_IDLE_JOB_COST_MS,
     TARGET_MEDIAN_S,
     TARGET_P95_S,
     Step,
@@ -148,7 +149,16 @@ def verdict(
     poll_seconds: int,
 ) -> None:
     print()
-    passing = [r for r in results if r.passed]
+    for r in results:
+        if r.step.quiet:
+            share = r.workloads_left_quiet / max(1, r.workloads_left_quiet + r.workloads_processed)
+            print(
+                f"Quiet, {r.step.jobs} jobs on {r.step.nodes} nodes: "
+                f"{r.idle_job_cost_ms:.3f} ms of worker CPU per job poll, everything included "
+                f"(target <= {TARGET_IDLE_JOB_COST_MS:g} ms); {share:.0%} of the workloads the "
+                f"shards were given were left alone as quiet."
+            )
+    passing = [r for r in results if r.passed and not r.step.quiet]
     if passing:
         best = max(passing, key=lambda r: (r.ingested_lines_s, r.step.jobs))
         print(
@@ -165,6 +175,8 @@ def verdict(
             f"p95 < {TARGET_P95_S:g} s."
         )
     for r in results:
+        if r.step.quiet:
+            continue
         state = "within" if r.passed else "MISSES"
         why = []
         if r.poll_runtimes and median(r.poll_runtimes) >= poll_seconds:

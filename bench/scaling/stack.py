@@ -25,7 +25,15 @@ from bench.scaling.console_probe import ConsoleProbe
 from bench.scaling.phases import profile_poll
 from bench.scaling.processes import CLOCK_TICKS, Children, cpu_ticks, machine_ticks, pids_named
 from bench.scaling.reference import detector_reference
-from bench.scaling.steps import ROOT, WORK, PollTask, Step, StepResult, median
+from bench.scaling.steps import (
+    QUIET_LOGGED_STEPS_PER_SECOND,
+    ROOT,
+    WORK,
+    PollTask,
+    Step,
+    StepResult,
+    median,
+)
 from bench.scaling.task_events import TaskEvents
 
 
@@ -122,7 +130,12 @@ class Bench:
             seed=self.args.seed,
             speedup=self.args.speedup,
             log_dir=str(Path(self.settings.VAR_DIR) / "sim"),
-            faults_per_job_hour=self.args.faults_per_job_hour,
+            faults_per_job_hour=0.0 if step.quiet else self.args.faults_per_job_hour,
+            max_logged_steps_per_second=(
+                QUIET_LOGGED_STEPS_PER_SECOND
+                if step.quiet
+                else SimConfig.max_logged_steps_per_second
+            ),
         )
 
     # ------------------------------------------------------------------ one step
@@ -167,7 +180,8 @@ class Bench:
             [self.python, "manage.py", "simulate", "--cluster", config.name,
              "--nodes", str(step.nodes), "--jobs", str(step.jobs),
              "--speedup", f"{args.speedup:g}", "--seed", str(args.seed),
-             "--faults-per-job-hour", f"{args.faults_per_job_hour:g}",
+             "--faults-per-job-hour", f"{config.faults_per_job_hour:g}",
+             "--logged-steps-per-second", f"{config.max_logged_steps_per_second:g}",
              "--mode", ClusterMode.MONITOR, "--tick", "1", "--reset"],
             logs / "simulate.log",
             self.env,
@@ -406,6 +420,7 @@ class Bench:
             elif shard.runtime is not None:
                 result.shard_runtimes.append(shard.runtime)
                 result.workloads_processed += int(shard.result.get("workloads", 0))
+                result.workloads_left_quiet += int(shard.result.get("left_quiet", 0))
         judges = [t for t in in_window if t.kind == "judge"]
         result.judges = (
             sum(1 for t in judges if t.runtime is not None and not t.result.get("skipped")),

@@ -114,6 +114,79 @@ def median_step_time(observations: Sequence[ProgressObservation]) -> float | Non
     return statistics.median(intervals) if intervals else None
 
 
+@dataclass(frozen=True)
+class _Silence:
+    """How long the job has been silent from, and how long it may be."""
+
+    silent_since: datetime
+    allowed_seconds: float
+    median_step_seconds: float | None
+    checkpoint_in_progress: bool
+    current: list[_Member]
+    last_progress_at: datetime | None
+    last_step: int | None
+
+
+def _allowed_silence(
+    observations: Sequence[ProgressObservation],
+    started_at: datetime,
+    policy: HangPolicy,
+    checkpoint_started_at: datetime | None,
+    checkpoint_finished_at: datetime | None,
+) -> _Silence:
+    median_step_seconds = median_step_time(observations)
+    allowed_seconds = float(policy.floor_seconds)
+    if median_step_seconds is not None:
+        allowed_seconds = max(allowed_seconds, policy.step_time_factor * median_step_seconds)
+
+    checkpoint_in_progress = checkpoint_started_at is not None and (
+        checkpoint_finished_at is None or checkpoint_started_at > checkpoint_finished_at
+    )
+    if checkpoint_in_progress:
+        allowed_seconds += policy.checkpoint_grace_seconds
+
+    current = _members([item for item in observations if item.at >= started_at])
+    last_progress_at: datetime | None = None
+    last_step: int | None = None
+    if current:
+        latest = max(current, key=lambda member: (member.last_change_at, member.last_step))
+        last_progress_at = latest.last_change_at
+        last_step = latest.last_step
+        silent_since = latest.last_change_at
+    else:
+        # No step yet in this attempt: the silence counts from the end of the start-up grace
+        # (the allowance is never negative, so nothing is found before the grace ends).
+        silent_since = started_at + timedelta(seconds=policy.startup_grace_seconds)
+    if checkpoint_finished_at is not None and checkpoint_finished_at > silent_since:
+        # A save that ended after the last step (and the start-up grace) is a sign of life.
+        silent_since = checkpoint_finished_at
+    return _Silence(
+        silent_since,
+        allowed_seconds,
+        median_step_seconds,
+        checkpoint_in_progress,
+        current,
+        last_progress_at,
+        last_step,
+    )
+
+
+def hang_due_at(
+    observations: Sequence[ProgressObservation],
+    *,
+    started_at: datetime,
+    policy: HangPolicy,
+    checkpoint_started_at: datetime | None = None,
+    checkpoint_finished_at: datetime | None = None,
+) -> datetime:
+    """The moment after which ``detect_hang`` finds a hang in these observations, unless more
+    progress comes: a worker that read nothing new since need not look again before it."""
+    silence = _allowed_silence(
+        observations, started_at, policy, checkpoint_started_at, checkpoint_finished_at
+    )
+    return silence.silent_since + timedelta(seconds=silence.allowed_seconds)
+
+
 def detect_hang(
     observations: Sequence[ProgressObservation],
     *,
@@ -150,38 +223,18 @@ def detect_hang(
         if value is not None:
             _require_aware(name, value)
 
-    median_step_seconds = median_step_time(observations)
-    allowed_seconds = float(policy.floor_seconds)
-    if median_step_seconds is not None:
-        allowed_seconds = max(allowed_seconds, policy.step_time_factor * median_step_seconds)
-
-    checkpoint_in_progress = checkpoint_started_at is not None and (
-        checkpoint_finished_at is None or checkpoint_started_at > checkpoint_finished_at
+    silence = _allowed_silence(
+        observations, started_at, policy, checkpoint_started_at, checkpoint_finished_at
     )
-    if checkpoint_in_progress:
-        allowed_seconds += policy.checkpoint_grace_seconds
-
-    current = _members([item for item in observations if item.at >= started_at])
-    if current:
-        latest = max(current, key=lambda member: (member.last_change_at, member.last_step))
-        last_progress_at: datetime | None = latest.last_change_at
-        last_step: int | None = latest.last_step
-        silent_since = latest.last_change_at
-    else:
-        last_progress_at = None
-        last_step = None
-        grace_end = started_at + timedelta(seconds=policy.startup_grace_seconds)
-        if now < grace_end:
-            return None
-        silent_since = grace_end
-    if checkpoint_finished_at is not None and checkpoint_finished_at > silent_since:
-        # A save that ended after the last step (and the start-up grace) is a sign of life.
-        silent_since = checkpoint_finished_at
-
-    silent_seconds = (now - silent_since).total_seconds()
-    if silent_seconds <= allowed_seconds:
+    silent_seconds = (now - silence.silent_since).total_seconds()
+    if silent_seconds <= silence.allowed_seconds:
         return None
-
+    median_step_seconds = silence.median_step_seconds
+    allowed_seconds = silence.allowed_seconds
+    checkpoint_in_progress = silence.checkpoint_in_progress
+    current = silence.current
+    last_progress_at = silence.last_progress_at
+    last_step = silence.last_step
     silent_first = _silent_first(current, median_step_seconds)
     if last_progress_at is not None:
         evidence = (

@@ -32,7 +32,7 @@ from recovery.choices import (
 )
 from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
 from recovery.detection.findings import Finding
-from recovery.detection.hang import ProgressObservation, detect_hang
+from recovery.detection.hang import ProgressObservation, detect_hang, hang_due_at
 from recovery.detection.quiet_phases import CHECKPOINT
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.straggler import (
@@ -276,11 +276,26 @@ def _check_trends(
 
 def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     """Hang and straggler checks on a running workload's recent progress samples."""
+    return run_progress_check(workload, now).created
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressCheck:
+    created: list[Anomaly]
+    # When a check could find more than this one if no more progress came: a hang found, or
+    # a slowdown judged once the attempt has run a whole window (None: nothing can be found,
+    # the workload is not running or its attempt has not started). Until then, with nothing
+    # new read, a check finds what this one found.
+    recheck_at: datetime | None = None
+
+
+def run_progress_check(workload: Workload, now: datetime) -> ProgressCheck:
+    """``check_progress``, with when a check is next due if nothing new is read."""
     if workload.state != WorkloadState.RUNNING or not workload.current_attempt:
-        return []
+        return ProgressCheck([])
     attempt = Attempt.objects.filter(workload=workload, number=workload.current_attempt).first()
     if attempt is None or attempt.started_at is None:
-        return []
+        return ProgressCheck([])
     policy = policy_for(workload)
     # The longest look back any check needs: the straggler window and its baseline, the hang
     # allowance (its floor, or many median steps of a slow job).
@@ -301,17 +316,23 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     ]
     samples.reverse()
     created: list[Anomaly] = []
+    observations = [
+        ProgressObservation(at=s.at, step=s.step, rank=s.rank, node=s.node or None) for s in samples
+    ]
+    saving_since = workload.quiet_phase_at if workload.quiet_phase == CHECKPOINT else None
     hang = detect_hang(
-        [
-            ProgressObservation(at=s.at, step=s.step, rank=s.rank, node=s.node or None)
-            for s in samples
-        ],
+        observations,
         now=now,
         started_at=attempt.started_at,
         policy=hang_policy(policy),
-        checkpoint_started_at=(
-            workload.quiet_phase_at if workload.quiet_phase == CHECKPOINT else None
-        ),
+        checkpoint_started_at=saving_since,
+        checkpoint_finished_at=workload.last_checkpoint_at,
+    )
+    due = hang_due_at(
+        observations,
+        started_at=attempt.started_at,
+        policy=hang_policy(policy),
+        checkpoint_started_at=saving_since,
         checkpoint_finished_at=workload.last_checkpoint_at,
     )
     if hang is not None:
@@ -321,7 +342,10 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
     created += _check_trends(workload, attempt, samples, policy, now)
     current = [s for s in samples if s.attempt == attempt.number and s.throughput]
     if not current or current[0].at > now - timedelta(seconds=window.window_seconds):
-        return created  # a slowdown is judged only once the attempt has run a whole window
+        # A slowdown is judged only once the attempt has run a whole window.
+        if current:
+            due = min(due, current[0].at + timedelta(seconds=window.window_seconds))
+        return ProgressCheck(created, due)
     for finding in detect_stragglers(
         [
             ThroughputObservation(at=s.at, value=s.throughput, node=s.node or None, rank=s.rank)
@@ -340,7 +364,7 @@ def check_progress(workload: Workload, now: datetime) -> list[Anomaly]:
             scope=f"straggler:{member}",
             source=EvidenceSource.PROGRESS,
         )
-    return created
+    return ProgressCheck(created, due)
 
 
 def check_suspects(cluster: Cluster, now: datetime) -> list[Anomaly]:

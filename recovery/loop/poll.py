@@ -108,6 +108,8 @@ class PollSummary:
     # The workloads whose output, endings and progress are for ``process_workloads``: this
     # poll's own (``poll_cluster``) or, split across workers, ``tasks.polling``'s.
     workload_ids: list[int] = field(default_factory=list)
+    # The digest of the facts each of them was synced from (``synced_facts``).
+    workload_facts: dict[int, str] = field(default_factory=dict)
 
 
 # What the poller needs to tell which workload and attempt a job is and what state it is in.
@@ -240,7 +242,8 @@ def _poll_once(
 ) -> PollSummary:
     summary = PollSummary()
     jobs = _read_snapshot(cluster, adapter, summary)
-    summary.workload_ids = _sync_jobs(cluster, jobs, now, summary)
+    summary.workload_facts = _sync_jobs(cluster, jobs, now, summary)
+    summary.workload_ids = list(summary.workload_facts)
     if ingest_logs:
         _read_kernel_logs(cluster, adapter.transport, now, summary)
         _read_gpu_metrics(cluster, now, summary)
@@ -300,10 +303,11 @@ def synced_facts(cluster: Cluster, job: JobInfo) -> str:
 
 def _sync_jobs(
     cluster: Cluster, jobs: list[JobInfo], now: datetime, summary: PollSummary
-) -> list[int]:
+) -> dict[int, str]:
     """Each job of ours becomes its workload and attempt; workloads no longer listed, unknown.
 
-    Returns the workloads of the opted-in jobs listed: their output is read. A job
+    Returns the workloads of the opted-in jobs listed (their output is read), each with the
+    digest of the facts it is synced from. A job
     whose facts are those its workload was last synced from is not synced again: a sync of
     the same facts writes nothing (the poll is level-triggered), so it is skipped unread.
     """
@@ -313,7 +317,7 @@ def _sync_jobs(
         if job.opt_in.opted_in or any(key in job.comment for key in RECOVERY_KEYS)
     ]
     newest = _newest_synced(cluster, [job.job_id for job in ours])
-    opted_in: list[int] = []
+    opted_in: dict[int, str] = {}
     for job in ours:
         summary.jobs_seen += 1
         unknown = job.unknown(FACTS_FOR_SYNC)
@@ -338,7 +342,7 @@ def _sync_jobs(
             summary.workloads_created += created
             summary.state_changes += changed
         if job.opt_in.opted_in:
-            opted_in.append(workload_id)
+            opted_in[workload_id] = digest
     summary.state_changes += _forget_vanished(cluster, {job.job_id for job in jobs})
     return opted_in
 

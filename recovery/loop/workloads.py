@@ -23,6 +23,7 @@ stragglers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +38,7 @@ from recovery.audit.record import record_events
 from recovery.choices import AuditKind, EvidenceSource, Severity, WorkloadState
 from recovery.detection.scanner import ScanResult
 from recovery.detection.signature_set import SignatureSet
+from recovery.loop import held
 from recovery.loop.anomalies import (
     PROGRESS_FIELDS,
     SAMPLE_RETENTION,
@@ -49,6 +51,7 @@ from recovery.loop.anomalies import (
 from recovery.loop.bulk import insert_values, update_rows
 from recovery.loop.log_stores import ingest_from_source
 from recovery.loop.logs import (
+    MAX_READ_BYTES,
     IngestSummary,
     output_access,
     output_tail,
@@ -56,13 +59,13 @@ from recovery.loop.logs import (
     record_refused_output,
     scan_output,
 )
-from recovery.loop.monitors import SchedulerEnding, check_job_ending, check_progress
+from recovery.loop.monitors import SchedulerEnding, check_job_ending, run_progress_check
 from recovery.loop.patterns import active_signature_set
 from recovery.loop.policy import policies_read_once, policy_for
 from recovery.models import Attempt, AuditEvent, Cluster, LogCursor, ProgressSample, Workload
 from recovery.sources.logs import LogSource, LogSourceError
 from recovery.sources.schedulers.base import Transport
-from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 
 # What a read changes on its output's cursor.
 CURSOR_FIELDS = ["offset", "truncations", "nonfinite_streaks", "updated_at"]
@@ -88,6 +91,8 @@ class WorkloadsSummary:
     full_reads: int = 0
     progress_checks: int = 0
     log_store_error: str = ""
+    # Left alone on what this process remembers of them (``recovery.loop.held``).
+    left_quiet: int = 0
 
 
 @dataclass
@@ -108,6 +113,13 @@ class _Batch:
     attempts: dict[int, list[Attempt]] = field(default_factory=dict)
     # (workload id, attempt number) that already recorded progress resumed.
     resumed: set[tuple[int, int | None]] = field(default_factory=set)
+    # Each output's size when it was read to its end (None: it does not exist); an output
+    # refused, or read only in part, has none.
+    sizes: dict[tuple[int, str], int | None] = field(default_factory=dict)
+    # Workloads whose read was not recorded (another reader moved the cursor meanwhile).
+    unsettled: set[int] = field(default_factory=set)
+    # When each workload checked is next due a check if nothing new is read.
+    rechecks: dict[int, datetime | None] = field(default_factory=dict)
 
 
 def process_workloads(
@@ -118,12 +130,32 @@ def process_workloads(
     *,
     log_store: LogSource | None = None,
     read_logs: bool = True,
+    tokens: Mapping[int, str] | None = None,
 ) -> WorkloadsSummary:
-    """Read, judge and check the given workloads of ``cluster`` (others are ignored)."""
-    with announcements_batched(), policies_read_once():
-        return _process(
-            cluster, workload_ids, transport, now or timezone.now(), log_store, read_logs
-        )
+    """Read, judge and check the given workloads of ``cluster`` (others are ignored).
+
+    With ``tokens`` (the snapshot's ``recovery.loop.held`` token of each workload), a workload
+    this process processed before and finds quiet is left alone, and what each processed one
+    looks like afterwards is remembered.
+    """
+    now = now or timezone.now()
+    summary = WorkloadsSummary()
+    # Output in a log store grows unseen by a stat: such a cluster's workloads are all read.
+    holding = tokens is not None and read_logs and transport is not None and log_store is None
+    if holding:
+        assert tokens is not None and transport is not None
+        sizes = transport.output_sizes(held.remembered_paths(cluster.pk, workload_ids))
+        mine = {pk: tokens[pk] for pk in workload_ids if pk in tokens}
+        left = held.quiet(cluster.pk, mine, sizes, now)
+        summary.left_quiet = len(left)
+        workload_ids = [pk for pk in workload_ids if pk not in left]
+    if workload_ids:
+        with announcements_batched(), policies_read_once():
+            batch = _process(cluster, workload_ids, transport, now, log_store, read_logs, summary)
+            if holding and batch is not None:
+                assert tokens is not None
+                _remember(cluster, batch, tokens, now)
+    return summary
 
 
 def _process(
@@ -133,21 +165,52 @@ def _process(
     now: datetime,
     log_store: LogSource | None,
     read_logs: bool,
-) -> WorkloadsSummary:
-    summary = WorkloadsSummary()
+    summary: WorkloadsSummary,
+) -> _Batch | None:
     workloads = list(Workload.objects.filter(cluster=cluster, pk__in=workload_ids))
     for workload in workloads:
         workload.cluster = cluster
     summary.workloads = len(workloads)
     if not workloads:
-        return summary
+        return None
+    batch = _load_batch(workloads) if read_logs and transport is not None else _Batch(workloads)
     if read_logs and transport is not None:
-        _read_outputs(_load_batch(workloads), transport, now, summary)
+        _read_outputs(batch, transport, now, summary)
     if read_logs and log_store is not None:
         _read_log_store(workloads, log_store, now, summary)
     summary.anomalies_new += _judge_endings(workloads, now, transport if read_logs else None)
-    _check_progress(workloads, now, summary)
-    return summary
+    batch.rechecks = _check_progress(workloads, now, summary)
+    return batch
+
+
+def _remember(cluster: Cluster, batch: _Batch, tokens: Mapping[int, str], now: datetime) -> None:
+    """What each workload of the batch looks like now that it was processed, for the next
+    poll of this process to tell whether it is quiet (``recovery.loop.held``)."""
+    rechecks = batch.rechecks
+    for workload in batch.workloads:
+        paths = list(dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p))
+        token = tokens.get(workload.pk)
+        if (
+            token is None
+            or workload.pk in batch.unsettled
+            or any((workload.pk, path) not in batch.sizes for path in paths)
+        ):
+            held.forget(cluster.pk, workload.pk)
+            continue
+        if workload.pk in rechecks:
+            recheck_at = rechecks[workload.pk] or now + held.HELD_FOR
+        else:
+            recheck_at = _next_check_at(workload, now)
+        held.remember(
+            cluster.pk,
+            workload.pk,
+            held.Held(
+                token=token,
+                sizes={path: batch.sizes[(workload.pk, path)] for path in paths},
+                recheck_at=recheck_at,
+                held_at=now,
+            ),
+        )
 
 
 def _load_batch(workloads: list[Workload]) -> _Batch:
@@ -204,46 +267,98 @@ def _read_outputs(
 ) -> None:
     cursors = _cursors(batch.workloads)
     signatures = active_signature_set()
+    files = [
+        (workload, path, cursor)
+        for workload in batch.workloads
+        for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p)
+        if (cursor := cursors.get((workload.pk, path))) is not None
+    ]
+    opened = _open_grown(files, transport, batch)
     plain: list[_Read] = []
-    for workload in batch.workloads:
-        access = output_access(workload)
-        for path in dict.fromkeys(p for p in (workload.stdout_path, workload.stderr_path) if p):
-            cursor = cursors.get((workload.pk, path))
-            if cursor is None:
-                continue
-            read = _read_file(workload, transport, path, access, cursor, signatures, summary)
-            if read is None:
-                continue
-            read.attempt = attempt_writing_of(batch.attempts.get(workload.pk, []))
-            if _needs_full_record(read, batch):
-                _record_one(read, now, summary)
-            else:
-                plain.append(read)
+    for workload, path, cursor in files:
+        if (workload.pk, path) not in opened:
+            continue
+        output = opened[(workload.pk, path)]
+        read = _read_file(workload, path, output, cursor, signatures, summary, batch.sizes)
+        if read is None:
+            continue
+        read.attempt = attempt_writing_of(batch.attempts.get(workload.pk, []))
+        if _needs_full_record(read, batch):
+            if not _record_one(read, now, summary):
+                batch.unsettled.add(workload.pk)
+        else:
+            plain.append(read)
     if plain:
-        _record_plain(plain, now)
+        recorded = _record_plain(plain, now)
+        batch.unsettled |= {read.workload.pk for read in plain if read not in recorded}
+
+
+# Read ahead per file when files are opened in a batch: a poll's new output is usually a few
+# lines; a longer one is read on from the file (one more round trip over SSH).
+READ_AHEAD_BYTES = 64 * 1024
+
+_Opened = OutputFile | OutputRefused | None
+
+
+def _open_grown(
+    files: list[tuple[Workload, str, LogCursor]], transport: Transport, batch: _Batch
+) -> dict[tuple[int, str], _Opened]:
+    """The files that grew (or shrank) since their cursor, opened in one batch per transport
+    call: one stat of every file, then the opens, over SSH a few round trips for them all.
+
+    A file whose size is its cursor's was read to its end: it is not opened, and its size is
+    what ``recovery.loop.held`` remembers. A path two workloads name is opened once per
+    workload, under each one's rules.
+    """
+    sizes = transport.output_sizes(list(dict.fromkeys(path for _, path, _ in files)))
+    rounds: list[tuple[dict[str, int], dict[str, OutputAccess], dict[str, int]]] = []
+    for workload, path, cursor in files:
+        size = sizes.get(path)
+        if size is not None and size == cursor.offset:
+            batch.sizes[(workload.pk, path)] = size
+            continue
+        free = next((r for r in rounds if path not in r[0]), None)
+        if free is None:
+            free = ({}, {}, {})
+            rounds.append(free)
+        wanted, rules, owners = free
+        wanted[path] = cursor.offset
+        rules[path] = output_access(workload)
+        owners[path] = workload.pk
+    opened: dict[tuple[int, str], _Opened] = {}
+    for wanted, rules, owners in rounds:
+        for path, outcome in transport.open_outputs(wanted, rules, READ_AHEAD_BYTES).items():
+            opened[(owners[path], path)] = outcome
+    return opened
 
 
 def _read_file(
     workload: Workload,
-    transport: Transport,
     path: str,
-    access: OutputAccess,
+    output: _Opened,
     cursor: LogCursor,
     signatures: SignatureSet,
     summary: WorkloadsSummary,
+    sizes: dict[tuple[int, str], int | None],
 ) -> _Read | None:
-    try:
-        output = transport.open_output(path, access)
-    except OutputRefused as refused:
+    """The new lines of one opened output, scanned; None when there are none, or it was
+    refused. ``sizes`` gets the file's size when the read reached its end (None: missing)."""
+    if isinstance(output, OutputRefused):
         summary.outputs_refused += 1
-        record_refused_output(workload, path, refused)
+        record_refused_output(workload, path, output)
         return None
     if output is None:
+        sizes[(workload.pk, path)] = None
         return None
     started_at = (cursor.offset, cursor.truncations)
     counted = IngestSummary()
+    # From where the read starts (the start again when the file was cut short): read within
+    # one limit, the read reaches the file's end and what it leaves is a line still unfinished.
+    start = cursor.offset if output.size >= cursor.offset else 0
     with closing(output):
         consumed = read_new_lines(output.read, output.size, cursor, counted)
+    if output.size - start <= MAX_READ_BYTES:
+        sizes[(workload.pk, path)] = output.size
     if (cursor.offset, cursor.truncations) == started_at:
         return None
     summary.log_bytes += counted.bytes_read
@@ -282,18 +397,21 @@ def _unmoved(reads: list[_Read]) -> list[_Read]:
     return [read for read in reads if locked.get(read.cursor.pk) == read.started_at]
 
 
-def _record_one(read: _Read, now: datetime, summary: WorkloadsSummary) -> None:
+def _record_one(read: _Read, now: datetime, summary: WorkloadsSummary) -> bool:
+    """Record one read the full way; False when another reader moved its cursor meanwhile."""
     with transaction.atomic():
         if not _unmoved([read]):
-            return
+            return False
         new, _ = record_read(read.workload, read.result, now, source=EvidenceSource.JOB_OUTPUT)
         read.cursor.save(update_fields=CURSOR_FIELDS)
     summary.full_reads += 1
     summary.anomalies_new += new
+    return True
 
 
-def _record_plain(reads: list[_Read], now: datetime) -> None:
-    """Reads of progress and checkpoints only: a few statements for all of them.
+def _record_plain(reads: list[_Read], now: datetime) -> list[_Read]:
+    """Reads of progress and checkpoints only: a few statements for all of them. Returns the
+    reads recorded (not those whose cursor another reader moved meanwhile).
 
     What ``record_read`` records of such a read, in bulk: the cursors, the progress samples,
     each workload's last progress and checkpoint, a ``checkpoint_saved`` event per new
@@ -302,7 +420,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
     with transaction.atomic():
         reads = _unmoved(reads)
         if not reads:
-            return
+            return reads
         stamp = timezone.now()
         for read in reads:
             read.cursor.updated_at = stamp
@@ -370,6 +488,7 @@ def _record_plain(reads: list[_Read], now: datetime) -> None:
                 workload_id__in=list({sample[0] for sample in samples}),
                 at__lt=now - SAMPLE_RETENTION,
             ).delete()
+    return reads
 
 
 SAMPLE_COLUMNS = [
@@ -426,14 +545,50 @@ def _judge_endings(workloads: list[Workload], now: datetime, transport: Transpor
     return new
 
 
-def _check_progress(workloads: list[Workload], now: datetime, summary: WorkloadsSummary) -> None:
+def _check_progress(
+    workloads: list[Workload], now: datetime, summary: WorkloadsSummary
+) -> dict[int, datetime | None]:
+    """The checks due; returns, for each workload checked, when a check is next due if
+    nothing new is read (``ProgressCheck.recheck_at``)."""
     due = [w for w in workloads if _progress_check_due(w, now)]
+    rechecks: dict[int, datetime | None] = {}
     for workload in due:
         with transaction.atomic():
-            summary.anomalies_new += len(check_progress(workload, now))
+            check = run_progress_check(workload, now)
+        summary.anomalies_new += len(check.created)
+        rechecks[workload.pk] = check.recheck_at
     if due:
         Workload.objects.filter(pk__in=[w.pk for w in due]).update(progress_checked_at=now)
+        for workload in due:
+            workload.progress_checked_at = now
     summary.progress_checks += len(due)
+    return rechecks
+
+
+def _next_check_at(workload: Workload, now: datetime) -> datetime:
+    """The first moment ``_progress_check_due`` can say a check is due, nothing else changing."""
+    if not workload.opted_in or workload.state != WorkloadState.RUNNING:
+        return now + held.HELD_FOR
+    every, timeout = _check_cadence(workload)
+    checked = workload.progress_checked_at
+    if checked is None or checked > now:
+        return now
+    due = checked + every
+    if workload.last_progress_at is not None:
+        due = min(due, workload.last_progress_at + timeout - HANG_NEAR)
+    return due
+
+
+def _check_cadence(workload: Workload) -> tuple[timedelta, timedelta]:
+    """How often the workload's progress is checked, and its policy's hang timeout."""
+    policy = policy_for(workload)
+    timeout = timedelta(minutes=policy.hang_timeout_minutes)
+    every = min(
+        timedelta(seconds=PROGRESS_CHECK_SECONDS),
+        timedelta(minutes=policy.straggler_window_minutes) / 6,
+        timeout / 6,
+    )
+    return every, timeout
 
 
 def _progress_check_due(workload: Workload, now: datetime) -> bool:
@@ -442,13 +597,7 @@ def _progress_check_due(workload: Workload, now: datetime) -> bool:
     timeout, so that a job that stopped printing is caught as soon as the timeout is reached."""
     if not workload.opted_in or workload.state != WorkloadState.RUNNING:
         return False
-    policy = policy_for(workload)
-    timeout = timedelta(minutes=policy.hang_timeout_minutes)
-    every = min(
-        timedelta(seconds=PROGRESS_CHECK_SECONDS),
-        timedelta(minutes=policy.straggler_window_minutes) / 6,
-        timeout / 6,
-    )
+    every, timeout = _check_cadence(workload)
     checked = workload.progress_checked_at
     # A clock set back (or a replayed poll) must not hold the checks off for good.
     if checked is None or checked > now or now - checked >= every:

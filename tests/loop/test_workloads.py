@@ -146,17 +146,17 @@ def test_a_read_whose_cursor_moved_meanwhile_is_dropped(tmp_path: Path) -> None:
     cursor = cursors[(workload.pk, workload.stdout_path)]
     read = workload_work._read_file(
         workload,
-        LocalTransport(),
         workload.stdout_path,
-        output_access(workload),
+        LocalTransport().open_output(workload.stdout_path, output_access(workload)),
         cursor,
         active_signature_set(),
         workload_work.WorkloadsSummary(),
+        batch.sizes,
     )
     assert read is not None
     read.attempt = attempt_writing_of(batch.attempts.get(workload.pk, []))
     LogCursor.objects.filter(pk=cursor.pk).update(offset=3)  # the other reader
-    workload_work._record_plain([read], timezone.now())
+    assert workload_work._record_plain([read], timezone.now()) == []
     assert ProgressSample.objects.count() == 0
     assert LogCursor.objects.get().offset == 3
 

@@ -15,7 +15,7 @@ API. tests/slurm/test_drains.py does the same against real Slurm 22.05 and 24.11
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -42,7 +42,7 @@ from recovery.models import (
     Workload,
 )
 from recovery.sources.schedulers.base import CommandResult
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from tests.factories import ClusterFactory, kernel_log_blames
 
@@ -111,6 +111,17 @@ class ScriptedSlurm:
 
     def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
         return None
+
+    def output_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        return dict.fromkeys(paths)
+
+    def open_outputs(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        return dict.fromkeys(wanted)
 
 
 class InProcessAdvisor(AdvisorClient):

@@ -4,13 +4,13 @@ commands for 22.05, SSH to the chroot's login node for 24.11)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from recovery.sources.schedulers.base import CommandResult, JobInfo, SchedulerError, Transport
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster
 
@@ -158,6 +158,17 @@ class RefusingJson:
 
     def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
         return self.inner.open_output(path, access)
+
+    def output_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        return self.inner.output_sizes(paths)
+
+    def open_outputs(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        return self.inner.open_outputs(wanted, access, limit)
 
 
 def test_the_fixed_format_fallback_reads_the_same_job(

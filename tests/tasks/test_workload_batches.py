@@ -26,18 +26,19 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 
 def test_a_small_clusters_shards_go_in_one_task(sent: list[tuple[Any, ...]]) -> None:
-    assert polling.queue_workloads(7, list(range(1, 11))) == 1
-    ((cluster_id, shards, ids),) = sent
+    assert polling.queue_workloads(7, {i: f"token {i}" for i in range(1, 11)}) == 1
+    ((cluster_id, shards, ids, tokens),) = sent
     assert cluster_id == 7
     assert sorted(ids) == list(range(1, 11))
+    assert tokens == [f"token {i}" for i in ids]  # each workload's own, in the same order
     assert sorted(shards) == sorted({polling.shard_of(i) for i in range(1, 11)})
 
 
 def test_a_large_clusters_shards_each_get_a_task(sent: list[tuple[Any, ...]]) -> None:
     count = settings.WORKLOAD_SHARDS * polling.WORKLOADS_PER_TASK * 2
-    assert polling.queue_workloads(7, list(range(count))) == settings.WORKLOAD_SHARDS
+    assert polling.queue_workloads(7, dict.fromkeys(range(count), "")) == settings.WORKLOAD_SHARDS
     seen: list[int] = []
-    for _, shards, ids in sent:
+    for _, shards, ids, _ in sent:
         assert len(shards) == 1
         assert all(polling.shard_of(i) == shards[0] for i in ids)
         seen += ids

@@ -36,6 +36,10 @@ class Command(BaseCommand):
             "--mode", choices=[ClusterMode.MONITOR, ClusterMode.ACTION], default=None,
             help="set the cluster's mode (action also acknowledges scheduler actions)",
         )  # fmt: skip
+        parser.add_argument(
+            "--logged-steps-per-second", type=float, default=None,
+            help="the most progress lines a job prints per real second (default 1)",
+        )  # fmt: skip
         parser.add_argument("--tick", type=float, default=1.0, help="seconds between steps")
         parser.add_argument("--duration", type=float, default=0.0, help="stop after (0: never)")
         parser.add_argument("--reset", action="store_true", help="start from a fresh cluster")
@@ -55,6 +59,10 @@ class Command(BaseCommand):
         }
         if options["faults_per_job_hour"] is not None:
             fields["faults_per_job_hour"] = options["faults_per_job_hour"]
+        if options["logged_steps_per_second"] is not None:
+            if options["logged_steps_per_second"] <= 0:
+                raise CommandError("--logged-steps-per-second must be > 0")
+            fields["max_logged_steps_per_second"] = options["logged_steps_per_second"]
         config = SimConfig(**fields)
         try:
             cluster = ensure_simulated_cluster(config, options["mode"])

@@ -8,14 +8,14 @@ shell string, and validates job ids and node names before any command runs.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from recovery.sources.schedulers.compat import StrEnum
 from recovery.sources.schedulers.optin import OptIn
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
 
@@ -139,7 +139,28 @@ class Transport(Protocol):
         does not exist. Raises ``OutputRefused`` when the rules forbid reading it.
 
         ``read_file`` and ``file_size`` are for paths an administrator set (kernel logs); a
-        path a job chose is only ever read through this.
+        path a job chose is only ever read through this (or ``open_outputs``).
+        """
+        ...
+
+    def output_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        """Each path's size as ``lstat`` sees it (a link is not followed), or None when it is
+        missing or cannot be looked at: a hint whether a job wrote more, never a reason to read.
+        One exchange for all the paths, not one per path."""
+        ...
+
+    def open_outputs(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        """Many job output files opened at once under the rules ``open_output`` applies (one
+        ``access`` for all, or one per path), each with up to ``limit`` bytes from its offset in
+        ``wanted`` already read: a read of that range costs nothing more, any other goes back to
+        the file. Keyed like ``wanted``: the file, None when it does not exist, or the refusal
+        (one file refused never fails the others). Raises ``SchedulerError`` when the files
+        cannot be reached at all.
         """
         ...
 

@@ -14,7 +14,7 @@ every Console viewer sees. So an output file is read only when all of this holds
 Otherwise ``OutputRefused`` names the rule (``reason``) and what broke it (``detail``). Both
 transports apply these rules: ``open_local_output`` here walks the path one directory at a time
 with ``openat`` and ``O_NOFOLLOW``; the SSH transport, which has no ``openat`` over SFTP, checks
-each component with ``lstat`` and the opened file again (see ``SSHTransport.open_output``).
+each component with ``lstat`` and the opened file again (see ``SSHTransport.open_outputs``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,6 +67,42 @@ class OutputFile(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class PrefetchedOutput:
+    """An output file read ahead when it was opened, and closed since.
+
+    ``size`` is its size when it was opened and ``data`` its bytes from ``start`` on: up to
+    ``size``, or fewer when the read-ahead was bounded or stopped early. A read that ``data``
+    answers (inside it, or running past its end where that end is ``size``) is served from it;
+    any other opens the file again, under the same rules, through ``reread(offset, limit)``.
+    Keeping no file open lets one batch open more files than a process may hold at once.
+    """
+
+    def __init__(
+        self, size: int, start: int, data: bytes, reread: Callable[[int, int], bytes]
+    ) -> None:
+        self.size = size
+        self.start = start
+        self._data: bytes | None = data
+        self._reread = reread
+
+    @property
+    def prefetched(self) -> bytes:
+        if self._data is None:
+            raise ValueError("read of a closed output file")
+        return self._data
+
+    def read(self, offset: int, limit: int) -> bytes:
+        data = self.prefetched
+        end = self.start + len(data)
+        if self.start <= offset and (offset + limit <= end or end >= self.size):
+            begin = offset - self.start
+            return data[begin : begin + max(limit, 0)]
+        return self._reread(offset, limit)
+
+    def close(self) -> None:
+        self._data = None
 
 
 def valid_uid(value: int) -> bool:
@@ -137,6 +173,11 @@ class OutputAccess:
                 "checked to be that user's",
             )
         return names
+
+
+def access_for(access: OutputAccess | Mapping[str, OutputAccess], path: str) -> OutputAccess:
+    """The rules for ``path`` when a batch gives one set for all its files or one per file."""
+    return access if isinstance(access, OutputAccess) else access[path]
 
 
 def check_file(path: str, mode: int | None, uid: int | None, owner_uid: int) -> None:

@@ -7,11 +7,13 @@ import os
 import re
 import select
 import shlex
+import socket
 import stat
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -21,9 +23,13 @@ from recovery.sources.schedulers.output_files import (
     OutputFile,
     OutputRefusal,
     OutputRefused,
+    PrefetchedOutput,
+    access_for,
+    cannot_open,
     check_file,
     joined,
     open_local_output,
+    path_components,
 )
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -77,6 +83,58 @@ class LocalTransport:
     def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
         return open_local_output(path, access)
 
+    def output_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        sizes: dict[str, int | None] = {}
+        for path in paths:
+            try:
+                sizes[path] = os.lstat(path).st_size if _statable(path) else None
+            except OSError:
+                sizes[path] = None
+        return sizes
+
+    def open_outputs(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        """Each file opened with ``open_output``, read ahead from its offset (from 0 when it is
+        now shorter: it was truncated) and closed again: a batch may name more files than this
+        process may hold open."""
+        outcomes: dict[str, OutputFile | OutputRefused | None] = {}
+        for path, offset in wanted.items():
+            rules = access_for(access, path)
+            try:
+                output = open_local_output(path, rules)
+                if output is None:
+                    outcomes[path] = None
+                    continue
+                with contextlib.closing(output):
+                    start = offset if offset <= output.size else 0
+                    data = output.read(start, min(max(limit, 0), output.size - start))
+            except OutputRefused as refused:
+                outcomes[path] = refused
+                continue
+            except OSError as error:
+                outcomes[path] = cannot_open(path, error)
+                continue
+            outcomes[path] = PrefetchedOutput(output.size, start, data, self._rereader(path, rules))
+        return outcomes
+
+    @staticmethod
+    def _rereader(path: str, access: OutputAccess) -> Callable[[int, int], bytes]:
+        def reread(offset: int, limit: int) -> bytes:
+            try:
+                output = open_local_output(path, access)
+            except OutputRefused as refused:
+                raise SchedulerError(f"{path} can no longer be read: {refused}") from None
+            if output is None:
+                return b""  # gone since: nothing more to read from it
+            with contextlib.closing(output):
+                return output.read(offset, limit)
+
+        return reread
+
 
 class SSHTransport:
     """Runs commands on a remote login node over SSH (paramiko), with nothing installed there.
@@ -124,6 +182,10 @@ class SSHTransport:
         self._client: Any = None
         self._sftp: Any = None
         self._lock = threading.RLock()
+        # How many times this transport connected, and opened an SFTP session: once each while
+        # the connection holds, however many polls use it.
+        self.connections_opened = 0
+        self.sftp_sessions_opened = 0
 
     # ------------------------------------------------------------------ connection
 
@@ -142,6 +204,7 @@ class SSHTransport:
                 self.close()
             client = self._open_client()
             self._client = client
+            self.connections_opened += 1
             return client
 
     def _open_client(self) -> Any:
@@ -202,6 +265,11 @@ class SSHTransport:
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(self.KEEPALIVE_SECONDS)
+            # Pipelined SFTP requests leave at once instead of waiting, Nagle's way, for the
+            # first one to be acknowledged: a round trip per batch step saved.
+            if isinstance(transport.sock, socket.socket):
+                with contextlib.suppress(OSError):
+                    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return client
 
     def _load_key(self) -> Any:
@@ -344,49 +412,215 @@ class SSHTransport:
         size: int | None = self._with_sftp(path, lambda sftp: int(sftp.stat(path).st_size or 0))
         return size
 
+    def output_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        """Each path's size as ``lstat`` sees it, or None; one pipelined exchange for all."""
+        sizes: dict[str, int | None] = dict.fromkeys(paths)
+        asked = [path for path in sizes if _statable(path)]
+        if not asked:
+            return sizes
+
+        def lstat_all(sftp: Any) -> list[int | None]:
+            from paramiko.sftp import CMD_LSTAT
+
+            answers = _exchange(sftp, [(CMD_LSTAT, (path,)) for path in asked])
+            return [_size_of(kind, message) for kind, message in answers]
+
+        with self._lock:
+            found = self._with_sftp(f"the sizes of {len(asked)} files", lstat_all)
+        sizes.update(zip(asked, found))
+        return sizes
+
     def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
-        """The job's output file under the rules of ``output_files``, or None when absent.
+        """The job's output file under the rules of ``output_files``, or None when absent: a
+        batch of one (``open_outputs``) whose handle stays open for the reads that follow."""
+        outcome = self._open_batch({path: 0}, access, 0, keep_open=True)[path]
+        if isinstance(outcome, OutputRefused):
+            raise outcome
+        return outcome
 
-        SFTP has no ``openat`` and no ``O_NOFOLLOW``: each directory on the way is checked with
-        ``lstat`` (no link, a directory), then the file (a regular file of the job's uid), and
-        the opened handle again with ``fstat``. A component swapped for a link between those
-        checks and the open is not seen, but whatever was opened is still a regular file owned
-        by the job's user (no inode is given over SFTP to compare). A FIFO swapped in at that
-        instant blocks the server's open until the SFTP timeout.
+    def open_outputs(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        """Job output files under the rules of ``output_files``, each read ahead by up to
+        ``limit`` bytes from its offset in ``wanted`` (from 0 when the file is now shorter than
+        that offset: it was truncated), and closed.
+
+        SFTP has no ``openat`` and no ``O_NOFOLLOW``: every directory on a file's way is checked
+        with ``lstat`` (no link, a directory), then the file (a regular file of the job's uid),
+        and the opened handle again with ``fstat``; only then is it read. A component swapped for
+        a link between those checks and the open is not seen, but whatever was opened is still a
+        regular file owned by the job's user (no inode is given over SFTP to compare). A FIFO
+        swapped in at that instant blocks the server's open until the SFTP timeout.
+
+        Each step is sent for every file of a chunk of ``BATCH_FILES`` before the answers are
+        read (a directory many files share is looked at once per batch), so a chunk costs four
+        round trips (lstat, open, fstat, read) whatever its size; the handles are closed without
+        waiting before the next chunk opens any. A file's ``lstat`` goes with its directories':
+        what it says counts only once every directory passed, and ``lstat`` opens nothing. While
+        a FIFO blocks the server every file of the batch waits, and the batch is tried again once
+        (when ``lstat`` sees the FIFO and refuses it). A read beyond what was read ahead opens the
+        file again, under the same checks.
         """
-        names = access.admit(path)
-        owner_uid = access.owner_uid
-        assert owner_uid is not None  # admit() refuses an unknown owner
-        shown = joined(names)
+        return self._open_batch(wanted, access, limit, keep_open=False)
 
-        def open_checked(sftp: Any) -> SFTPOutput | None:
+    def _open_batch(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+        *,
+        keep_open: bool,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        outcomes: dict[str, OutputFile | OutputRefused | None] = {}
+        admitted: list[_Wanted] = []
+        for path, offset in wanted.items():
+            rules = access_for(access, path)
             try:
-                for depth in range(1, len(names)):
-                    where = joined(names[:depth])
-                    mode = sftp.lstat(where).st_mode
-                    if mode is not None and stat.S_ISLNK(mode):
-                        raise OutputRefused(OutputRefusal.SYMLINK, f"{where} is a symbolic link")
-                    if mode is None or not stat.S_ISDIR(mode):
-                        return None  # not a directory: the output cannot exist
-                seen = sftp.lstat(shown)
-                check_file(shown, seen.st_mode, seen.st_uid, owner_uid)
-                handle = sftp.open(shown, "rb")
-            except PermissionError as error:
-                raise OutputRefused(
-                    OutputRefusal.UNREADABLE, f"{shown} cannot be opened: {error.strerror or error}"
-                ) from None
-            output = SFTPOutput(handle, 0, f"{shown} over SFTP from {self._where}")
-            try:
-                opened = handle.stat()
-                check_file(shown, opened.st_mode, opened.st_uid, owner_uid)
-            except BaseException:
-                output.close()
-                raise
-            output.size = int(opened.st_size or 0)
-            return output
+                names = rules.admit(path)
+            except OutputRefused as refused:
+                outcomes[path] = refused
+                continue
+            assert rules.owner_uid is not None  # admit() refuses an unknown owner
+            admitted.append(_Wanted(path, names, rules, rules.owner_uid, offset))
+        if admitted:
 
-        output: SFTPOutput | None = self._with_sftp(shown, open_checked)
-        return output
+            def open_all(sftp: Any) -> dict[str, OutputFile | OutputRefused | None]:
+                opened: dict[str, OutputFile | OutputRefused | None] = {}
+                known: dict[str, Any] = {}
+                for first in range(0, len(admitted), BATCH_FILES):
+                    chunk = admitted[first : first + BATCH_FILES]
+                    opened.update(self._open_chunk(sftp, chunk, known, limit, keep_open))
+                return opened
+
+            shown = admitted[0].shown if len(admitted) == 1 else f"{len(admitted)} output files"
+            with self._lock:
+                opened = self._with_sftp(shown, open_all)
+            outcomes.update(opened or dict.fromkeys(want.path for want in admitted))
+        return {path: outcomes[path] for path in wanted}
+
+    def _open_chunk(
+        self,
+        sftp: Any,
+        chunk: list[_Wanted],
+        known: dict[str, Any],
+        limit: int,
+        keep_open: bool,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
+        """Opens ``chunk`` a step at a time, each step pipelined across its files. ``known``
+        holds what ``lstat`` said of each path this batch looked at, for the next chunks."""
+        from paramiko.sftp import (
+            CMD_CLOSE,
+            CMD_DATA,
+            CMD_FSTAT,
+            CMD_HANDLE,
+            CMD_LSTAT,
+            CMD_OPEN,
+            CMD_READ,
+            SFTP_FLAG_READ,
+            int64,
+        )
+        from paramiko.sftp_attr import SFTPAttributes
+        from paramiko.sftp_file import SFTPFile
+
+        outcomes: dict[str, OutputFile | OutputRefused | None] = {}
+        unseen = dict.fromkeys(
+            where
+            for want in chunk
+            for where in (*want.directories, want.shown)
+            if where not in known
+        )
+        answers = _exchange(sftp, [(CMD_LSTAT, (where,)) for where in unseen])
+        known.update(zip(unseen, (_stat_answer(*answer) for answer in answers)))
+
+        to_open: list[_Wanted] = []
+        for want in chunk:
+            try:
+                if _passes_lstat(want, known):
+                    to_open.append(want)
+                else:
+                    outcomes[want.path] = None
+            except OutputRefused as refused:
+                outcomes[want.path] = refused
+
+        answers = _exchange(
+            sftp, [(CMD_OPEN, (want.shown, SFTP_FLAG_READ, SFTPAttributes())) for want in to_open]
+        )
+        handles: list[tuple[_Wanted, bytes]] = []
+        for want, (kind, message) in zip(to_open, answers):
+            if kind == CMD_HANDLE:
+                handles.append((want, message.get_binary()))
+            else:
+                outcomes[want.path] = _refused_or_absent(want.shown, _failure(kind, message))
+
+        answers = _exchange(sftp, [(CMD_FSTAT, (handle,)) for _, handle in handles])
+        checked: list[tuple[_Wanted, bytes, int]] = []
+        to_close: list[bytes] = []
+        for (want, handle), answer in zip(handles, answers):
+            opened = _stat_answer(*answer)
+            try:
+                if isinstance(opened, _Failure):
+                    raise opened.refusal(want.shown)
+                check_file(want.shown, opened.st_mode, opened.st_uid, want.owner_uid)
+            except OutputRefused as refused:
+                outcomes[want.path] = refused
+                to_close.append(handle)
+                continue
+            checked.append((want, handle, int(opened.st_size or 0)))
+
+        if keep_open:
+            for want, handle, size in checked:
+                where = f"{want.shown} over SFTP from {self._where}"
+                file = SFTPFile(sftp, handle, "r")
+                outcomes[want.path] = SFTPOutput(file, size, where, self._lock)
+        else:
+            spans: list[tuple[int, int, int]] = []  # (file, offset, length) of each READ
+            starts = []
+            for index, (want, _, size) in enumerate(checked):
+                start = want.offset if want.offset <= size else 0
+                starts.append(start)
+                end = min(size, start + max(limit, 0))
+                spans += [
+                    (index, at, min(READ_REQUEST, end - at))
+                    for at in range(start, end, READ_REQUEST)
+                ]
+            answers = _exchange(
+                sftp,
+                [(CMD_READ, (checked[index][1], int64(at), length)) for index, at, length in spans],
+            )
+            pieces: list[list[bytes]] = [[] for _ in checked]
+            stopped = [False] * len(checked)
+            for (index, _, length), (kind, message) in zip(spans, answers):
+                if stopped[index]:
+                    continue
+                data = message.get_string() if kind == CMD_DATA else b""
+                pieces[index].append(data)
+                # After a short answer (the end of the file, or a server that reads less),
+                # what follows is no longer contiguous: a read past it opens the file again.
+                stopped[index] = len(data) < length
+            for (want, handle, size), start, parts in zip(checked, starts, pieces):
+                outcomes[want.path] = PrefetchedOutput(
+                    size, start, b"".join(parts), self._rereader(want)
+                )
+                to_close.append(handle)
+        for handle in to_close:
+            # As paramiko's own asynchronous close: the answer is read, and dropped, later.
+            sftp._async_request(type(None), CMD_CLOSE, handle)
+        return outcomes
+
+    def _rereader(self, want: _Wanted) -> Callable[[int, int], bytes]:
+        def reread(offset: int, limit: int) -> bytes:
+            outcome = self._open_batch({want.path: 0}, want.access, 0, keep_open=True)[want.path]
+            if outcome is None:
+                return b""  # gone since: nothing more to read from it
+            if isinstance(outcome, OutputRefused):
+                raise SchedulerError(f"{want.shown} can no longer be read: {outcome}")
+            with contextlib.closing(outcome):
+                return outcome.read(offset, limit)
+
+        return reread
 
     def _with_sftp(self, path: str, action: Any) -> Any:
         """``action(sftp)``, or None when ``path`` does not exist. Reading changes nothing,
@@ -422,6 +656,7 @@ class SSHTransport:
                 sftp = client.open_sftp()
                 sftp.get_channel().settimeout(self.SFTP_TIMEOUT)
                 self._sftp = sftp
+                self.sftp_sessions_opened += 1
             return self._sftp
 
 
@@ -429,23 +664,190 @@ class SFTPOutput:
     """A job's output file open over SFTP. A connection lost while reading fails the read; the
     poller reads the same bytes again next time."""
 
-    def __init__(self, handle: Any, size: int, shown: str) -> None:
+    def __init__(self, handle: Any, size: int, shown: str, lock: Any = None) -> None:
         self._handle = handle
         self.size = size
         self._shown = shown
+        self._lock = lock if lock is not None else threading.RLock()
 
     def read(self, offset: int, limit: int) -> bytes:
+        """Up to ``limit`` bytes from ``offset``: the part up to the size the file had when it
+        was opened (and one request beyond, for what it wrote since) asked for all at once."""
         import paramiko
+        from paramiko.sftp import CMD_DATA, CMD_READ, int64
 
+        end = offset + max(limit, 0)
+        ahead = min(end, max(self.size, offset) + READ_REQUEST)
+        spans = [(at, min(READ_REQUEST, ahead - at)) for at in range(offset, ahead, READ_REQUEST)]
+        handle = self._handle
         try:
-            self._handle.seek(offset)
-            return bytes(self._handle.read(limit))
+            with self._lock:
+                answers = _exchange(
+                    handle.sftp,
+                    [(CMD_READ, (handle.handle, int64(at), length)) for at, length in spans],
+                )
+                data = bytearray()
+                for (at, length), (kind, message) in zip(spans, answers):
+                    if kind != CMD_DATA:
+                        _failure(kind, message).raise_unless_end()
+                        return bytes(data)
+                    piece = message.get_string()
+                    data += piece
+                    if len(piece) < length:
+                        if at + len(piece) >= self.size:
+                            return bytes(data)  # the end of the file
+                        break  # a server that answers less than asked: the rest in turn
+                if offset + len(data) < min(end, self.size):
+                    handle.seek(offset + len(data))
+                    data += handle.read(min(end, self.size) - offset - len(data))
+                return bytes(data)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise SchedulerError(f"cannot read {self._shown}: {exc}") from None
 
     def close(self) -> None:
         import paramiko
 
-        # A handle on a lost connection is gone with it: nothing left to close.
-        with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
-            self._handle.close()
+        # A handle on a lost connection is gone with it: nothing left to close. The answer to
+        # the close is not waited for.
+        with self._lock, contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+            self._handle._close(async_=True)
+
+
+# Files whose handles one batch holds open at once on the server: each chunk's are closed before
+# the next chunk opens any, far below sftp-server's limit on open files.
+BATCH_FILES = 256
+# SFTP requests sent before the first answer is read.
+PIPELINE_DEPTH = 256
+# paramiko's largest read request (SFTPFile.MAX_REQUEST_SIZE), one every server answers in full.
+READ_REQUEST = 32 * 1024
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """One file of a batch: its path, its components as ``admit`` gave them, whose it must be,
+    and the offset to read it from."""
+
+    path: str
+    names: tuple[str, ...]
+    access: OutputAccess
+    owner_uid: int
+    offset: int
+
+    @property
+    def shown(self) -> str:
+        return joined(self.names)
+
+    @property
+    def directories(self) -> list[str]:
+        return [joined(self.names[:depth]) for depth in range(1, len(self.names))]
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An SFTP status answer that is not success."""
+
+    code: int
+    text: str
+
+    @property
+    def absent(self) -> bool:
+        from paramiko.sftp import SFTP_NO_SUCH_FILE
+
+        return self.code == SFTP_NO_SUCH_FILE
+
+    def refusal(self, shown: str) -> OutputRefused:
+        return OutputRefused(OutputRefusal.UNREADABLE, f"{shown} cannot be opened: {self.text}")
+
+    def raise_unless_end(self) -> None:
+        from paramiko.sftp import SFTP_EOF
+
+        if self.code != SFTP_EOF:
+            raise OSError(self.text)
+
+
+class _Answers:
+    """What the server answered to pipelined requests, by request number: paramiko hands each
+    answer to the object its request was sent for."""
+
+    def __init__(self) -> None:
+        self.received: dict[int, tuple[int, Any]] = {}
+
+    def _async_response(self, kind: int, message: Any, number: int) -> None:
+        self.received[number] = (kind, message)
+
+
+def _exchange(sftp: Any, requests: Sequence[tuple[int, tuple[Any, ...]]]) -> list[tuple[int, Any]]:
+    """The answers to ``requests`` (type and arguments of each), in their order, with up to
+    ``PIPELINE_DEPTH`` of them on the way at once instead of one per round trip."""
+    answers = _Answers()
+    numbers: list[int] = []
+    for kind, arguments in requests:
+        while len(numbers) - len(answers.received) >= PIPELINE_DEPTH:
+            sftp._read_response()
+        numbers.append(sftp._async_request(answers, kind, *arguments))
+    while len(answers.received) < len(numbers):
+        sftp._read_response()
+    return [answers.received.pop(number) for number in numbers]
+
+
+def _failure(kind: int, message: Any) -> _Failure:
+    import paramiko
+    from paramiko.sftp import CMD_STATUS
+
+    if kind != CMD_STATUS:
+        raise paramiko.SSHException(f"the SFTP server answered with message type {kind}")
+    code = message.get_int()
+    return _Failure(code, message.get_text())
+
+
+def _stat_answer(kind: int, message: Any) -> Any:
+    """The ``SFTPAttributes`` an (l|f)stat answered, or the ``_Failure``."""
+    from paramiko.sftp import CMD_ATTRS
+    from paramiko.sftp_attr import SFTPAttributes
+
+    if kind == CMD_ATTRS:
+        return SFTPAttributes._from_msg(message)  # type: ignore[attr-defined]  # not in the stubs
+    return _failure(kind, message)
+
+
+def _size_of(kind: int, message: Any) -> int | None:
+    seen = _stat_answer(kind, message)
+    if isinstance(seen, _Failure) or seen.st_size is None:
+        return None
+    return int(seen.st_size)
+
+
+def _refused_or_absent(shown: str, failure: _Failure) -> OutputRefused | None:
+    return None if failure.absent else failure.refusal(shown)
+
+
+def _passes_lstat(want: _Wanted, known: Mapping[str, Any]) -> bool:
+    """Whether what ``lstat`` said lets ``want`` be opened: False when it cannot exist (a
+    directory on the way is missing or not one, or the file is missing); refuses a link on the
+    way, and a file that is not a regular one of the job's user."""
+    for where in want.directories:
+        seen = known[where]
+        if isinstance(seen, _Failure):
+            if seen.absent:
+                return False
+            raise seen.refusal(want.shown)
+        mode = seen.st_mode
+        if mode is not None and stat.S_ISLNK(mode):
+            raise OutputRefused(OutputRefusal.SYMLINK, f"{where} is a symbolic link")
+        if mode is None or not stat.S_ISDIR(mode):
+            return False  # not a directory: the output cannot exist
+    seen = known[want.shown]
+    if isinstance(seen, _Failure):
+        if seen.absent:
+            return False
+        raise seen.refusal(want.shown)
+    check_file(want.shown, seen.st_mode, seen.st_uid, want.owner_uid)
+    return True
+
+
+def _statable(path: str) -> bool:
+    """Whether ``path`` is one an output file can have (absolute, no NUL byte)."""
+    try:
+        return bool(path_components(path))
+    except OutputRefused:
+        return False

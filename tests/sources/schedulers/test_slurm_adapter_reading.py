@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ import pytest
 
 from recovery.sources.schedulers.base import CommandResult, SchedulerError
 from recovery.sources.schedulers.compat import UTC
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile
+from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 from recovery.sources.schedulers.slurm import (
     FALLBACK_FIELDS,
     NODE_FORMAT,
@@ -49,6 +49,17 @@ class ScriptedTransport:
         return None
 
     def open_output(self, path: str, access: OutputAccess) -> OutputFile | None:
+        raise AssertionError("reading the scheduler opens no job output")
+
+    def output_sizes(self, paths: Sequence[str]) -> dict[str, int | None]:
+        raise AssertionError("reading the scheduler stats no job output")
+
+    def open_outputs(
+        self,
+        wanted: Mapping[str, int],
+        access: OutputAccess | Mapping[str, OutputAccess],
+        limit: int,
+    ) -> dict[str, OutputFile | OutputRefused | None]:
         raise AssertionError("reading the scheduler opens no job output")
 
 
