@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -137,20 +138,30 @@ def workload_batches(workload_ids: Iterable[int]) -> list[tuple[list[int], list[
     return batches
 
 
-# Adapters by cluster and settings, kept by each worker process: an SSH cluster's connection is
-# opened once per process, not once per shard and poll.
-_ADAPTERS: OrderedDict[tuple[int, str, str], SchedulerAdapter] = OrderedDict()
+# Adapters by cluster, settings and thread, kept by each worker process: an SSH cluster's
+# connection is opened once per process (per thread of a threads pool: an SFTP session's
+# pipelined requests are not shared between threads), not once per shard and poll.
+_ADAPTERS: OrderedDict[tuple[int, str, str, int], SchedulerAdapter] = OrderedDict()
+_ADAPTERS_LOCK = threading.Lock()
 ADAPTERS_KEPT = 32
 
 
 def _adapter(cluster: Cluster) -> SchedulerAdapter:
-    key = (cluster.pk, str(cluster.connection), repr(cluster.connection_settings))
-    adapter = _ADAPTERS.get(key)
+    key = (
+        cluster.pk,
+        str(cluster.connection),
+        repr(cluster.connection_settings),
+        threading.get_ident(),
+    )
+    with _ADAPTERS_LOCK:
+        adapter = _ADAPTERS.get(key)
     if adapter is None:
-        adapter = _ADAPTERS[key] = adapter_for(cluster)
+        adapter = adapter_for(cluster)
+    with _ADAPTERS_LOCK:
+        adapter = _ADAPTERS.setdefault(key, adapter)
+        _ADAPTERS.move_to_end(key)
         while len(_ADAPTERS) > ADAPTERS_KEPT:
             _ADAPTERS.popitem(last=False)
-    _ADAPTERS.move_to_end(key)
     return adapter
 
 

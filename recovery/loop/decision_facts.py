@@ -134,9 +134,12 @@ def cluster_node_facts(cluster_id: int, now: datetime) -> list[list[Any]]:
 def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
     """The cluster's size and the nodes other jobs' restarts excluded within the longest
     window a policy may count."""
-    recent = [
-        [_iso(at), list(nodes)]
-        for at, nodes in Recommendation.objects.filter(
+    # Each node once, at the latest time it was excluded (newest first): all a window of any
+    # length needs to count it, and the facts stay as long as the nodes excluded, not as the
+    # restarts that excluded them.
+    latest: dict[str, datetime] = {}
+    for at, nodes in (
+        Recommendation.objects.filter(
             workload__cluster_id=workload.cluster_id,
             created_at__gte=now - LONGEST_BLAST_WINDOW,
             action__in=RESTARTS,
@@ -144,11 +147,15 @@ def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
         .exclude(workload=workload)
         .order_by("-created_at", "-id")
         .values_list("created_at", "excluded_nodes")[:MAX_RECENT_EXCLUSIONS]
-        if nodes
-    ]
+    ):
+        for node in nodes or []:
+            latest.setdefault(str(node), at)
+    by_time: dict[datetime, list[str]] = {}
+    for node, at in latest.items():
+        by_time.setdefault(at, []).append(node)
     return {
         "cluster_size": Node.objects.filter(cluster_id=workload.cluster_id).count(),
-        "recent_exclusions": recent,
+        "recent_exclusions": [[_iso(at), sorted(nodes)] for at, nodes in by_time.items()],
     }
 
 

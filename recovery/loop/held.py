@@ -25,6 +25,7 @@ everything once.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class Held:
 
 
 _HELD: OrderedDict[tuple[int, int], Held] = OrderedDict()
+# A worker of Celery's threads pool runs shard tasks side by side in one process.
+_HELD_LOCK = threading.Lock()
 
 
 def settings_token(cluster: Cluster) -> str:
@@ -80,7 +83,8 @@ def quiet(
     size now (``sizes``: every path of every remembered workload; one missing is not quiet)."""
     left: set[int] = set()
     for workload_id, token in tokens.items():
-        held = _HELD.get((cluster_id, workload_id))
+        with _HELD_LOCK:
+            held = _HELD.get((cluster_id, workload_id))
         if (
             held is None
             or held.token != token
@@ -97,7 +101,8 @@ def remembered_paths(cluster_id: int, workload_ids: Iterable[int]) -> list[str]:
     """The output files of the workloads this process remembers: to stat before ``quiet``."""
     paths: dict[str, None] = {}
     for workload_id in workload_ids:
-        held = _HELD.get((cluster_id, workload_id))
+        with _HELD_LOCK:
+            held = _HELD.get((cluster_id, workload_id))
         if held is not None:
             paths.update(dict.fromkeys(held.sizes))
     return list(paths)
@@ -105,15 +110,18 @@ def remembered_paths(cluster_id: int, workload_ids: Iterable[int]) -> list[str]:
 
 def remember(cluster_id: int, workload_id: int, held: Held) -> None:
     key = (cluster_id, workload_id)
-    _HELD[key] = held
-    _HELD.move_to_end(key)
-    while len(_HELD) > HELD_MAX:
-        _HELD.popitem(last=False)
+    with _HELD_LOCK:
+        _HELD[key] = held
+        _HELD.move_to_end(key)
+        while len(_HELD) > HELD_MAX:
+            _HELD.popitem(last=False)
 
 
 def forget(cluster_id: int, workload_id: int) -> None:
-    _HELD.pop((cluster_id, workload_id), None)
+    with _HELD_LOCK:
+        _HELD.pop((cluster_id, workload_id), None)
 
 
 def forget_all() -> None:
-    _HELD.clear()
+    with _HELD_LOCK:
+        _HELD.clear()
