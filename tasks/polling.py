@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -111,9 +112,14 @@ def queue_workloads(cluster_id: int, tokens: dict[int, str]) -> int:
     """``process_workloads`` for every shard that holds any of the workloads of ``tokens``
     (``recovery.loop.held``), in the batches of ``workload_batches``; returns how many tasks.
 
-    Each expires before the next poll would queue its shards again.
+    Each expires before the next poll would queue its shards again. The batches whose shards
+    were processed longest ago go first: when the workers cannot do every shard in a poll
+    period, the tasks that expire are not always the same shards' (in shard order the last
+    shards of a busy cluster went unread for minutes, found by the scale bench on one worker).
     """
     batches = workload_batches(tokens)
+    done = _shards_done(cluster_id, [shard for task_shards, _ in batches for shard in task_shards])
+    batches.sort(key=lambda batch: min(done.get(shard, 0.0) for shard in batch[0]))
     for task_shards, ids in batches:
         process_workloads.apply_async(
             (cluster_id, task_shards, ids, [tokens[pk] for pk in ids]),
@@ -218,7 +224,50 @@ def process_workloads(
             log_store=log_store_of(cluster),
             tokens=held_tokens,
         )
+        _mark_shards_done(client, cluster_id, ours)
     return {**summary.__dict__, "shards_skipped": len(wanted) - len(ours)}
+
+
+# How long a shard's last processing is remembered for ordering the next poll's batches.
+SHARD_DONE_KEPT_SECONDS = 3600
+
+
+def _shard_done_key(cluster_id: int, shard: int) -> str:
+    return f"wr:poll:{cluster_id}:shard:{shard}:done"
+
+
+def _mark_shards_done(client: redis.Redis, cluster_id: int, shards: Iterable[int]) -> None:
+    now = time.time()
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.set(_shard_done_key(cluster_id, shard), now, ex=SHARD_DONE_KEPT_SECONDS)
+            pipe.execute()
+    except redis.RedisError as exc:
+        # Only the order of the next poll's batches depends on it.
+        logger.warning("could not note the shards of cluster %s done: %s", cluster_id, exc)
+
+
+def _shards_done(cluster_id: int, shards: list[int]) -> dict[int, float]:
+    """When each shard was last processed (epoch seconds); a shard never processed, or not
+    known after a Redis restart, is missing (first in line)."""
+    if not shards:
+        return {}
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        values = client.mget([_shard_done_key(cluster_id, shard) for shard in shards])
+    except redis.RedisError as exc:
+        logger.warning(
+            "could not read when the shards of cluster %s were done: %s", cluster_id, exc
+        )
+        return {}
+    done: dict[int, float] = {}
+    for shard, value in zip(shards, values, strict=True):
+        try:
+            done[shard] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return done
 
 
 def queue_poll(cluster_id: int) -> None:

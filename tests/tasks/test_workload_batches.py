@@ -61,3 +61,24 @@ def test_a_shard_another_worker_holds_is_left_to_it() -> None:
     assert result["workloads"] == sum(len(by_shard[shard]) for shard in free)
     held_by_all = [f"wr:poll:{cluster.pk}:shard:{shard}" for shard in by_shard]
     assert not any(client.exists(name) for name in held_by_all)  # all released
+
+
+def test_the_shards_processed_longest_ago_are_queued_first(sent: list[tuple[Any, ...]]) -> None:
+    """A worker that cannot do every shard in a poll period lets the last tasks expire: the
+    shards it did least lately go first, so that no shard is left unread poll after poll."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    count = settings.WORKLOAD_SHARDS * polling.WORKLOADS_PER_TASK * 2
+    tokens = dict.fromkeys(range(count), "")
+    polling._mark_shards_done(client, 7, range(settings.WORKLOAD_SHARDS))
+    polling._mark_shards_done(client, 7, [0, 1])  # done again, later
+    try:
+        polling.queue_workloads(7, tokens)
+        order = [shards[0] for _, shards, _, _ in sent]
+        assert order[-2:] == [0, 1]
+        assert sorted(order) == list(range(settings.WORKLOAD_SHARDS))
+        sent.clear()
+        client.delete(polling._shard_done_key(7, 5))  # never done (or Redis restarted)
+        polling.queue_workloads(7, tokens)
+        assert [shards[0] for _, shards, _, _ in sent][0] == 5
+    finally:
+        client.delete(*[polling._shard_done_key(7, s) for s in range(settings.WORKLOAD_SHARDS)])
