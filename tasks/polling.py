@@ -59,7 +59,7 @@ def poll_cluster(cluster_id: int) -> dict[str, Any]:
     judge_cluster.apply_async(
         (cluster_id,),
         queue=settings.CELERY_TASK_DEFAULT_QUEUE,
-        expires=settings.POLL_LOCK_SECONDS,
+        expires=settings.JUDGE_EXPIRES_SECONDS,
     )
     batches = queue_workloads(cluster_id, tokens_for(cluster, summary.workload_facts))
     result: dict[str, Any] = {
@@ -263,10 +263,12 @@ def _shards_done(cluster_id: int, shards: list[int]) -> dict[int, float]:
         return {}
     done: dict[int, float] = {}
     for shard, value in zip(shards, values, strict=True):
+        if value is None:
+            continue
         try:
             done[shard] = float(value)
-        except (TypeError, ValueError):
-            continue
+        except ValueError:
+            continue  # not a time this code wrote: first in line
     return done
 
 

@@ -138,6 +138,10 @@ CELERY_TASK_QUEUES = [
 ]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task whose worker was killed stays unacknowledged until this has passed, then is delivered
+# again; a shorter one would deliver a long task again while it still runs. Every task here is
+# queued again by beat well before (each expires before its next round), so a killed worker's
+# work is redone by the next round, not by this.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TIMEZONE = "UTC"
 # Beat keeps its schedule in memory: every entry is a short interval whose task is idempotent, so
@@ -146,9 +150,13 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "celery.beat:Scheduler"
 LEASE_SWEEP_SECONDS = env_int("WR_LEASE_SWEEP_SECONDS", 15, minimum=1)
 POLL_SECONDS = env_int("WR_POLL_SECONDS", 5, minimum=1)
-# One poll per cluster at a time (tasks/locks.py): renewed while the poll runs, so a worker killed
-# in the middle of one holds its cluster back for this long at most.
-POLL_LOCK_SECONDS = max(3 * POLL_SECONDS, 15)
+# One poll per cluster, and one batch per shard, at a time (tasks/locks.py): renewed while the
+# work runs, so a worker killed in the middle of it holds its cluster or shard back for one poll
+# period at most, and the round after its death polls it again.
+POLL_LOCK_SECONDS = POLL_SECONDS
+# How long a queued judge_cluster stays worth running (tasks/polling.py): longer than the shards',
+# because queued behind a busy cluster's shards it expired every time at 1,000 jobs (bench-scale).
+JUDGE_EXPIRES_SECONDS = max(3 * POLL_SECONDS, 15)
 WATCHDOG_SECONDS = env_int("WR_WATCHDOG_SECONDS", 10, minimum=1)
 # Job tokens (wrj_) expire: a key copied out of a job stops working on its own.
 JOB_TOKEN_MAX_TTL_HOURS = 24 * 30

@@ -47,18 +47,7 @@ def print_summary(report: dict[str, Any]) -> None:
         mark = "ok" if report[name] == 0 else "FAIL"
         print(f"  {name:<26} {report[name]:>4}  {mark}")
 
-    def times(label: str, figure: dict[str, Any] | None) -> None:
-        if not figure or not figure.get("samples"):
-            print(f"  {label:<36} no samples")
-            return
-        print(
-            f"  {label:<36} median {figure['median']:>6} s  p95 {figure['p95']:>6} s"
-            f"  ({figure['samples']} restarts)"
-        )
-
-    times("recovery time, chaos (action)", report["recovery_time_s"])
-    times("recovery time, chaos (monitor)", report["recovery_time_s_monitor"])
-    times("recovery time, no faults (action)", report["recovery_time_s_without_faults"])
+    print_recovery(report)
     for cluster in report["clusters"]:
         print(
             f"  {cluster['cluster']}: {cluster['failures']} failures "
@@ -69,6 +58,57 @@ def print_summary(report: dict[str, Any]) -> None:
     if exits:
         print(f"  processes that exited on their own: {', '.join(e['role'] for e in exits)}")
     print(f"  wall time {report['wall_s']} s; details in {report['work_dir']}")
+
+
+def _figure(figure: dict[str, Any] | None) -> str:
+    """``median p95 n`` of a summary, in fixed columns (21 characters)."""
+    if not figure or not figure.get("samples"):
+        return f"{'-':>7} {'-':>7} {0:>5}"
+    return f"{figure['median']:>7} {figure['p95']:>7} {figure['samples']:>5}"
+
+
+COLUMNS = f"{'median':>7} {'p95':>7} {'n':>5}"
+
+
+def print_recovery(report: dict[str, Any]) -> None:
+    """Recovery times (failure to the restart's release or requeue), without and with the
+    faults side by side; where the time goes; what each kind of fault cost."""
+    print(f"  recovery time, s (failure to release or requeue)  {COLUMNS}")
+    rows = (
+        ("without faults (action)", report.get("recovery_time_s_without_faults")),
+        ("with faults (action)", report.get("recovery_time_s")),
+        (
+            "  less its scheduler's outages (action)",
+            report.get("recovery_time_s_scheduler_reachable"),
+        ),
+        ("with faults, monitor (waits for approval)", report.get("recovery_time_s_monitor")),
+    )
+    for label, figure in rows:
+        print(f"    {label:<46} {_figure(figure)}")
+    phases = report.get("recovery_phases_s") or {}
+    if phases:
+        print(f"  where it goes (action), s {'without faults':>43}   {'with faults':>21}")
+        print(f"    {'':<40} {COLUMNS}   {COLUMNS}")
+        for key, label in (
+            ("to_recommendation", "failure to recommendation"),
+            ("to_claim", "recommendation to first claim"),
+            ("to_restart", "first claim to restart"),
+        ):
+            without = (phases.get("without_faults") or {}).get(key)
+            with_faults = (phases.get("with_faults") or {}).get(key)
+            print(f"    {label:<40} {_figure(without)}   {_figure(with_faults)}")
+    by_fault = report.get("recovery_time_s_by_fault") or {}
+    if by_fault:
+        print(
+            "  what each fault cost (action): the recoveries it struck, and the share of all\n"
+            "  recovery time it kept the scheduler, a service, beat, every worker or every\n"
+            "  controller away (overlaps counted in each)"
+        )
+        print(f"    {'':<34} {'struck: ' + COLUMNS:>29}  {'away':>6}")
+        for kind, split in sorted(by_fault.items(), key=lambda item: -item[1]["away_share"]):
+            print(
+                f"    {kind:<34} {_figure(split['struck']):>29}  {100 * split['away_share']:>5.0f}%"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
+
+from bench.chaos import schedule as faults
 
 RESTARTS = frozenset({"requeue", "requeuehold"})
 # Straggling slows a job without interrupting it: the loop may rightly record it and do nothing.
@@ -61,6 +64,7 @@ class ClusterVerdict:
     unrecorded_commands: list[dict[str, Any]] = field(default_factory=list)
     phantom_commands: list[dict[str, Any]] = field(default_factory=list)
     recovery_times_s: list[float] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
     accounted_by: Counter[str] = field(default_factory=Counter)
 
 
@@ -96,8 +100,35 @@ def charge_actions(journal: dict[str, Any], verdict: ClusterVerdict) -> None:
             )
 
 
-def recovery_times(journal: dict[str, Any]) -> list[float]:
-    """Seconds from each failure to the first restart carried out for that job after it.
+@dataclass(frozen=True)
+class Recovery:
+    """One failure and the restart that carried it out, with where the time went when the
+    control plane's records say: until the recommendation was made (detection, decision), until
+    a controller first claimed it, and the rest (acting, and any takeover)."""
+
+    job_id: int
+    attempt: int  # the simulator's, from 0
+    failure_at: float
+    done_at: float
+    recommended_at: float | None = None
+    claimed_at: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.done_at - self.failure_at
+
+    def phases(self) -> dict[str, float]:
+        if self.recommended_at is None or self.claimed_at is None:
+            return {}
+        return {
+            "to_recommendation": max(0.0, self.recommended_at - self.failure_at),
+            "to_claim": max(0.0, self.claimed_at - self.recommended_at),
+            "to_restart": max(0.0, self.done_at - self.claimed_at),
+        }
+
+
+def recoveries(journal: dict[str, Any]) -> list[Recovery]:
+    """Each failure with the first restart carried out for that job after it.
 
     A restart is carried out by a ``release`` (after a requeue in held state) or a plain
     ``requeue``; failures followed by neither (stopped, rejected, or restarted by Slurm alone)
@@ -108,14 +139,197 @@ def recovery_times(journal: dict[str, Any]) -> list[float]:
         carried_out = command_verb(command["argv"]) in {"release", "requeue"}
         if carried_out and command.get("effective") and command.get("job_id") is not None:
             completions.setdefault(int(command["job_id"]), []).append(command["at"])
-    times = []
+    found = []
     for failure in journal["failures"]:
         if failure.get("effect") in NOT_INTERRUPTIONS:
             continue
-        later = [at for at in completions.get(int(failure["job_id"]), []) if at >= failure["at"]]
+        job_id = int(failure["job_id"])
+        later = [at for at in completions.get(job_id, []) if at >= failure["at"]]
         if later:
-            times.append(min(later) - failure["at"])
-    return times
+            found.append(Recovery(job_id, int(failure["attempt"]), failure["at"], min(later)))
+    return found
+
+
+def recovery_times(journal: dict[str, Any]) -> list[float]:
+    """Seconds from each failure to the first restart carried out for that job after it."""
+    return [recovery.seconds for recovery in recoveries(journal)]
+
+
+def with_phases(cluster: Any, found: list[Recovery]) -> list[Recovery]:
+    """``found`` with when each failure's restart was recommended and first claimed, from the
+    control plane's records (the recommendation for the failed attempt, its first claim)."""
+    from recovery.choices import AuditKind, RecommendationAction
+    from recovery.models import AuditEvent, Recommendation
+
+    made: dict[tuple[str, int], tuple[int, float]] = {}
+    for pk, job_id, number, created_at in (
+        Recommendation.objects.filter(
+            workload__cluster=cluster,
+            action__in=[RecommendationAction.RESTART, RecommendationAction.RESTART_EXCLUDING],
+        )
+        .order_by("created_at", "pk")
+        .values_list("pk", "workload__job_id", "attempt__number", "created_at")
+    ):
+        if number is not None:
+            made.setdefault((str(job_id), int(number)), (pk, created_at.timestamp()))
+    first_claims: dict[int, float] = {}
+    for payload, at in (
+        AuditEvent.objects.filter(cluster=cluster, kind=AuditKind.CLAIMED)
+        .order_by("occurred_at")
+        .values_list("payload", "occurred_at")
+    ):
+        first_claims.setdefault(int(payload.get("recommendation") or 0), at.timestamp())
+    phased = []
+    for recovery in found:
+        # The control plane counts attempts from 1.
+        recommendation = made.get((str(recovery.job_id), recovery.attempt + 1))
+        claimed = first_claims.get(recommendation[0]) if recommendation else None
+        phased.append(
+            replace(recovery, recommended_at=recommendation[1], claimed_at=claimed)
+            if recommendation is not None and claimed is not None and claimed <= recovery.done_at
+            else recovery
+        )
+    return phased
+
+
+@dataclass(frozen=True)
+class Strike:
+    """A fault as it landed: what it struck (a role, a service, a cluster's scheduler), when,
+    and until when it kept that away (a process until its restart, a service until it was
+    started again, a scheduler outage until it ended; an armed fault only at its command)."""
+
+    kind: str
+    at: float
+    until: float
+    target: str = ""
+
+
+Intervals = list[tuple[float, float]]
+
+
+def _merged(intervals: Intervals) -> Intervals:
+    merged: Intervals = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _intersected(first: Intervals, second: Intervals) -> Intervals:
+    return _merged(
+        [
+            (max(a, c), min(b, d))
+            for a, b in _merged(first)
+            for c, d in _merged(second)
+            if max(a, c) < min(b, d)
+        ]
+    )
+
+
+def _within(intervals: Intervals, start: float, end: float) -> float:
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in _merged(intervals))
+
+
+def away_by_fault(strikes: list[Strike], cluster: str) -> dict[str, Intervals]:
+    """When each kind of fault kept away something a restart on ``cluster`` needs: its
+    scheduler, the web process, the database, the broker, beat, every worker at once, or every
+    controller of the cluster at once (one left is enough; a kill and a pause of the two
+    together are charged to both kinds)."""
+    singles: dict[str, Callable[[str], bool]] = {
+        faults.SCHEDULER_UNREACHABLE: lambda target: target == cluster,
+        faults.KILL_WEB: lambda _: True,
+        faults.KILL_BEAT: lambda _: True,
+        faults.RESTART_MARIADB: lambda _: True,
+        faults.RESTART_REDIS: lambda _: True,
+    }
+    away: dict[str, Intervals] = {
+        kind: _merged([(s.at, s.until) for s in strikes if s.kind == kind and matches(s.target)])
+        for kind, matches in singles.items()
+    }
+    groups: dict[tuple[str, ...], Callable[[str], bool]] = {
+        (faults.KILL_WORKER,): lambda target: target.startswith("worker-"),
+        (faults.KILL_CONTROLLER, faults.PAUSE_CONTROLLER): lambda target: target.startswith(
+            f"controller-{cluster}-"
+        ),
+    }
+    for kinds, member in groups.items():
+        mine = [s for s in strikes if s.kind in kinds and member(s.target)]
+        members = sorted({s.target for s in mine})
+        every: Intervals | None = None
+        for target in members:
+            down = [(s.at, s.until) for s in mine if s.target == target]
+            every = _merged(down) if every is None else _intersected(every, down)
+        for kind in kinds:
+            of_kind = [(s.at, s.until) for s in mine if s.kind == kind]
+            away[kind] = _intersected(every or [], of_kind) if len(members) > 1 else []
+    return away
+
+
+def times_by_fault(
+    found: list[Recovery], strikes: list[Strike], cluster: str
+) -> dict[str, dict[str, Any]]:
+    """What each kind of fault cost the recoveries of ``cluster``: the recoveries it struck
+    (landed on, or kept its target away, between the failure and the restart) with their
+    times, and the share of all recovery time during which it kept away something they needed
+    (``away_by_fault``). Overlapping outages are each counted, so the shares add up to more than
+    the whole; ``nothing_away`` is the time none was away, the control plane's own (polls,
+    confirmations, leases lapsing after a controller died). Armed faults keep nothing away
+    themselves: what they cost is the lease their controller's death leaves to lapse."""
+    away = away_by_fault(strikes, cluster)
+    total = sum(recovery.seconds for recovery in found) or 1.0
+    split: dict[str, dict[str, Any]] = {}
+    for kind in sorted({strike.kind for strike in strikes} | set(away)):
+        own = [s for s in strikes if s.kind == kind and concerns(s, cluster)]
+        struck = [
+            recovery.seconds
+            for recovery in found
+            if any(s.at <= recovery.done_at and s.until >= recovery.failure_at for s in own)
+        ]
+        away_s = sum(_within(away.get(kind, []), r.failure_at, r.done_at) for r in found)
+        split[kind] = {
+            "struck": summarise_times(struck),
+            "away_share": round(away_s / total, 3),
+        }
+    anything = _merged([interval for intervals in away.values() for interval in intervals])
+    quiet = sum(r.seconds - _within(anything, r.failure_at, r.done_at) for r in found)
+    split[NOTHING_AWAY] = {"struck": None, "away_share": round(quiet / total, 3)}
+    return split
+
+
+NOTHING_AWAY = "(nothing away)"
+
+
+def times_scheduler_reachable(
+    found: list[Recovery], strikes: list[Strike], cluster: str
+) -> list[float]:
+    """Each recovery's time less the time its cluster's scheduler was unreachable meanwhile:
+    what the control plane spent, its own faults included. Nothing can read or restart a job
+    while the scheduler does not answer, however the control plane is built."""
+    outages = away_by_fault(strikes, cluster)[faults.SCHEDULER_UNREACHABLE]
+    return [
+        recovery.seconds - _within(outages, recovery.failure_at, recovery.done_at)
+        for recovery in found
+    ]
+
+
+def concerns(strike: Strike, cluster: str) -> bool:
+    """Whether ``strike`` hit ``cluster`` or what every cluster shares: not another cluster's
+    scheduler or controllers."""
+    if strike.target.startswith("controller-"):
+        return strike.target.startswith(f"controller-{cluster}-")
+    if strike.kind in {faults.SCHEDULER_UNREACHABLE, *faults.ARMED}:
+        return strike.target == cluster
+    return True
+
+
+def summarise_phases(found: list[Recovery]) -> dict[str, Any]:
+    """Median and p95 of each phase, over the recoveries whose phases are known."""
+    phases = [recovery.phases() for recovery in found]
+    known = [phase for phase in phases if phase]
+    names = ("to_recommendation", "to_claim", "to_restart")
+    return {name: summarise_times([phase[name] for phase in known]) for name in names}
 
 
 def check_records(
@@ -139,9 +353,10 @@ def check_records(
     verdict.failures = len(journal["failures"])
     verdict.commands = len(journal["commands"])
     charge_actions(journal, verdict)
-    verdict.recovery_times_s = recovery_times(journal)
 
     cluster = Cluster.objects.get(name=cluster_name)
+    verdict.recoveries = with_phases(cluster, recoveries(journal))
+    verdict.recovery_times_s = [recovery.seconds for recovery in verdict.recoveries]
     workloads = dict(Workload.objects.filter(cluster=cluster).values_list("job_id", "pk"))
     anomalies = set(
         Anomaly.objects.filter(workload__cluster=cluster).values_list(

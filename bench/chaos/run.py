@@ -17,16 +17,26 @@ import json
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from bench.chaos import schedule as faults
-from bench.chaos.checks import ClusterVerdict, check_records, summarise_times
+from bench.chaos.checks import (
+    ClusterVerdict,
+    Recovery,
+    Strike,
+    check_records,
+    summarise_phases,
+    summarise_times,
+    times_by_fault,
+    times_scheduler_reachable,
+)
 from bench.chaos.layout import LayoutRun, finished_run_database
 from bench.chaos.roles import Role
 from bench.chaos.services import Service
+from recovery.controller.controller import DEFAULT_LEASE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "var" / "chaos"
@@ -52,7 +62,8 @@ class ChaosOptions:
     nodes: int = 40
     speedup: float = 30.0
     faults_per_job_hour: float = 3.0
-    lease_s: int = 10
+    # The controllers' own default, so that the run measures what a killed one costs a site.
+    lease_s: int = DEFAULT_LEASE_SECONDS
     poll_s: int = 2
     controllers_per_cluster: int = 2
     workers: int = 2
@@ -68,11 +79,34 @@ class Landed:
     armed: dict[str, int] = field(default_factory=dict)
     missed: dict[str, int] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
+    strikes: list[Strike] = field(default_factory=list)
 
-    def add(self, fault: faults.Fault, outcome: str, note: str = "") -> None:
+    def add(
+        self,
+        fault: faults.Fault,
+        outcome: str,
+        note: str = "",
+        *,
+        target: str = "",
+        lasting_s: float | None = None,
+    ) -> None:
+        """``target``: the role, service or cluster struck; ``lasting_s``: how long the fault
+        keeps it away, the fault's delay unless said."""
         book = {"struck": self.struck, "armed": self.armed, "missed": self.missed}[outcome]
         book[fault.kind] = book.get(fault.kind, 0) + 1
-        self.log.append(f"{fault.describe()} {outcome} {note}".rstrip())
+        now = time.time()
+        if outcome == "struck":
+            lasting = fault.delay_s if lasting_s is None else lasting_s
+            if fault.kind == faults.SCHEDULER_UNREACHABLE:
+                # A new outage replaces the end of the one under way (``set_chaos``).
+                self.strikes = [
+                    replace(s, until=now)
+                    if s.kind == fault.kind and s.target == target and s.until > now
+                    else s
+                    for s in self.strikes
+                ]
+            self.strikes.append(Strike(fault.kind, now, now + lasting, target))
+        self.log.append(f"{now:.3f} {fault.describe()} {outcome} {note}".rstrip())
 
 
 def verdict_counts(verdicts: list[ClusterVerdict]) -> dict[str, int]:
@@ -118,6 +152,7 @@ class ChaosRun(LayoutRun):
         self.stores: dict[str, Any] = {}
         self.landed = Landed()
         self.restarting: set[str] = set()
+        self.reference_recoveries: list[Recovery] = []
 
     def prepare_clusters(self, names: dict[str, str]) -> dict[str, list[Path]]:
         """Cluster rows, policies, simulations and one controller token per controller."""
@@ -244,7 +279,9 @@ class ChaosRun(LayoutRun):
                 self.landed.add(fault, "missed", "nothing alive to kill")
                 return
             role = targets[fault.pick % len(targets)]
-            self.landed.add(fault, _struck(supervisor.kill(role, fault.delay_s)), role.name)
+            self.landed.add(
+                fault, _struck(supervisor.kill(role, fault.delay_s)), role.name, target=role.name
+            )
         elif kind == faults.PAUSE_CONTROLLER:
             targets = [
                 r for r in supervisor.of_kind("controller") if r.alive and not r.paused_until
@@ -255,7 +292,11 @@ class ChaosRun(LayoutRun):
             role = targets[fault.pick % len(targets)]
             seconds = self.options.lease_s + fault.delay_s
             self.landed.add(
-                fault, _struck(supervisor.pause(role, seconds)), f"{role.name} {seconds:.1f}s"
+                fault,
+                _struck(supervisor.pause(role, seconds)),
+                f"{role.name} {seconds:.1f}s",
+                target=role.name,
+                lasting_s=seconds,
             )
         elif kind in {faults.RESTART_MARIADB, faults.RESTART_REDIS}:
             service: Service = self.db if kind == faults.RESTART_MARIADB else self.redis
@@ -267,7 +308,10 @@ class ChaosRun(LayoutRun):
                 target=self._restart_service, args=(service, fault), daemon=True
             ).start()
             self.landed.add(
-                fault, "struck", f"{'killed' if fault.crash else 'stopped'} {service.name}"
+                fault,
+                "struck",
+                f"{'killed' if fault.crash else 'stopped'} {service.name}",
+                target=service.name,
             )
         else:
             name = sorted(self.chaos_clusters)[fault.pick % len(self.chaos_clusters)]
@@ -284,7 +328,7 @@ class ChaosRun(LayoutRun):
             except Exception as exc:  # the scheduler's lock was busy: this fault did not land
                 self.landed.add(fault, "missed", f"{name}: {exc}")
                 return
-            self.landed.add(fault, "armed" if kind in faults.ARMED else "struck", name)
+            self.landed.add(fault, "armed" if kind in faults.ARMED else "struck", name, target=name)
 
     def _restart_service(self, service: Service, fault: faults.Fault) -> None:
         try:
@@ -355,12 +399,12 @@ class ChaosRun(LayoutRun):
             self.supervisor.start(role)
         self.wait(self.options.reference_s)
         action = next(name for name, mode in names.items() if mode == ACTION)
-        times = check_records(
+        self.reference_recoveries = check_records(
             action,
             self.stores[action].reading().journal(),
             failures_until=time.time(),
             now=datetime.now(UTC),
-        ).recovery_times_s
+        ).recoveries
         for role in roles:
             self.supervisor.stop_role(role)
         # No longer polled: their clocks stopped, and a stopped clock would look like a hang.
@@ -371,7 +415,7 @@ class ChaosRun(LayoutRun):
                 if key != "simulator"
             }
             cluster.save(update_fields=["connection_settings"])
-        return summarise_times(times)
+        return summarise_times([recovery.seconds for recovery in self.reference_recoveries])
 
     def verdicts(self, names: dict[str, str], *, failures_until: float) -> list[ClusterVerdict]:
         from django.db import connections
@@ -401,12 +445,18 @@ class ChaosRun(LayoutRun):
     ) -> dict[str, Any]:
         by_kind = dict(self.landed.struck)
         fired = {"kills_between_commands": 0, "timeouts_after_effect": 0}
+        # Armed faults land with the command they follow.
+        strikes = list(self.landed.strikes)
         for verdict in verdicts:
             for command in verdict.journal["commands"]:
+                at = command["at"]
                 if command.get("killed_after"):
                     fired["kills_between_commands"] += 1
+                    kind = faults.KILL_CONTROLLER_BETWEEN_COMMANDS
+                    strikes.append(Strike(kind, at, at, verdict.cluster))
                 if command.get("timed_out_after"):
                     fired["timeouts_after_effect"] += 1
+                    strikes.append(Strike(faults.COMMAND_TIMEOUT, at, at, verdict.cluster))
         by_kind[faults.KILL_CONTROLLER_BETWEEN_COMMANDS] = fired["kills_between_commands"]
         by_kind[faults.COMMAND_TIMEOUT] = fired["timeouts_after_effect"]
         unexpected = [exit for exit in self.supervisor.exits if not exit.expected]
@@ -428,6 +478,16 @@ class ChaosRun(LayoutRun):
             "recovery_time_s": summarise_times(action.recovery_times_s),
             "recovery_time_s_monitor": summarise_times(monitor.recovery_times_s),
             "recovery_time_s_without_faults": reference or None,
+            "recovery_time_s_scheduler_reachable": summarise_times(
+                times_scheduler_reachable(action.recoveries, strikes, action.cluster)
+            ),
+            # Where the time goes: until the recommendation is made, until a controller first
+            # claims it, and from the claim to the restart (takeovers included).
+            "recovery_phases_s": {
+                "without_faults": summarise_phases(self.reference_recoveries),
+                "with_faults": summarise_phases(action.recoveries),
+            },
+            "recovery_time_s_by_fault": times_by_fault(action.recoveries, strikes, action.cluster),
             "clusters": cluster_details(verdicts),
             "process_exits_not_caused_by_the_schedule": [
                 {"role": e.role, "code": e.code, "log_tail": e.log_tail[-1500:]}

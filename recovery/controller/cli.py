@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from recovery.controller.client import AdvisorAPIError, AdvisorClient
-from recovery.controller.controller import AdvisorController, MisconfiguredController
+from recovery.controller.controller import (
+    DEFAULT_LEASE_SECONDS,
+    AdvisorController,
+    MisconfiguredController,
+)
 from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
 from recovery.sources.schedulers.slurm import SlurmAdapter
 from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
@@ -38,6 +42,10 @@ DESCRIPTION = (
 PROG = "workload-recovery-controller"
 # The control plane's own default (workload_recovery/settings.py), for --simulated.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# An idle controller asks for ready recommendations this often. It is also how soon a standby
+# notices that a killed controller's lease has lapsed (DEFAULT_LEASE_SECONDS), so the two add
+# up to what a killed controller costs. One light GET per controller and pass.
+DEFAULT_INTERVAL_SECONDS = 2.0
 
 
 class ControllerExit(Exception):
@@ -103,8 +111,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "control plane offers, whose canary (the cluster's action partitions and share) "
         "decides which recommendations run without an approval",
     )
-    parser.add_argument("--interval", type=float, default=5.0)
-    parser.add_argument("--lease-seconds", type=int, default=120)
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_SECONDS,
+        help="seconds between passes over the ready recommendations",
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=int,
+        default=DEFAULT_LEASE_SECONDS,
+        help="lease asked for each claim (10-3600), renewed while the controller acts; a "
+        "standby controller takes over a claim once its controller has been gone this long",
+    )
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
 
 

@@ -21,6 +21,11 @@ the trail all the same. The dispatch is also the last check of the lease before 
 refused, or not answered, nothing runs. The requeue, the one command that must not run twice,
 is preceded by one more read of the job after its dispatch, so that a controller paused since
 it read the job does not restart an attempt that was restarted meanwhile.
+
+The lease is short (``DEFAULT_LEASE_SECONDS``) so that a standby controller of the same cluster
+finishes what a killed or frozen one started within seconds. It is renewed at every step and,
+in between, from a thread of its own (``recovery.controller.lease``), so that a long command or
+wait does not lose it; a renewal refused stops the action at its next step.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
+from recovery.controller.lease import Lease, LeaseLost
 from recovery.sources.schedulers.base import (
     Command,
     CommandResult,
@@ -76,6 +82,16 @@ RESUME = "resume"
 MAX_SNAPSHOT_BYTES = 12 * 1024
 NODE_LIST_KEYS = ("nodes", "excluded_nodes")
 STOP = "stop"
+# A killed controller's claim is taken over by a standby once its lease lapses: within this
+# plus the standby's pause between passes (``cli.DEFAULT_INTERVAL_SECONDS``) and one claim, so
+# within 15 s. The Advisor API accepts no shorter lease. Renewed every third, it outlasts a
+# control plane that does not answer for about 5 s (a web process restarting) before the
+# controller gives the recommendation up.
+DEFAULT_LEASE_SECONDS = 10
+# No step of an action takes this long: a scheduler command's timeout (30 s), an SSH connection
+# (10 s), a read retried with backoff (about 10 s). A controller whose action has not reached a
+# step for longer is stuck, and lets its lease lapse.
+LONGEST_STEP_SECONDS = 120.0
 
 
 class AdvisorAPI(Protocol):
@@ -98,10 +114,6 @@ class MisconfiguredController(Exception):
 
 class Retry(Exception):
     """Not finished now; the recommendation goes back to be taken up from the scheduler's state."""
-
-
-class LeaseLost(Exception):
-    """Another controller may own the recommendation now: stop acting on it at once."""
 
 
 class NotRestarted(Exception):
@@ -305,7 +317,8 @@ class AdvisorController:
         adapter: SchedulerAdapter,
         *,
         partitions: Sequence[str] = (),
-        lease_seconds: int = 120,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        longest_step_seconds: float = LONGEST_STEP_SECONDS,
         settle_seconds: float = 30.0,
         poll_seconds: float = 0.5,
         read_attempts: int = 4,
@@ -317,14 +330,14 @@ class AdvisorController:
         self.adapter = adapter
         self.partitions = set(partitions)
         self.lease_seconds = lease_seconds
+        self.longest_step_seconds = longest_step_seconds
         self.settle_seconds = settle_seconds
         self.poll_seconds = poll_seconds
         self.read_attempts = read_attempts
         self.backoff_seconds = backoff_seconds
         self.sleep = sleep
         self.clock = clock
-        self._holding: int | None = None  # the recommendation whose lease is kept alive
-        self._lease_renewed_at = 0.0
+        self._lease: Lease | None = None  # of the recommendation being carried out
         self._acting_on: int | None = None  # the recommendation the commands are dispatched for
         self._dispatched = 0  # commands dispatched for it so far
 
@@ -394,15 +407,22 @@ class AdvisorController:
         return done
 
     def _carry_out_claimed(self, recommendation: ReadyRecommendation) -> Outcome:
-        self._holding = recommendation.id
-        self._lease_renewed_at = self.clock()
+        self._lease = Lease(
+            self.api,
+            recommendation.id,
+            self.lease_seconds,
+            clock=self.clock,
+            longest_step_seconds=self.longest_step_seconds,
+        )
+        self._lease.start()
         try:
             return self.carry_out(recommendation)
         except Exception as exc:  # one bad recommendation never stops the controller
             logger.exception("recommendation %s: unexpected error", recommendation.id)
             return Outcome("retry", {"known": None}, detail=f"unexpected error: {exc!r}")
         finally:
-            self._holding = None
+            self._lease.stop()
+            self._lease = None
 
     # ------------------------------------------------------------------ one recommendation
 
@@ -791,27 +811,9 @@ class AdvisorController:
     # ------------------------------------------------------------------ the lease
 
     def _keep_lease(self) -> None:
-        """Renew the lease when a third of it has gone by; stop when it cannot be kept."""
-        if self._holding is None:
-            return
-        since = self.clock() - self._lease_renewed_at
-        if since < self.lease_seconds / 3:
-            return
-        try:
-            self.api.renew(self._holding, self.lease_seconds)
-        except AdvisorAPIError as exc:
-            if exc.status in {404, 409}:
-                raise LeaseLost(
-                    f"the lease of recommendation {self._holding} is lost: {exc}"
-                ) from None
-            if since > self.lease_seconds * 0.8:
-                raise LeaseLost(
-                    f"could not renew the lease of recommendation {self._holding} before it "
-                    f"ran out: {exc}"
-                ) from None
-            logger.warning("lease renewal failed, trying again: %s", exc)
-            return
-        self._lease_renewed_at = self.clock()
+        """Stop when the lease is lost (``LeaseLost``); renew it when a third has gone by."""
+        if self._lease is not None:
+            self._lease.check()
 
     # ------------------------------------------------------------------ acting
 
@@ -872,6 +874,7 @@ class AdvisorController:
         recommendation goes back, and the scheduler's state decides the next time.
         """
         assert self._acting_on is not None
+        self._keep_lease()  # a lease known to be lost is not even asked about
         self._dispatched += 1
         shown = " ".join(argv)
         try:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.chaos.checks import ClusterVerdict, charge_actions, command_verb, recovery_times
+from bench.chaos.checks import (
+    ClusterVerdict,
+    Recovery,
+    Strike,
+    charge_actions,
+    command_verb,
+    recovery_times,
+    summarise_phases,
+    times_by_fault,
+    times_scheduler_reachable,
+)
 from bench.chaos.schedule import ARMED, WEIGHTS, fault_schedule
 
 
@@ -103,6 +113,49 @@ def test_recovery_time_runs_from_the_failure_to_the_release() -> None:
         "attempts": [],
     }
     assert recovery_times(journal) == [7.5]
+
+
+def test_each_kind_of_fault_is_charged_what_it_kept_away() -> None:
+    """A fault strikes a recovery when it lands, or still keeps its target away, between the
+    failure and the restart; it costs the time it kept away something the restart needed."""
+    fast = Recovery(1001, 0, failure_at=100.0, done_at=102.0)
+    slow = Recovery(1002, 0, failure_at=200.0, done_at=260.0)
+    spared = Recovery(1003, 0, failure_at=400.0, done_at=404.0)
+    strikes = [
+        # Down since before the failure, up again during it.
+        Strike("restart_mariadb", 98.0, 101.0, "mariadb"),
+        Strike("scheduler_unreachable", 210.0, 230.0, "chaos-action"),
+        Strike("scheduler_unreachable", 210.0, 250.0, "chaos-monitor"),  # another cluster's
+        # One controller killed, then the other paused: both away from 222 to 226.
+        Strike("kill_controller", 220.0, 226.0, "controller-chaos-action-1"),
+        Strike("pause_controller", 222.0, 240.0, "controller-chaos-action-2"),
+        Strike("kill_controller", 200.0, 259.0, "controller-chaos-monitor-1"),
+        Strike("kill_worker", 300.0, 303.0, "worker-1"),  # between recoveries: struck none
+    ]
+    split = times_by_fault([fast, slow, spared], strikes, "chaos-action")
+    total = 2.0 + 60.0 + 4.0
+    assert split["restart_mariadb"]["struck"] == {"samples": 1, "median": 2.0, "p95": 2.0}
+    assert split["restart_mariadb"]["away_share"] == round(1.0 / total, 3)
+    assert split["scheduler_unreachable"]["struck"]["samples"] == 1
+    assert split["scheduler_unreachable"]["away_share"] == round(20.0 / total, 3)
+    assert split["kill_controller"]["away_share"] == round(4.0 / total, 3)
+    assert split["pause_controller"]["away_share"] == round(4.0 / total, 3)
+    assert split["kill_worker"]["struck"]["samples"] == 0
+    assert split["kill_worker"]["away_share"] == 0.0
+    # Away: the database 1 s, the scheduler 20 s (the controllers' 4 s within it).
+    assert split["(nothing away)"]["away_share"] == round((total - 21.0) / total, 3)
+    assert times_scheduler_reachable([fast, slow], strikes, "chaos-action") == [2.0, 40.0]
+
+
+def test_where_a_recovery_spent_its_time() -> None:
+    recovery = Recovery(
+        1001, 0, failure_at=100.0, done_at=130.0, recommended_at=104.0, claimed_at=125.0
+    )
+    assert recovery.phases() == {"to_recommendation": 4.0, "to_claim": 21.0, "to_restart": 5.0}
+    unknown = Recovery(1002, 0, failure_at=100.0, done_at=130.0)
+    assert unknown.phases() == {}
+    phases = summarise_phases([recovery, unknown])
+    assert phases["to_claim"] == {"samples": 1, "median": 21.0, "p95": 21.0}
 
 
 def test_command_verbs() -> None:
