@@ -17,7 +17,7 @@ from recovery.loop import workloads as workload_work
 from recovery.loop.workloads import process_workloads
 from recovery.models import Anomaly, LogCursor, Policy, ProgressSample, Workload
 from recovery.sources.schedulers.transport import LocalTransport
-from tests.loop.test_workloads import PROGRESS, running_workload, write
+from tests.loop.test_workloads import running_workload, write
 
 pytestmark = pytest.mark.django_db
 
@@ -27,6 +27,13 @@ def nothing_remembered() -> Iterator[None]:
     held.forget_all()
     yield
     held.forget_all()
+
+
+def progress(second: int, step: int) -> str:
+    """A progress line printed minutes ago (not at import: a long test session would make it
+    old enough for a hang)."""
+    stamp = (timezone.now() - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
+    return f"0: {stamp}:{second:02d}Z gpu-001: step: {step} loss: 2.5 tps: 4,800 mfu: 40%\n"
 
 
 def tokens(*workloads: Workload, token: str = "facts|settings") -> dict[int, str]:
@@ -40,7 +47,7 @@ def test_a_quiet_workload_costs_no_query_until_its_output_grows(tmp_path: Path) 
     THEN it is left alone without a single query; once its output grows it is read again
     """
     workload = running_workload(tmp_path, "job")
-    write(workload, PROGRESS.format(second=1, step=10))
+    write(workload, progress(second=1, step=10))
     now = timezone.now()
     first = process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), now, tokens=tokens(workload)
@@ -55,7 +62,7 @@ def test_a_quiet_workload_costs_no_query_until_its_output_grows(tmp_path: Path) 
     assert (again.workloads, again.left_quiet) == (0, 1)
     assert [q["sql"] for q in queries] == []
 
-    write(workload, PROGRESS.format(second=2, step=11))
+    write(workload, progress(second=2, step=11))
     grown = process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), now + timedelta(seconds=10),
         tokens=tokens(workload),
@@ -144,7 +151,7 @@ def test_a_workload_read_with_new_progress_is_checked_at_the_usual_cadence(tmp_p
     process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), now, tokens=tokens(workload)
     )
-    write(workload, PROGRESS.format(second=3, step=12))
+    write(workload, progress(second=3, step=12))
     soon = now + timedelta(seconds=5)
     read = process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), soon, tokens=tokens(workload)
@@ -170,7 +177,7 @@ def test_a_read_cut_at_the_limit_is_read_on_at_the_next_poll(
     monkeypatch.setattr("recovery.loop.logs.MAX_READ_BYTES", 200)
     monkeypatch.setattr("recovery.loop.workloads.MAX_READ_BYTES", 200)
     workload = running_workload(tmp_path, "job")
-    write(workload, "".join(PROGRESS.format(second=s, step=s) for s in range(6)))
+    write(workload, "".join(progress(second=s, step=s) for s in range(6)))
     now = timezone.now()
     process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), now, tokens=tokens(workload)
@@ -191,7 +198,7 @@ def test_a_read_another_reader_overtook_is_not_remembered(
     """A read dropped because another worker moved the cursor meanwhile leaves the workload to
     be processed again, not remembered as read to the end."""
     workload = running_workload(tmp_path, "job")
-    write(workload, PROGRESS.format(second=1, step=1))
+    write(workload, progress(second=1, step=1))
     original = workload_work._unmoved
 
     def overtaken(reads: list[workload_work._Read]) -> list[workload_work._Read]:
