@@ -171,22 +171,6 @@ def _allowed_silence(
     )
 
 
-def hang_due_at(
-    observations: Sequence[ProgressObservation],
-    *,
-    started_at: datetime,
-    policy: HangPolicy,
-    checkpoint_started_at: datetime | None = None,
-    checkpoint_finished_at: datetime | None = None,
-) -> datetime:
-    """The moment after which ``detect_hang`` finds a hang in these observations, unless more
-    progress comes: a worker that read nothing new since need not look again before it."""
-    silence = _allowed_silence(
-        observations, started_at, policy, checkpoint_started_at, checkpoint_finished_at
-    )
-    return silence.silent_since + timedelta(seconds=silence.allowed_seconds)
-
-
 def detect_hang(
     observations: Sequence[ProgressObservation],
     *,
@@ -196,7 +180,31 @@ def detect_hang(
     checkpoint_started_at: datetime | None = None,
     checkpoint_finished_at: datetime | None = None,
 ) -> Finding | None:
-    """A hang finding when the job has been silent longer than allowed, else None.
+    """A hang finding when the job has been silent longer than allowed, else None
+    (``check_hang``'s finding)."""
+    finding, _ = check_hang(
+        observations,
+        now=now,
+        started_at=started_at,
+        policy=policy,
+        checkpoint_started_at=checkpoint_started_at,
+        checkpoint_finished_at=checkpoint_finished_at,
+    )
+    return finding
+
+
+def check_hang(
+    observations: Sequence[ProgressObservation],
+    *,
+    now: datetime,
+    started_at: datetime,
+    policy: HangPolicy,
+    checkpoint_started_at: datetime | None = None,
+    checkpoint_finished_at: datetime | None = None,
+) -> tuple[Finding | None, datetime]:
+    """A hang finding when the job has been silent longer than allowed, else None; and the
+    moment after which these observations show a hang unless more progress comes (a worker
+    that read nothing new since need not look again before it).
 
     * Allowed silence is ``max(floor, factor * median interval between consecutive distinct
       steps)``, over each member's last ``RECENT_STEP_CHANGES`` changes. Any change of step
@@ -226,9 +234,10 @@ def detect_hang(
     silence = _allowed_silence(
         observations, started_at, policy, checkpoint_started_at, checkpoint_finished_at
     )
+    due = silence.silent_since + timedelta(seconds=silence.allowed_seconds)
     silent_seconds = (now - silence.silent_since).total_seconds()
     if silent_seconds <= silence.allowed_seconds:
-        return None
+        return None, due
     median_step_seconds = silence.median_step_seconds
     allowed_seconds = silence.allowed_seconds
     checkpoint_in_progress = silence.checkpoint_in_progress
@@ -255,7 +264,7 @@ def detect_hang(
         names = [_member_name(member) for member in silent_first]
         evidence += f"; went silent first: {', '.join(names)}"
 
-    return Finding(
+    finding = Finding(
         kind=HANG,
         # A hang has no log category of its own: what caused it is for attribution to find.
         category=NO_CATEGORY,
@@ -285,6 +294,7 @@ def detect_hang(
             ],
         },
     )
+    return finding, due
 
 
 def _silent_first(members: list[_Member], median_step_seconds: float | None) -> list[_Member]:

@@ -32,7 +32,7 @@ from recovery.choices import (
 )
 from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
 from recovery.detection.findings import Finding
-from recovery.detection.hang import ProgressObservation, detect_hang, hang_due_at
+from recovery.detection.hang import ProgressObservation, check_hang
 from recovery.detection.quiet_phases import CHECKPOINT
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.straggler import (
@@ -320,16 +320,9 @@ def run_progress_check(workload: Workload, now: datetime) -> ProgressCheck:
         ProgressObservation(at=s.at, step=s.step, rank=s.rank, node=s.node or None) for s in samples
     ]
     saving_since = workload.quiet_phase_at if workload.quiet_phase == CHECKPOINT else None
-    hang = detect_hang(
+    hang, due = check_hang(
         observations,
         now=now,
-        started_at=attempt.started_at,
-        policy=hang_policy(policy),
-        checkpoint_started_at=saving_since,
-        checkpoint_finished_at=workload.last_checkpoint_at,
-    )
-    due = hang_due_at(
-        observations,
         started_at=attempt.started_at,
         policy=hang_policy(policy),
         checkpoint_started_at=saving_since,
