@@ -8,6 +8,7 @@ make a scheduler action or a detection fail.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import os
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -129,58 +130,144 @@ def announce_snapshots(taken_at: datetime, clusters: int) -> None:
     publish([FLEET_GROUP], message)
 
 
-# How long a publisher waits for Redis to take one message before giving up on it.
+# How long the publisher waits for Redis to take one round of messages before giving up on it.
 PUBLISH_TIMEOUT_S = 5.0
-
+# Rounds handed to the publisher and not yet sent. Past this (Redis down or slow for long) new
+# rounds are dropped and logged: live updates are a convenience, memory is not.
+MAX_PENDING_ROUNDS = 2000
+# At exit, how long a process waits for what it handed over to be sent.
+DRAIN_AT_EXIT_S = 2.0
 
 Message = AuditEventMessage | SnapshotMessage
+Round = list[tuple[list[str], Message]]
 
 
 def publish(groups: list[str], message: Message) -> None:
     publish_many([(groups, message)])
 
 
-def publish_many(messages: list[tuple[list[str], Message]]) -> None:
+def publish_many(messages: Round) -> None:
+    """Send each message to its groups; never raises, and with Redis never waits for it.
+
+    Over a Redis channel layer the round is handed to this process's publisher thread, which
+    sends rounds in the order they were handed over: the caller (a shard of a poll, holding
+    row locks) does not wait for Redis's round trips. Another layer is sent to at once.
+    """
     layer = get_channel_layer()
     if layer is None or not messages:
         return
-
-    async def send() -> None:
-        for groups, message in messages:
-            for group in groups:
-                # Channels' stubs ask for a dict where any mapping does; a TypedDict is one.
-                await layer.group_send(group, message)  # type: ignore[arg-type]
-
     try:
-        loop = _publisher_loop(layer)
-        if loop is None:
-            async_to_sync(send)()
+        publisher = _publisher_for(layer)
+        if publisher is None:
+            async_to_sync(_send)(layer, messages)
         else:
-            asyncio.run_coroutine_threadsafe(send(), loop).result(timeout=PUBLISH_TIMEOUT_S)
+            publisher.hand_over(layer, messages)
     except Exception:
-        kinds = sorted({message["type"] for _, message in messages})
-        logger.warning("live update not delivered: %s", ", ".join(kinds), exc_info=True)
+        _log_undelivered(messages)
 
 
-_publisher: tuple[int, asyncio.AbstractEventLoop] | None = None
-_publisher_lock = threading.Lock()
+async def _send(layer: Any, messages: Round) -> None:
+    for groups, message in messages:
+        for group in groups:
+            await layer.group_send(group, message)
 
 
-def _publisher_loop(layer: object) -> asyncio.AbstractEventLoop | None:
-    """One event loop per process that sends to a Redis channel layer, or None for another layer.
+def _log_undelivered(messages: Round) -> None:
+    kinds = sorted({message["type"] for _, message in messages})
+    logger.warning("live update not delivered: %s", ", ".join(kinds), exc_info=True)
+
+
+class _Publisher:
+    """An event loop on a thread of its own that sends the rounds handed to it, one at a time.
 
     ``async_to_sync`` runs each call in an event loop of its own, and channels-redis keeps its
     connections per loop: every message would open a connection to Redis (a few milliseconds,
     most of a poll's time when a read records hundreds of events). The loop's own thread keeps
-    them open. An in-memory layer's queues belong to the loop that made them: it keeps
-    ``async_to_sync``. A forked process (a Celery pool worker) starts a loop of its own.
+    them open.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.rounds: asyncio.Queue[tuple[Any, Round]] | None = None
+        self.pending = 0
+        self.dropped = 0
+        self.lock = threading.Lock()
+        ready = threading.Event()
+        threading.Thread(
+            target=self._run, args=(ready,), name="live-publisher", daemon=True
+        ).start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.rounds = asyncio.Queue()
+        self.loop.create_task(self._send_rounds())
+        ready.set()
+        self.loop.run_forever()
+
+    async def _send_rounds(self) -> None:
+        assert self.rounds is not None
+        while True:
+            layer, messages = await self.rounds.get()
+            try:
+                await asyncio.wait_for(_send(layer, messages), PUBLISH_TIMEOUT_S)
+            except Exception:
+                _log_undelivered(messages)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                self.rounds.task_done()
+
+    def hand_over(self, layer: Any, messages: Round) -> None:
+        with self.lock:
+            if self.pending >= MAX_PENDING_ROUNDS:
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    logger.warning(
+                        "live updates dropped: %d rounds waiting for Redis (%d dropped so far)",
+                        self.pending,
+                        self.dropped,
+                    )
+                return
+            self.pending += 1
+        assert self.rounds is not None
+        self.loop.call_soon_threadsafe(self.rounds.put_nowait, (layer, list(messages)))
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every round handed over was sent or given up on; False on timeout."""
+        assert self.rounds is not None
+        done = asyncio.run_coroutine_threadsafe(self.rounds.join(), self.loop)
+        try:
+            done.result(timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+_publisher: tuple[int, _Publisher] | None = None
+_publisher_lock = threading.Lock()
+
+
+def _publisher_for(layer: object) -> _Publisher | None:
+    """This process's publisher for a Redis channel layer, or None for another layer.
+
+    An in-memory layer's queues belong to the loop that made them: it keeps ``async_to_sync``.
+    A forked process (a Celery pool worker) starts a publisher of its own.
     """
     global _publisher
     if not type(layer).__module__.startswith("channels_redis"):
         return None
     with _publisher_lock:
         if _publisher is None or _publisher[0] != os.getpid():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="live-publisher", daemon=True).start()
-            _publisher = (os.getpid(), loop)
+            _publisher = (os.getpid(), _Publisher())
         return _publisher[1]
+
+
+def drain_published(timeout: float = DRAIN_AT_EXIT_S) -> bool:
+    """Wait until what this process handed to its publisher was sent; True when nothing waits."""
+    with _publisher_lock:
+        publisher = _publisher[1] if _publisher and _publisher[0] == os.getpid() else None
+    return True if publisher is None else publisher.drain(timeout)
+
+
+atexit.register(drain_published)

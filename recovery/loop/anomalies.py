@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
@@ -38,8 +39,9 @@ from recovery.loop.confirmation import (
     ReadContext,
     first_look,
     last_sample_id,
-    record_settled,
+    settled_event,
 )
+from recovery.loop.decision_facts import blast_facts_shared
 from recovery.loop.drains import propose_drains
 from recovery.loop.policy import decide_when_ready
 from recovery.loop.suspects import flag_suspect_nodes
@@ -396,30 +398,40 @@ def record_anomalies(
                 caps.counted(attempt_of_finding, anomaly)
                 created_anomalies.append(anomaly)
                 to_decide.append(anomaly)
-                _record_detected(anomaly, finding, ignored_nodes, anomaly.detected_at)
-                if look.settled_from_suspicion:
-                    record_settled(anomaly)
+                _record_detected(
+                    anomaly, finding, ignored_nodes, anomaly.detected_at,
+                    settled=look.settled_from_suspicion,
+                )  # fmt: skip
                 continue
         if _seen_again(anomaly, finding, scope, attempt_of_finding, read, now, recorded_at):
             to_decide.append(anomaly)
     caps.apply_folds()
     awaiting: list[int] = []
+    with blast_facts_shared():
+        _attribute_and_decide(to_decide, created_anomalies, awaiting, now)
+    if awaiting:
+        transaction.on_commit(partial(finish_attribution, awaiting, now), robust=True)
+    return created_anomalies
+
+
+def _attribute_and_decide(
+    to_decide: list[Anomaly], created_anomalies: list[Anomaly], awaiting: list[int], now: datetime
+) -> None:
     provider_calls = settings.MAX_PROVIDER_CALLS_PER_READ
     for anomaly in to_decide:
         # Detect, attribute, decide: a confirmed cause is decided in the same transaction, so
         # it never lacks its recommendation; a suspect waits for its confirmation, a symptom
         # may wait for its cause, an anomaly awaiting the provider's verdict waits for it.
         if anomaly in created_anomalies:
-            attribute_builtin(anomaly, ask_provider=len(awaiting) < provider_calls)
+            attribute_builtin(
+                anomaly, ask_provider=len(awaiting) < provider_calls, created_now=True
+            )
             if anomaly.provider_due_at is not None:
                 awaiting.append(anomaly.pk)
                 continue
             flag_suspect_nodes(anomaly, now)
             propose_drains(anomaly, now)
         decide_when_ready(anomaly, now)
-    if awaiting:
-        transaction.on_commit(partial(finish_attribution, awaiting, now), robust=True)
-    return created_anomalies
 
 
 def finish_attribution(anomaly_ids: list[int], now: datetime | None = None) -> int:
@@ -478,44 +490,61 @@ def _create(
     secondary: list[dict[str, object]] | None,
     ignored_nodes: list[dict[str, str]],
 ) -> tuple[Anomaly, bool]:
+    # ``_stored`` found none; another worker reading another source of the same job may have
+    # stored the same finding since: the unique constraint says so, and that one is used.
+    identity = {"workload": workload, "attempt": attempt, "fingerprint": fingerprint}
+    fields = _new_anomaly_fields(
+        finding, look, now, recorded_at,
+        source=source, secondary=secondary, ignored_nodes=ignored_nodes,
+    )  # fmt: skip
+    try:
+        with transaction.atomic():
+            return Anomaly.objects.create(**identity, **fields), True
+    except IntegrityError:
+        return Anomaly.objects.get(**identity), False
+
+
+def _new_anomaly_fields(
+    finding: Finding,
+    look: FirstLook,
+    now: datetime,
+    recorded_at: datetime,
+    *,
+    source: EvidenceSource,
+    secondary: list[dict[str, object]] | None,
+    ignored_nodes: list[dict[str, str]],
+) -> dict[str, Any]:
     settled = look.confirmation not in (NO_CONFIRMATION, Confirmation.SUSPECTED)
     evidence_at = finding.at or now
-    # get_or_create: another worker reading another source of the same job may have stored the
-    # same finding a moment ago.
-    return Anomaly.objects.get_or_create(
-        workload=workload,
-        attempt=attempt,
-        fingerprint=fingerprint,
-        defaults={
-            "kind": finding.kind,
-            "category": finding.category,
-            "attribution": finding.attribution,
-            "severity": finding.severity,
-            "signature": finding.signature[:128],
-            "evidence_line": finding.evidence[:MAX_EVIDENCE_LINE],
-            "evidence_excerpt": str(finding.detail.get("excerpt", ""))[:MAX_EXCERPT],
-            "implicated_nodes": finding.nodes,
-            "implicated_ranks": finding.ranks,
-            "occurrences": finding.count,
-            "details": {
-                "role": finding.detail.get("role"),
-                "xid": finding.detail.get("xid"),
-                "source": finding.source,
-                "secondary": (secondary or [])[:20],
-                **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
-                **({"suspect": look.suspect} if look.suspect else {}),
-                **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
-            },
-            "evidence_at": evidence_at,
-            "last_seen_at": evidence_at,
-            "detected_at": recorded_at,
-            "confirmation": look.confirmation,
-            "confirmation_at": recorded_at if settled else None,
-            "confirmation_reason": look.reason[:255],
-            "evidence_source": source,
-            "evidence_trust": trust_of(source),
+    return {
+        "kind": finding.kind,
+        "category": finding.category,
+        "attribution": finding.attribution,
+        "severity": finding.severity,
+        "signature": finding.signature[:128],
+        "evidence_line": finding.evidence[:MAX_EVIDENCE_LINE],
+        "evidence_excerpt": str(finding.detail.get("excerpt", ""))[:MAX_EXCERPT],
+        "implicated_nodes": finding.nodes,
+        "implicated_ranks": finding.ranks,
+        "occurrences": finding.count,
+        "details": {
+            "role": finding.detail.get("role"),
+            "xid": finding.detail.get("xid"),
+            "source": finding.source,
+            "secondary": (secondary or [])[:20],
+            **({"ignored_nodes": ignored_nodes} if ignored_nodes else {}),
+            **({"suspect": look.suspect} if look.suspect else {}),
+            **{k: v for k, v in finding.detail.items() if k in KEPT_DETAIL},
         },
-    )
+        "evidence_at": evidence_at,
+        "last_seen_at": evidence_at,
+        "detected_at": recorded_at,
+        "confirmation": look.confirmation,
+        "confirmation_at": recorded_at if settled else None,
+        "confirmation_reason": look.reason[:255],
+        "evidence_source": source,
+        "evidence_trust": trust_of(source),
+    }
 
 
 def _seen_again(
@@ -692,9 +721,26 @@ def _record_detected(
     detected_at: datetime,
     *,
     again: bool = False,
+    settled: bool = False,
 ) -> None:
+    """The DETECTED event, and with ``settled`` the confirmation made in the same read, in one
+    statement."""
+    events = [_detected_event(anomaly, finding, ignored_nodes, detected_at, again=again)]
+    if settled:
+        events.append(settled_event(anomaly))
+    record_events(events)
+
+
+def _detected_event(
+    anomaly: Anomaly,
+    finding: Finding,
+    ignored_nodes: list[dict[str, str]],
+    detected_at: datetime,
+    *,
+    again: bool,
+) -> AuditEvent:
     workload = anomaly.workload
-    record_event(
+    return AuditEvent(
         cluster=workload.cluster,
         workload=workload,
         attempt=anomaly.attempt.number if anomaly.attempt else None,
@@ -746,9 +792,7 @@ def _suspect_again(
             "decided_at",
         ]
     )
-    _record_detected(anomaly, finding, [], recorded_at, again=True)
-    if settled:
-        record_settled(anomaly)
+    _record_detected(anomaly, finding, [], recorded_at, again=True, settled=settled)
 
 
 # At most this many ignored names are kept with an anomaly; the rest are only counted.

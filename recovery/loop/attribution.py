@@ -151,15 +151,18 @@ def attribute(anomaly: Anomaly) -> Verdict:
     return complete_attribution(anomaly) or _deciding_verdict(anomaly) or verdict
 
 
-def attribute_builtin(anomaly: Anomaly, *, ask_provider: bool) -> Verdict:
+def attribute_builtin(
+    anomaly: Anomaly, *, ask_provider: bool, created_now: bool = False
+) -> Verdict:
     """Record the built-in verdict of ``anomaly``; no call is made.
 
     Runs inside the read's transaction. With a provider configured and ``ask_provider``, the
     anomaly is marked as awaiting the provider's verdict, and the ATTRIBUTED event waits for
     ``complete_attribution``. Otherwise the built-in verdict decides now and the event says why
-    no provider was asked. Returns the verdict that decides so far.
+    no provider was asked. Returns the verdict that decides so far. ``created_now``: the
+    anomaly was inserted by this transaction, so no verdict can exist yet to look for.
     """
-    earlier = _deciding_verdict(anomaly)
+    earlier = None if created_now else _deciding_verdict(anomaly)
     if earlier is not None:
         return earlier
     rule = f"{anomaly.signature or anomaly.kind} → {anomaly.attribution}"
@@ -182,7 +185,8 @@ def attribute_builtin(anomaly: Anomaly, *, ask_provider: bool) -> Verdict:
         detail={"rule": rule},
     )
     configured = bool(settings.ATTRIBUTION_PROVIDER_URL)
-    with transaction.atomic():
+    # No savepoint: a failure here fails the read's transaction, which rolls back as a whole.
+    with transaction.atomic(savepoint=False):
         builtin.save(force_insert=True)
         if configured and ask_provider:
             anomaly.provider_due_at = timezone.now()

@@ -47,7 +47,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
-from recovery.audit.record import record_event
+from recovery.audit.record import record_events
 from recovery.choices import (
     AnomalyKind,
     AttemptExitState,
@@ -68,7 +68,7 @@ from recovery.detection.scanner import ProgressPoint
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.detection.tracebacks import Printed
-from recovery.models import Anomaly, Attempt, Policy, ProgressSample, Workload
+from recovery.models import Anomaly, Attempt, AuditEvent, Policy, ProgressSample, Workload
 
 # Findings that only show a consequence: a rank that lost its peer, a wrapper saying a child
 # failed. The cause (a node going down, an Xid, the peer's own traceback) may still arrive.
@@ -112,6 +112,9 @@ class ReadContext:
     exits: list[Finding] = field(default_factory=list)
     samples_before: int = 0
     samples_after: int = 0
+    # The last stored step of each attempt up to ``samples_before``: the same for every finding
+    # of the read, so asked once.
+    steps_stored: dict[int, int | None] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -408,11 +411,16 @@ def apply(anomaly: Anomaly, settlement: Settlement, now: datetime) -> bool:
 
 def record_settled(anomaly: Anomaly) -> None:
     """The audit event of a suspect that was confirmed, survived or stalled."""
+    record_events([settled_event(anomaly)])
+
+
+def settled_event(anomaly: Anomaly) -> AuditEvent:
+    """``record_settled``'s event, unsaved."""
     assert anomaly.confirmation_at is not None
     suspect = anomaly.details.get("suspect") or {}
     since = suspect.get("since")
     workload = anomaly.workload
-    record_event(
+    return AuditEvent(
         cluster=workload.cluster,
         workload=workload,
         attempt=anomaly.attempt.number if anomaly.attempt else None,
@@ -452,12 +460,21 @@ def _step_before(attempt: Attempt | None, read: ReadContext, line: int) -> int |
     """The last step the attempt reached before the suspect line."""
     steps = [point.step for point in read.progress if point.line < line]
     if attempt is not None:
+        stored = _last_stored_step(attempt, read)
+        if stored is not None:
+            steps.append(stored)
+    return max(steps) if steps else None
+
+
+def _last_stored_step(attempt: Attempt, read: ReadContext) -> int | None:
+    if read.samples_before <= 0:
+        return None  # sample ids start at 1: nothing was stored before the read
+    if attempt.number not in read.steps_stored:
         stored = ProgressSample.objects.filter(
             workload_id=attempt.workload_id, attempt=attempt.number, id__lte=read.samples_before
         ).aggregate(last=Max("step"))["last"]
-        if stored is not None:
-            steps.append(int(stored))
-    return max(steps) if steps else None
+        read.steps_stored[attempt.number] = None if stored is None else int(stored)
+    return read.steps_stored[attempt.number]
 
 
 def _median_step_seconds(workload: Workload, now: datetime) -> float | None:

@@ -17,7 +17,9 @@ The facts are stored as JSON on the anomaly (``Anomaly.decision_facts``) with wh
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -131,9 +133,45 @@ def cluster_node_facts(cluster_id: int, now: datetime) -> list[list[Any]]:
     ]
 
 
+_shared = threading.local()
+
+
+@contextlib.contextmanager
+def blast_facts_shared() -> Iterator[None]:
+    """Within the block, decisions on the same workload at the same moment share their blast
+    facts: the decisions on one read's anomalies.
+
+    Nothing those decisions write changes them (they leave out the workload's own restarts,
+    and add no node), and another worker's exclusion committed between two of them would have
+    been as invisible to the first: it is the same read, at the same ``now``.
+    """
+    if getattr(_shared, "facts", None) is not None:
+        yield
+        return
+    _shared.facts = {}
+    try:
+        yield
+    finally:
+        _shared.facts = None
+
+
 def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
     """The cluster's size and the nodes other jobs' restarts excluded within the longest
     window a policy may count."""
+    shared: dict[tuple[int, datetime], dict[str, Any]] | None = getattr(_shared, "facts", None)
+    if shared is None:
+        return _blast_facts(workload, now)
+    key = (workload.pk, now)
+    if key not in shared:
+        shared[key] = _blast_facts(workload, now)
+    facts = shared[key]
+    return {
+        "cluster_size": facts["cluster_size"],
+        "recent_exclusions": [[at, list(nodes)] for at, nodes in facts["recent_exclusions"]],
+    }
+
+
+def _blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
     # Each node once, at the latest time it was excluded (newest first): all a window of any
     # length needs to count it, and the facts stay as long as the nodes excluded, not as the
     # restarts that excluded them.
@@ -145,6 +183,7 @@ def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
             action__in=RESTARTS,
         )
         .exclude(workload=workload)
+        .exclude(excluded_nodes=[])  # most restarts exclude nothing: no row to read for them
         .order_by("-created_at", "-id")
         .values_list("created_at", "excluded_nodes")[:MAX_RECENT_EXCLUSIONS]
     ):

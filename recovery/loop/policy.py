@@ -464,13 +464,16 @@ def choose(facts: Mapping[str, Any], anomaly: Anomaly, policy: Policy, site: Pol
     return Choice(NEW, decision, needs_person)
 
 
-def recommend(anomaly: Anomaly, now: datetime | None = None) -> Recommendation | None:
+def recommend(
+    anomaly: Anomaly, now: datetime | None = None, *, mark_decided: bool = False
+) -> Recommendation | None:
     """Record the policy's decision for ``anomaly``; one recommendation per failed attempt.
 
     A later anomaly of the same attempt may sharpen an open recommendation (more nodes to
     exclude, a stop); it never adds a second action for an attempt that was already acted on,
     and evidence that only shows a consequence never changes a decision made on a cause.
-    The facts decided on and the choice are kept on the anomaly (``decision_facts``).
+    The facts decided on and the choice are kept on the anomaly (``decision_facts``), with
+    ``mark_decided`` in the same statement as its ``decided_at``.
     """
     now = now or timezone.now()
     workload = anomaly.workload
@@ -479,7 +482,8 @@ def recommend(anomaly: Anomaly, now: datetime | None = None) -> Recommendation |
     key = f"policy:{cluster.pk}:{workload.pk}:{attempt_number}:"
     policy = policy_for(workload)
     site = site_policy(workload, policy)
-    with transaction.atomic():
+    # No savepoint of its own: inside ``decide_when_ready``'s, a failure rolls back to that one.
+    with transaction.atomic(savepoint=False):
         earlier = (
             Recommendation.objects.filter(idempotency_key__startswith=key)
             .exclude(status=RecommendationStatus.SUPERSEDED)
@@ -513,9 +517,13 @@ def recommend(anomaly: Anomaly, now: datetime | None = None) -> Recommendation |
             "recommendation": recommendation.pk if recommendation is not None else None,
         }
         facts["exclusion_hours"] = policy.exclusion_hours
+        written: dict[str, Any] = {"decision_facts": facts}
+        if mark_decided:
+            written["decided_at"] = now
         if anomaly.pk is not None:
-            Anomaly.objects.filter(pk=anomaly.pk).update(decision_facts=facts)
-        anomaly.decision_facts = facts
+            Anomaly.objects.filter(pk=anomaly.pk).update(**written)
+        for name, value in written.items():
+            setattr(anomaly, name, value)
     return recommendation
 
 
@@ -678,10 +686,7 @@ def decide_when_ready(anomaly: Anomaly, now: datetime | None = None) -> Recommen
         with transaction.atomic():
             if not ready_to_decide(anomaly, policy_for(anomaly.workload), now):
                 return None
-            recommendation = recommend(anomaly, now)
-            Anomaly.objects.filter(pk=anomaly.pk).update(decided_at=now)
-            anomaly.decided_at = now
-            return recommendation
+            return recommend(anomaly, now, mark_decided=True)
     except Exception as exc:  # the engine is broken: record it, never lose the anomaly
         logger.exception("policy engine failed on anomaly %s", anomaly.pk)
         _record_policy_failure(anomaly, exc, now)

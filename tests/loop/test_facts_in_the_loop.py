@@ -10,7 +10,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import QuerySet
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from recovery.choices import (
@@ -43,7 +45,7 @@ from recovery.models import (
     Workload,
 )
 from recovery.sources.schedulers.base import JobInfo, NodeInfo
-from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
+from tests.factories import AttemptFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 from tests.fakes import Scripted, job
 
 pytestmark = pytest.mark.django_db
@@ -625,3 +627,39 @@ def test_a_requeued_job_still_completing_lends_its_old_nodes_to_no_new_attempt(
     poll_cluster(acting_cluster, Scripted([completing], healthy()))
     second = Attempt.objects.get(number=2)
     assert (second.nodes, second.started_at) == ([], None)
+
+
+def test_the_anomalies_of_one_read_share_the_blast_facts_read_once(
+    acting_cluster: Cluster,
+) -> None:
+    """
+    GIVEN another job's restart that excluded node009, and one restart that excluded nothing
+    WHEN one read brings two hardware failures of this job, each decided
+    THEN both decisions hold the same blast facts (node009 once, the cluster's size), read from
+         the database once for the read; the restart that excluded nothing is not read at all
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    other = WorkloadFactory(cluster=acting_cluster, job_id="other-job")
+    RecommendationFactory(workload=other, excluded_nodes=["node009"])
+    RecommendationFactory(workload=other, action=RecommendationAction.RESTART, excluded_nodes=[])
+    second = replace(xid_79("node003"), signature="xid-48", detail={"role": "cause", "xid": 48})
+    with CaptureQueriesContext(connection) as queries:
+        created = record_anomalies(
+            workload, attempt, [xid_79("node002"), second], timezone.now(),
+            read=DIED, source=EvidenceSource.JOB_OUTPUT,
+        )  # fmt: skip
+    assert len(created) == 2
+    blast = [
+        {key: anomaly.decision_facts[key] for key in ("cluster_size", "recent_exclusions")}
+        for anomaly in Anomaly.objects.filter(pk__in=[a.pk for a in created])
+    ]
+    assert blast[0] == blast[1]
+    assert blast[0]["cluster_size"] == len(NODES)
+    assert [nodes for _, nodes in blast[0]["recent_exclusions"]] == [["node009"]]
+    exclusion_reads = [
+        q["sql"]
+        for q in queries
+        if "`excluded_nodes` FROM `recovery_recommendation`" in q["sql"]
+        and "`created_at` >=" in q["sql"]
+    ]
+    assert len(exclusion_reads) == 1
