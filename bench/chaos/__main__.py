@@ -1,6 +1,6 @@
 """``make chaos``: a thousand faults against the production process layout, and what they broke.
 
-    python -m bench.chaos [--seed N] [--faults N] [--duration S] [--short]
+    python -m bench.chaos [--seed N] [--faults N] [--duration S] [--short] [--control-plane-only]
 
 Writes ``var/chaos/report.json`` (and ``report-<label>-seed-<N>.json``), prints a summary, and
 exits 1 when any of the counts that must be zero is not: duplicate actions, actions on healthy
@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.chaos.layout import rechecked, write_report
 from bench.chaos.run import WORK, ChaosOptions, ChaosRun, recheck
+from bench.chaos.schedule import SCHEDULER_FAULTS
 
 # Enough to land at least 100 faults within three minutes, for `make test`.
 SHORT = ChaosOptions(
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=float, help="seconds of the run without faults")
     parser.add_argument("--short", action="store_true", help="the version `make test` runs")
     parser.add_argument(
+        "--control-plane-only",
+        action="store_true",
+        help="leave the scheduler's own faults (outages, commands timing out) out of the schedule",
+    )
+    parser.add_argument(
         "--recheck",
         metavar="REPORT",
         help="run the checks again on the folder a finished run left (its report.json names it)",
@@ -139,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if value is not None:
             changes[name] = value
+    if args.control_plane_only:
+        changes["without"] = SCHEDULER_FAULTS
+        changes["label"] = f"{options.label}-control-plane"
     options = replace(options, **changes)
     report = ChaosRun(options).run()
     write_report(WORK, report, options.label, options.seed)

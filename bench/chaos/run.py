@@ -68,6 +68,9 @@ class ChaosOptions:
     controllers_per_cluster: int = 2
     workers: int = 2
     label: str = "full"
+    # Fault kinds left out of the schedule (``schedule.SCHEDULER_FAULTS`` for the control
+    # plane's own faults only).
+    without: tuple[str, ...] = ()
 
 
 @dataclass
@@ -359,7 +362,9 @@ class ChaosRun(LayoutRun):
             tokens = self.prepare_clusters(chaos_names)
             for role in self.add_cluster_roles(tokens):
                 self.supervisor.start(role)
-            schedule = faults.fault_schedule(options.seed, options.faults, options.duration_s)
+            schedule = faults.fault_schedule(
+                options.seed, options.faults, options.duration_s, options.without
+            )
             chaos_started = time.monotonic()
             print(
                 f"chaos: {len(schedule)} faults over {options.duration_s:g} s, seed {options.seed}",

@@ -57,10 +57,18 @@ class Fault:
         return f"{self.at_s:8.2f} s {self.kind} pick={self.pick} delay={self.delay_s:.2f}s"
 
 
-def fault_schedule(seed: int, faults: int, duration_s: float) -> list[Fault]:
-    """``faults`` faults at uniformly random moments over ``duration_s`` seconds."""
+# What the scheduler does, not the control plane: an outage of it, a command of it that times
+# out after it took effect. ``--control-plane-only`` leaves these out.
+SCHEDULER_FAULTS = (SCHEDULER_UNREACHABLE, COMMAND_TIMEOUT)
+
+
+def fault_schedule(
+    seed: int, faults: int, duration_s: float, without: tuple[str, ...] = ()
+) -> list[Fault]:
+    """``faults`` faults at uniformly random moments over ``duration_s`` seconds, of every
+    kind but those ``without``."""
     rng = random.Random(seed)
-    kinds = list(WEIGHTS)
+    kinds = [kind for kind in WEIGHTS if kind not in without]
     weights = [WEIGHTS[kind] for kind in kinds]
     moments = sorted(rng.uniform(0.0, duration_s) for _ in range(faults))
     schedule = []

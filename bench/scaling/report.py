@@ -63,11 +63,12 @@ def print_table(results: list[StepResult], poll_seconds: int) -> None:
     print()
     print(
         f"{'jobs':>5} {'nodes':>5} {'workers':>7} {'job polls':>9} {'shard s':>9} "
-        f"{'shards':>9} {'queries':>8} {'worker CPU s':>12} {'lines /':>9} {'job polls /':>11}"
+        f"{'shards':>9} {'queries':>8} {'worker CPU s':>12} {'lines /':>9} {'job polls /':>11} "
+        f"{'reads':>6} {'read':>6}"
     )
     print(
         f"{'':>5} {'':>5} {'':>7} {'/s':>9} {'med/p95':>9} {'skip/exp':>9} {'/job poll':>8} "
-        f"{'/1000 lines':>12} {'CPU s':>9} {'CPU s':>11}"
+        f"{'/1000 lines':>12} {'CPU s':>9} {'CPU s':>11} {'/s':>6} {'every':>6}"
     )
     for r in results:
         shard = (
@@ -82,8 +83,15 @@ def print_table(results: list[StepResult], poll_seconds: int) -> None:
             f"{f'{r.shards_skipped}/{r.shards_expired}':>9} {r.queries_per_job_poll:>8.2f} "
             f"{r.cpu_s_per_1000_lines:>12.3f} "
             f"{r.lines_ingested / cpu_s if cpu_s else 0:>9,.0f} "
-            f"{r.job_polls / cpu_s if cpu_s else 0:>11,.0f}"
+            f"{r.job_polls / cpu_s if cpu_s else 0:>11,.0f} "
+            f"{r.workloads_processed / r.window_s if r.window_s else 0:>6,.0f} "
+            f"{seconds(r.read_interval_s):>6}"
         )
+    print(
+        "(job polls: opted-in jobs listed by the snapshots; reads: workloads the shard tasks "
+        "read, and how often that reads each running job's output; shards expired: queued by "
+        "a snapshot, never run before the next poll)"
+    )
     print(
         "(worker CPU: user + system time of every worker process from /proc, so time spent "
         "waiting on MariaDB, Redis or files is not in it; MariaDB and Redis add "

@@ -427,7 +427,15 @@ class Bench:
             sum(1 for t in judges if t.result.get("skipped")),
             sum(1 for t in judges if t.expired),
         )
+        # A shard task that expired in the queue is revoked before the worker announces it
+        # received it: its event names no task the receiver knows. What the snapshots queued,
+        # less the shard tasks seen, is what expired unseen.
+        seen = len([t for t in in_window if t.kind == "shard"])
         in_window = [t for t in in_window if t.kind == "poll"]
+        result.shards_queued = sum(
+            int(t.result.get("batches", 0)) for t in in_window if t.runtime is not None
+        )
+        result.shards_expired += max(0, result.shards_queued - seen)
         result.job_polls = sum(
             int(t.result.get("jobs_seen", 0)) for t in in_window if t.runtime is not None
         )

@@ -100,6 +100,8 @@ class StepResult:
     shard_runtimes: list[float] = field(default_factory=list)
     shards_skipped: int = 0
     shards_expired: int = 0
+    # Shard tasks the snapshots in the window queued.
+    shards_queued: int = 0
     # The cluster-wide checks and decisions (judge_cluster): ran, skipped, expired.
     judges: tuple[int, int, int] = (0, 0, 0)
     cpu: dict[str, float] = field(default_factory=dict)
@@ -180,6 +182,11 @@ class StepResult:
             else None,
             "quiet": self.step.quiet,
             "workloads_processed": self.workloads_processed,
+            "workload_reads_per_s": number(self.workloads_processed / self.window_s)
+            if self.window_s
+            else None,
+            "read_interval_s": number(self.read_interval_s),
+            "shards_queued_expired": [self.shards_queued, self.shards_expired],
             "workloads_left_quiet": self.workloads_left_quiet,
             "idle_job_cost_ms": number(self.idle_job_cost_ms) if self.step.quiet else None,
             "poll_median_s": number(median(self.poll_runtimes)),
@@ -190,6 +197,13 @@ class StepResult:
             "console": self.console or None,
             "passed": self.passed,
         }
+
+    @property
+    def read_interval_s(self) -> float:
+        """How long a running job's output waits between two reads, on average: the running
+        jobs over the workloads the shard tasks read per second."""
+        reads_s = self.workloads_processed / self.window_s if self.window_s else 0.0
+        return self.jobs_running / reads_s if reads_s else math.nan
 
     @property
     def idle_job_cost_ms(self) -> float:

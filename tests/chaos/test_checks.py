@@ -15,7 +15,7 @@ from bench.chaos.checks import (
     times_by_fault,
     times_scheduler_reachable,
 )
-from bench.chaos.schedule import ARMED, WEIGHTS, fault_schedule
+from bench.chaos.schedule import ARMED, SCHEDULER_FAULTS, WEIGHTS, fault_schedule
 
 
 def command(at: float, argv: list[str], attempt: int, state: str = "FAILED") -> dict[str, Any]:
@@ -173,6 +173,13 @@ def test_the_schedule_is_a_function_of_the_seed() -> None:
     # Every kind, struck and armed, appears in a schedule of this size.
     assert {fault.kind for fault in first} == set(WEIGHTS)
     assert set(WEIGHTS) >= ARMED
+
+
+def test_a_control_plane_schedule_holds_no_fault_of_the_scheduler() -> None:
+    """``--control-plane-only``: as many faults, every other kind, none of the scheduler's."""
+    schedule = fault_schedule(7, 300, 120.0, without=SCHEDULER_FAULTS)
+    assert len(schedule) == 300
+    assert {fault.kind for fault in schedule} == set(WEIGHTS) - set(SCHEDULER_FAULTS)
 
 
 def test_a_hang_too_recent_to_have_timed_out_is_not_lost(db: None) -> None:
