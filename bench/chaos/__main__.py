@@ -79,6 +79,10 @@ def print_recovery(report: dict[str, Any]) -> None:
         ("without faults (action)", report.get("recovery_time_s_without_faults")),
         ("with faults (action)", report.get("recovery_time_s")),
         (
+            "  from when it could be known (action)",
+            report.get("recovery_time_s_from_detectable"),
+        ),
+        (
             "  less its scheduler's outages (action)",
             report.get("recovery_time_s_scheduler_reachable"),
         ),
@@ -86,6 +90,7 @@ def print_recovery(report: dict[str, Any]) -> None:
     )
     for label, figure in rows:
         print(f"    {label:<46} {_figure(figure)}")
+    print("    (it could be known: a hang once it lasted the hang timeout, any other at once)")
     phases = report.get("recovery_phases_s") or {}
     if phases:
         print(f"  where it goes (action), s {'without faults':>43}   {'with faults':>21}")

@@ -112,6 +112,7 @@ class Recovery:
     done_at: float
     recommended_at: float | None = None
     claimed_at: float | None = None
+    kind: str = ""  # the simulator's kind of failure
 
     @property
     def seconds(self) -> float:
@@ -146,8 +147,29 @@ def recoveries(journal: dict[str, Any]) -> list[Recovery]:
         job_id = int(failure["job_id"])
         later = [at for at in completions.get(job_id, []) if at >= failure["at"]]
         if later:
-            found.append(Recovery(job_id, int(failure["attempt"]), failure["at"], min(later)))
+            found.append(
+                Recovery(
+                    job_id,
+                    int(failure["attempt"]),
+                    failure["at"],
+                    min(later),
+                    kind=str(failure.get("kind") or ""),
+                )
+            )
     return found
+
+
+HANG = "hang"
+
+
+def times_from_detectable(found: list[Recovery], hang_timeout_s: float) -> list[float]:
+    """Each recovery's time from when its failure could be known: a hang only once it has
+    lasted the policy's hang timeout (before, it is a quiet job like any other), everything
+    else when it happened. What the control plane spent, the policy's patience left out."""
+    return [
+        max(0.0, recovery.seconds - (hang_timeout_s if recovery.kind == HANG else 0.0))
+        for recovery in found
+    ]
 
 
 def recovery_times(journal: dict[str, Any]) -> list[float]:

@@ -31,6 +31,7 @@ from bench.chaos.checks import (
     summarise_phases,
     summarise_times,
     times_by_fault,
+    times_from_detectable,
     times_scheduler_reachable,
 )
 from bench.chaos.layout import LayoutRun, finished_run_database
@@ -483,6 +484,9 @@ class ChaosRun(LayoutRun):
             "recovery_time_s": summarise_times(action.recovery_times_s),
             "recovery_time_s_monitor": summarise_times(monitor.recovery_times_s),
             "recovery_time_s_without_faults": reference or None,
+            "recovery_time_s_from_detectable": summarise_times(
+                times_from_detectable(action.recoveries, HANG_TIMEOUT_MINUTES * 60)
+            ),
             "recovery_time_s_scheduler_reachable": summarise_times(
                 times_scheduler_reachable(action.recoveries, strikes, action.cluster)
             ),

@@ -9,6 +9,7 @@ with the same token, or this one restarted, is another holder.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -156,14 +157,19 @@ class AdvisorClient:
             data=None if body is None else json.dumps(body).encode(),
             headers=self.headers(),
         )
+        # A web process killed mid-answer cuts the body short (IncompleteRead, a reset, JSON
+        # that ends early): that call failed like one that found nobody listening, and is
+        # tried again as such, never a crash of the controller.
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
             try:
                 said = json.loads(exc.read()).get("error") or exc.reason
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, http.client.HTTPException, OSError):
                 said = exc.reason
             raise AdvisorAPIError(f"{method} {path}: {exc.code} {said}", exc.code) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as exc:
             raise AdvisorAPIError(f"{method} {path}: control plane unreachable: {exc}") from None
+        except ValueError as exc:
+            raise AdvisorAPIError(f"{method} {path}: an answer cut short: {exc}") from None

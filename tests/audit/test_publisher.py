@@ -26,7 +26,7 @@ def test_rounds_reach_redis_in_the_order_they_were_handed_over() -> None:
     THEN publishing returns before they are sent, and the channel receives all sixty in order
     """
     layer = get_channel_layer()
-    assert type(layer).__module__.startswith("channels_redis")
+    assert layer is not None and type(layer).__module__.startswith("channels_redis")
     group = f"publisher-test-{time.monotonic_ns()}"
 
     async def join() -> str:

@@ -10,9 +10,11 @@ from bench.chaos.checks import (
     Strike,
     charge_actions,
     command_verb,
+    recoveries,
     recovery_times,
     summarise_phases,
     times_by_fault,
+    times_from_detectable,
     times_scheduler_reachable,
 )
 from bench.chaos.schedule import ARMED, SCHEDULER_FAULTS, WEIGHTS, fault_schedule
@@ -113,6 +115,23 @@ def test_recovery_time_runs_from_the_failure_to_the_release() -> None:
         "attempts": [],
     }
     assert recovery_times(journal) == [7.5]
+
+
+def test_a_hang_counts_from_when_it_could_be_known() -> None:
+    """A hang is a quiet job until it has lasted the hang timeout: its recovery time from when
+    it could be known leaves the policy's patience out; any other failure's is its whole time."""
+    journal = {
+        "failures": [failure(100.0, 0, kind="hang"), failure(300.0, 1)],
+        "commands": [
+            command(175.0, ["scontrol", "requeue", "1001"], 0),
+            command(310.0, ["scontrol", "requeue", "1001"], 1),
+        ],
+        "attempts": [],
+    }
+    found = recoveries(journal)
+    assert [r.kind for r in found] == ["hang", "gpu_faulty"]
+    assert recovery_times(journal) == [75.0, 10.0]
+    assert times_from_detectable(found, hang_timeout_s=60.0) == [15.0, 10.0]
 
 
 def test_each_kind_of_fault_is_charged_what_it_kept_away() -> None:

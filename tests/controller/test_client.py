@@ -101,3 +101,45 @@ def test_a_control_plane_refusal_for_the_instance_id_is_an_error_not_a_pass(
         NoInstance(advisor_url, "wrc_test").identity()
     assert refused.value.status == 400
     assert "X-Controller-Instance" in str(refused.value)
+
+
+class CutShort(BaseHTTPRequestHandler):
+    """A web process killed while it answers: the status and headers go out, then part of the
+    body (``how``: a JSON answer, an error's body, or a body with no length that stops early)."""
+
+    how = "ok"
+
+    def do_GET(self) -> None:
+        data = b'{"cluster": "lab", "scheduler_cluster_name": "lab", "actor": "c"}'
+        self.send_response(503 if CutShort.how == "error" else 200)
+        self.send_header("Content-Type", "application/json")
+        if CutShort.how != "no-length":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[:20])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("how", ["ok", "error", "no-length"])
+def test_an_answer_cut_short_is_a_failed_call_not_a_crash(how: str) -> None:
+    """
+    GIVEN an Advisor API whose process dies while it sends an answer
+    WHEN the controller's client makes a call
+    THEN the call fails with AdvisorAPIError, which the controller retries, instead of an
+         IncompleteRead or a JSON error that ended the controller's process (found by make chaos)
+    """
+    CutShort.how = how
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CutShort)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(AdvisorAPIError) as failed:
+            AdvisorClient(f"http://127.0.0.1:{server.server_address[1]}", "wrc_t").identity()
+    finally:
+        server.shutdown()
+        server.server_close()
+    if how == "error":
+        assert failed.value.status == 503
