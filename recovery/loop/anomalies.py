@@ -490,33 +490,9 @@ def _create(
     secondary: list[dict[str, object]] | None,
     ignored_nodes: list[dict[str, str]],
 ) -> tuple[Anomaly, bool]:
-    # ``_stored`` found none; another worker reading another source of the same job may have
-    # stored the same finding since: the unique constraint says so, and that one is used.
-    identity = {"workload": workload, "attempt": attempt, "fingerprint": fingerprint}
-    fields = _new_anomaly_fields(
-        finding, look, now, recorded_at,
-        source=source, secondary=secondary, ignored_nodes=ignored_nodes,
-    )  # fmt: skip
-    try:
-        with transaction.atomic():
-            return Anomaly.objects.create(**identity, **fields), True
-    except IntegrityError:
-        return Anomaly.objects.get(**identity), False
-
-
-def _new_anomaly_fields(
-    finding: Finding,
-    look: FirstLook,
-    now: datetime,
-    recorded_at: datetime,
-    *,
-    source: EvidenceSource,
-    secondary: list[dict[str, object]] | None,
-    ignored_nodes: list[dict[str, str]],
-) -> dict[str, Any]:
     settled = look.confirmation not in (NO_CONFIRMATION, Confirmation.SUSPECTED)
     evidence_at = finding.at or now
-    return {
+    fields: dict[str, Any] = {
         "kind": finding.kind,
         "category": finding.category,
         "attribution": finding.attribution,
@@ -545,6 +521,14 @@ def _new_anomaly_fields(
         "evidence_source": source,
         "evidence_trust": trust_of(source),
     }
+    # ``_stored`` found none; another worker reading another source of the same job may have
+    # stored the same finding since: the unique constraint says so, and that one is used.
+    identity = {"workload": workload, "attempt": attempt, "fingerprint": fingerprint}
+    try:
+        with transaction.atomic():
+            return Anomaly.objects.create(**identity, **fields), True
+    except IntegrityError:
+        return Anomaly.objects.get(**identity), False
 
 
 def _seen_again(

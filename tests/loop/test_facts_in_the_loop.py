@@ -663,3 +663,24 @@ def test_the_anomalies_of_one_read_share_the_blast_facts_read_once(
         and "`created_at` >=" in q["sql"]
     ]
     assert len(exclusion_reads) == 1
+
+
+def test_a_finding_another_worker_stored_meanwhile_is_not_stored_twice(
+    acting_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    GIVEN a finding already stored by another worker after this read looked for it
+    WHEN this read records it
+    THEN the unique constraint turns the insert into the stored anomaly: one row, none created
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    now = timezone.now()
+    (first,) = record_anomalies(
+        workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
+    monkeypatch.setattr("recovery.loop.anomalies._stored", lambda workload, fingerprints: {})
+    again = record_anomalies(
+        workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
+    assert again == []
+    assert list(Anomaly.objects.values_list("pk", flat=True)) == [first.pk]
