@@ -75,6 +75,7 @@ FINISHED_STATES = frozenset(
         "PREEMPTED",
     }
 )
+CANCELLED = "CANCELLED"
 RESTART = {"restart", "restart_excluding"}
 DRAIN = "drain"
 RESUME = "resume"
@@ -264,6 +265,15 @@ def started_since(recommendation: ReadyRecommendation, job: JobInfo) -> str | No
             f"{recommendation.attempt} (started {recommendation.attempt_started_at.isoformat()})"
         )
     return None
+
+
+def cancelled_since(job: JobInfo) -> str:
+    """Why a cancelled job is not restarted: Slurm requeues a cancelled job that is still in
+    memory, so a restart decided while the attempt ran or failed would bring back a job its
+    owner, an administrator or a stop ended on purpose meanwhile. A failure never ends a job
+    as CANCELLED (a crash is FAILED, a dead node NODE_FAIL, a time limit TIMEOUT): the policy
+    leaves a cancelled job alone, and the controller keeps to that on the state it reads."""
+    return f"job {job.job_id} was cancelled since the decision (scancel); a cancel is not undone"
 
 
 def newer_attempt(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
@@ -489,6 +499,10 @@ class AdvisorController:
             outcome.detail = "the recommendation names no attempt: cannot tell if it is done"
             return
         assert job.restart_count is not None and job.excluded_nodes is not None
+        if job.restart_count < attempt and job.state == CANCELLED:
+            outcome.converged = False
+            outcome.detail = f"nothing restarted: {cancelled_since(job)}"
+            return
         if job.restart_count < attempt and not job.requeue_allowed:
             outcome.outcome = "failed"
             outcome.converged = False
@@ -599,6 +613,8 @@ class AdvisorController:
                 f"job {job_id} changed since it was read (restart count {job.restart_count}, "
                 f"{job.state}): not requeued"
             )
+        if job.state == CANCELLED:
+            raise NotRestarted(cancelled_since(job))
         problem = started_since(recommendation, job)
         if problem is not None:
             raise NotRestarted(problem)

@@ -66,6 +66,7 @@ from recovery.detection.hang import (
 )
 from recovery.detection.scanner import ProgressPoint
 from recovery.detection.signatures.base import SignatureRole
+from recovery.detection.signatures.jobs import CANCEL_NOTICE, cancelled_by_someone
 from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.detection.tracebacks import Printed
 from recovery.models import Anomaly, Attempt, AuditEvent, Policy, ProgressSample, Workload
@@ -180,9 +181,14 @@ def first_look(
         return FirstLook(Confirmation.SURVIVED, _survival_reason(went_on), suspect)
     if attempt is not None and _completed(attempt):
         return FirstLook(Confirmation.SURVIVED, "the job completed", suspect)
-    if read.exits:
+    # A cancel notice says someone ended the job, not which error (if any) made them: who it was
+    # shows in the scheduler's record of the end, which ``settle`` waits for.
+    ends = [f for f in read.exits if not cancelled_by_someone(f.signature, f.evidence)]
+    if cancels := [f for f in read.exits if f not in ends]:
+        suspect["cancel_notice"] = cancels[0].evidence[:300]
+    if ends:
         # The first exit is the task that died; the later ones are its peers being stopped.
-        first_exit = min(read.exits, key=lambda f: f.first_line or 0)
+        first_exit = min(ends, key=lambda f: f.first_line or 0)
         return FirstLook(Confirmation.CONFIRMED, _exit_reason(first_exit), suspect)
     if attempt is not None and (ended := attempt_ending(attempt)):
         if elsewhere := _ended_by_something_else(attempt, finding.detail.get("printed")):
@@ -258,9 +264,19 @@ def _other_confirmed(anomaly: Anomaly, *, causes_only: bool = False) -> Anomaly 
         .order_by("detected_at", "id")
     )
     for other in confirmed[:50]:
+        if cancelled_by_someone(other.signature, other.evidence_line):
+            continue  # someone ended the job: not a failure of its own
         if not causes_only or not other.details.get("reports_exit"):
             return other
     return None
+
+
+def _cancel_notice_seen(anomaly: Anomaly) -> bool:
+    """Whether slurmstepd's notice of a job someone cancelled was read for this attempt."""
+    notices = Anomaly.objects.filter(
+        workload=anomaly.workload, attempt=anomaly.attempt, signature=CANCEL_NOTICE
+    ).values_list("signature", "evidence_line")
+    return any(cancelled_by_someone(signature, line) for signature, line in notices[:50])
 
 
 def _completed(attempt: Attempt) -> bool:
@@ -287,6 +303,10 @@ def settle(anomaly: Anomaly, policy: Policy, now: datetime) -> Settlement | None
     if _completed(attempt):
         return Settlement(Confirmation.SURVIVED, "the job completed")
     ended = attempt_ending(attempt)
+    if not ended and (suspect.get("cancel_notice") or _cancel_notice_seen(anomaly)):
+        # The job was cancelled, and the poll has not read how it ended yet: settling now would
+        # confirm an error its owner's (or an administrator's) cancel may have ended instead.
+        return None
     failed = None if ended else _other_confirmed(anomaly)
     if ended or failed is not None:
         if elsewhere := _ended_by_something_else(attempt, anomaly.details.get("printed"), anomaly):

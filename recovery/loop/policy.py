@@ -45,6 +45,7 @@ from recovery.choices import (
     StragglerAction,
     WorkloadState,
 )
+from recovery.detection.signatures.jobs import cancelled_by_someone
 from recovery.loop.confirmation import AWAITING_CAUSE_ROLES, attempt_ending
 from recovery.loop.decision_facts import (
     UNCONFIRMED,
@@ -428,6 +429,10 @@ def choose(facts: Mapping[str, Any], anomaly: Anomaly, policy: Policy, site: Pol
     if seen["confirmation"] in UNCONFIRMED:
         # survived: training went on; stalled: decided as the hang it recorded
         return Choice(SKIPPED, why=f"crash {seen['confirmation']}")
+    if cancelled_by_someone(seen["signature"], seen["evidence_line"]):
+        # An scancel by the job's owner, an administrator or a stop: never a failure to restart,
+        # however long the poll takes to show the job CANCELLED.
+        return Choice(SKIPPED, why="the job was cancelled (slurmstepd's notice)")
     if facts["attempt_number"] == workload["current_attempt"] and workload["state"] in (
         WorkloadState.COMPLETED,
         WorkloadState.CANCELLED,

@@ -355,6 +355,30 @@ def test_a_job_that_started_again_since_the_attempt_is_not_restarted_twice(
     assert "nothing restarted" in outcome.detail
 
 
+def test_a_job_cancelled_since_the_decision_is_not_brought_back() -> None:
+    """Slurm requeues a cancelled job still in memory: a restart decided while the attempt
+    ran, claimed after its owner's scancel, would revive a job someone ended on purpose."""
+    slurm = ModelSlurm(running_job(state="CANCELLED"))
+    outcome = controller_for(slurm).carry_out(restart())
+    assert slurm.commands == []
+    assert (outcome.outcome, outcome.converged) == ("skipped", False)
+    assert "nothing restarted" in outcome.detail and "cancelled" in outcome.detail
+
+
+def test_a_cancel_between_the_read_and_the_requeue_stops_the_restart() -> None:
+    class CancelledOnDispatch(FakeAPI):
+        def dispatch(self, recommendation_id: int, argv: Sequence[str], sequence: int) -> None:
+            super().dispatch(recommendation_id, argv, sequence)
+            assert slurm.job is not None
+            slurm.job = replace(slurm.job, state="CANCELLED")
+
+    slurm = ModelSlurm(running_job(state="FAILED"))
+    outcome = controller_for(slurm, CancelledOnDispatch()).carry_out(restart())
+    assert slurm.commands == []
+    assert outcome.converged is False
+    assert "nothing restarted" in outcome.detail and "cancelled" in outcome.detail
+
+
 def test_a_stop_for_an_attempt_slurm_has_restarted_since_stops_nothing() -> None:
     """Found by the chaos run: a stop decided for attempt 2's node failure was claimed after
     Slurm's own requeue had started attempt 3; Requeue=0 and scancel ended a job that was

@@ -640,3 +640,62 @@ def test_a_survived_crash_seen_again_on_another_node_implicates_only_that_node(
     anomaly = training.anomaly()
     assert anomaly.confirmation == Confirmation.CONFIRMED
     assert anomaly.implicated_nodes == ["node001"]
+
+
+JOB_CANCELLED = "slurmstepd: error: *** JOB 4242 ON node001 CANCELLED AT 2026-12-05T04:40:00 ***"
+
+
+@pytest.mark.parametrize("same_read", [True, False])
+def test_an_owners_cancel_read_before_the_scheduler_shows_it_confirms_no_handled_error(
+    cluster: Cluster, training: Job, same_read: bool
+) -> None:
+    """
+    GIVEN a handled error, then a checkpoint save after it (the job is quiet)
+    WHEN its owner cancels the job, and slurmstepd's notice is read before the poll shows the
+         job CANCELLED (in the error's read, or the next)
+    THEN the notice settles nothing on its own: the error is not confirmed and nothing is
+         recommended, and once the scheduler shows the cancel the error is survived
+    """
+    training.prints(*CAUGHT, "node002: saving checkpoint at iteration 57 to /ckpt")
+    if not same_read:
+        training.read()
+    training.prints(JOB_CANCELLED)
+    training.read()
+    # The poll lags: the decisions' grace for a cause has long passed.
+    later = timezone.now() + timedelta(minutes=2)
+    check_suspects(cluster, later)
+    decide_pending(cluster, later)
+
+    crash = training.anomaly()
+    assert crash.confirmation == Confirmation.SUSPECTED, crash.confirmation_reason
+    assert not Recommendation.objects.exclude(action=RecommendationAction.NONE).exists()
+
+    poll_cluster(cluster, Scripted([job(nodes=["node001", "node002"], state="CANCELLED")]))
+    check_suspects(cluster, timezone.now() + timedelta(minutes=3))
+    decide_pending(cluster, timezone.now() + timedelta(minutes=3))
+
+    crash = training.anomaly()
+    assert crash.confirmation == Confirmation.SURVIVED, crash.confirmation_reason
+    assert not Recommendation.objects.exclude(action=RecommendationAction.NONE).exists()
+
+
+def test_an_uncaught_error_then_a_cancel_is_left_to_the_cancel(
+    cluster: Cluster, training: Job
+) -> None:
+    """
+    GIVEN a traceback that ended the program's top level
+    WHEN the job's owner cancels it and the notice is read before the poll shows it
+    THEN nothing is recommended on the notice alone, nor once the job shows CANCELLED: a
+         cancelled job is its owner's to restart
+    """
+    training.prints(*UNCAUGHT, JOB_CANCELLED)
+    training.read()
+    later = timezone.now() + timedelta(minutes=2)
+    check_suspects(cluster, later)
+    decide_pending(cluster, later)
+    assert not Recommendation.objects.exclude(action=RecommendationAction.NONE).exists()
+
+    poll_cluster(cluster, Scripted([job(nodes=["node001", "node002"], state="CANCELLED")]))
+    check_suspects(cluster, timezone.now() + timedelta(minutes=3))
+    decide_pending(cluster, timezone.now() + timedelta(minutes=3))
+    assert not Recommendation.objects.exclude(action=RecommendationAction.NONE).exists()

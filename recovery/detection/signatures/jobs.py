@@ -5,8 +5,22 @@ process ended, and a job told to stop by a signal.
 
 from __future__ import annotations
 
+from recovery.detection.linear_regex import compile_linear
 from recovery.detection.signatures.base import SYMPTOM, WRAPPER, Signature, define
 from recovery.detection.taxonomy import Attribution, FailureCategory, Severity
+
+CANCEL_NOTICE = "slurm-cancelled"
+# slurmstepd's notice that the whole job was cancelled with nothing said of why: an scancel by its
+# owner, an administrator or a stop. Slurm's own ends say why ("DUE TO TIME LIMIT", "PREEMPTION",
+# "NODE FAILURE", "JOB REQUEUE"), and a step's notice ("*** STEP N.0 ...") is also srun ending a
+# step after one of its tasks failed.
+_JOB_CANCELLED_BY_SOMEONE = compile_linear(r"\*\*\* JOB \S+ ON \S+ CANCELLED AT \S+ \*\*\*")
+
+
+def cancelled_by_someone(signature: str, evidence: str) -> bool:
+    """Whether a finding is slurmstepd's notice of a job someone cancelled."""
+    return signature == CANCEL_NOTICE and _JOB_CANCELLED_BY_SOMEONE.search(evidence) is not None
+
 
 SIGNATURES: tuple[Signature, ...] = (
     define(
@@ -82,7 +96,7 @@ SIGNATURES: tuple[Signature, ...] = (
         printed_by='Slurm: slurmstepd\'s "*** JOB N ON node CANCELLED AT t DUE TO NODE FAILURE ***", srun\'s "Node failure on", slurmctld\'s "not responding, setting DOWN"; PBS/Torque job notices "(node failure)"',
     ),
     define(
-        "slurm-cancelled",
+        CANCEL_NOTICE,
         FailureCategory.SCHEDULER_EVENT,
         Attribution.UNKNOWN,
         r"(?:\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ \*\*\*|"
