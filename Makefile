@@ -48,10 +48,19 @@ install-prometheus: install
 demo: install
 	$(BIN)/python manage.py demo
 
+# Tests run in TEST_WORKERS pytest-xdist workers, each with its own test database and Redis
+# database; those that share the Slurm clusters, or the Console's browser stack, run in one worker
+# (tests/parallel.py). TEST_WORKERS=0 runs them in this process, one after the other. The API fuzz
+# test runs after them in a process of its own: Schemathesis gives every operation's test the same
+# id, which the workers' scheduler cannot tell apart.
+TEST_WORKERS ?= 3
+FUZZ_TEST := tests/api/test_fuzz.py
+
 test: install install-e2e install-browser install-prometheus install-deploy
 	deploy/dev/ensure-services.sh
 	WR_CONTROLLER_PYTHONS=9,13 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	$(BIN)/pytest --durations=20
+	$(BIN)/pytest --numprocesses $(TEST_WORKERS) --durations=20 --ignore=$(FUZZ_TEST)
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(FUZZ_TEST)
 
 # The deployment files and the controller's own distribution (the tests marked `deploy`): the
 # systemd units (systemd-analyze verify, and each role run under their restrictions), the

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -14,12 +15,33 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery.models import AuditEvent
 from recovery.roles import ADMIN, OPERATOR, VIEWER, sync_roles
+from tests.parallel import (
+    GroupScheduling,
+    check_groups,
+    check_ids_unique,
+    use_own_redis_database,
+)
 
 # The Slurm cluster fixtures, shared by tests/slurm and tests/e2e (one cluster per session), and the
 # controller's own wheel in fresh environments (tests/deploy, tests/slurm).
-pytest_plugins = ["tests.slurm_fixtures", "tests.controller_package_fixtures"]
+pytest_plugins = ["pytester", "tests.slurm_fixtures", "tests.controller_package_fixtures"]
 
 TEST_PASSWORD = "correct horse battery staple 42"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    use_own_redis_database(settings, os.environ)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    check_groups(items)
+    check_ids_unique(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> GroupScheduling:
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
