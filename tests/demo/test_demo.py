@@ -8,6 +8,7 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.management import call_command
 from django.db import transaction
 
@@ -230,7 +231,14 @@ def test_seed_demo_command_prints_the_summary() -> None:
     assert "nothing created" in out.getvalue()
 
 
-@pytest.mark.django_db
+@pytest.fixture
+def role_groups(db: None) -> None:
+    """The groups the migration makes: a transactional test that ran before in the same worker
+    emptied them."""
+    roles.sync_roles(Group, Permission)
+
+
+@pytest.mark.usefixtures("role_groups")
 def test_demo_users_get_their_roles() -> None:
     usernames = ensure_demo_users("first-Secret-42")
     assert usernames == ["operator", "viewer", "admin"]
@@ -254,7 +262,7 @@ def test_demo_users_get_their_roles() -> None:
     assert user_model.objects.filter(username__in=usernames).count() == 3
 
 
-@pytest.mark.django_db
+@pytest.mark.usefixtures("role_groups")
 def test_create_demo_users_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DEMO_PASSWORD", raising=False)
     out = StringIO()
