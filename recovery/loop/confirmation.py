@@ -183,8 +183,9 @@ def first_look(
         return FirstLook(Confirmation.SURVIVED, "the job completed", suspect)
     # A cancel notice says someone ended the job, not which error (if any) made them: who it was
     # shows in the scheduler's record of the end, which ``settle`` waits for.
-    ends = [f for f in read.exits if not cancelled_by_someone(f.signature, f.evidence)]
-    if cancels := [f for f in read.exits if f not in ends]:
+    cancels = [f for f in read.exits if cancelled_by_someone(f.signature, f.evidence)]
+    ends = [f for f in read.exits if f not in cancels]
+    if cancels:
         suspect["cancel_notice"] = cancels[0].evidence[:300]
     if ends:
         # The first exit is the task that died; the later ones are its peers being stopped.
@@ -275,8 +276,8 @@ def _cancel_notice_seen(anomaly: Anomaly) -> bool:
     """Whether slurmstepd's notice of a job someone cancelled was read for this attempt."""
     notices = Anomaly.objects.filter(
         workload=anomaly.workload, attempt=anomaly.attempt, signature=CANCEL_NOTICE
-    ).values_list("signature", "evidence_line")
-    return any(cancelled_by_someone(signature, line) for signature, line in notices[:50])
+    ).values_list("evidence_line", flat=True)
+    return any(cancelled_by_someone(CANCEL_NOTICE, line) for line in notices[:50])
 
 
 def _completed(attempt: Attempt) -> bool:
