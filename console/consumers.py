@@ -15,7 +15,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from recovery.audit.live import FLEET_GROUP, AuditEventMessage, SnapshotMessage, workload_group
+from recovery.audit.live import (
+    FLEET_GROUP,
+    AuditEventMessage,
+    AuditEventsMessage,
+    SnapshotMessage,
+    workload_group,
+)
 
 UNAUTHORISED_CLOSE_CODE = 4401
 # What the live channels carry is audit events: the permission of the audit trail page.
@@ -49,14 +55,20 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def audit_event(self, message: AuditEventMessage) -> None:
         await self._forward(dict(message))
 
+    async def audit_events(self, message: AuditEventsMessage) -> None:
+        """A round's events for this group, passed on one by one as the client expects them
+        (the user is checked once for them all)."""
+        await self._forward(*(dict(event) for event in message["events"]))
+
     async def insights_snapshot(self, message: SnapshotMessage) -> None:
         await self._forward(dict(message))
 
-    async def _forward(self, message: dict[str, Any]) -> None:
+    async def _forward(self, *messages: dict[str, Any]) -> None:
         if not await self._user_may_watch():
             await self.close(code=UNAUTHORISED_CLOSE_CODE)
             return
-        await self.send_json(message)
+        for message in messages:
+            await self.send_json(message)
 
     @database_sync_to_async
     def _user_may_watch(self) -> bool:

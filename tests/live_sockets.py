@@ -39,9 +39,12 @@ def use_in_process_layer(settings: SettingsWrapper) -> None:
     channel_layers.backends.clear()
 
 
-def connect_and_collect(path: str, user: Any, emit: Any) -> tuple[bool, Any, list[dict[str, Any]]]:
-    """Open a socket as ``user``; once accepted, run ``emit`` and collect the message it causes
-    and the answer to a ping. Returns whether it was accepted, the close code, the messages."""
+def connect_and_collect(
+    path: str, user: Any, emit: Any, messages: int = 1
+) -> tuple[bool, Any, list[dict[str, Any]]]:
+    """Open a socket as ``user``; once accepted, run ``emit`` and collect the ``messages`` it
+    causes and the answer to a ping. Returns whether it was accepted, the close code, the
+    messages."""
 
     async def run() -> tuple[bool, Any, list[dict[str, Any]]]:
         communicator = WebsocketCommunicator(application, path)
@@ -51,7 +54,8 @@ def connect_and_collect(path: str, user: Any, emit: Any) -> tuple[bool, Any, lis
         received: list[dict[str, Any]] = []
         if connected:
             await emit()
-            received.append(await communicator.receive_json_from(timeout=5))
+            for _ in range(messages):
+                received.append(await communicator.receive_json_from(timeout=5))
             await communicator.send_json_to({"type": "ping"})
             received.append(await communicator.receive_json_from(timeout=5))
         # A consumer runs until the client hangs up, refused or not: end it here rather than

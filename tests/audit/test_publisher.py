@@ -95,3 +95,60 @@ def test_a_send_that_fails_is_logged_and_the_next_round_still_goes(
     assert publisher.drain(timeout=5)
     assert layer.sent == [1, 2]
     assert "live update not delivered: insights.snapshot" in caplog.text
+
+
+def event(number: int, workload_id: int | None = None) -> live.AuditEventMessage:
+    return {
+        "type": "audit.event",
+        "event_id": number,
+        "cluster": "c",
+        "workload_id": workload_id,
+        "kind": "detected",
+        "actor": "policy",
+        "occurred_at": f"t{number}",
+    }
+
+
+def test_a_rounds_events_go_to_each_group_as_one_message_in_order() -> None:
+    """
+    GIVEN a round of four events of two workloads, a snapshot, then two more events
+    WHEN it is turned into sends
+    THEN the fleet gets the first four as one message, the snapshot, then the last two as one;
+         each workload group gets its own events (one alone is sent as it is); nothing is lost
+         or reordered
+    """
+    round_: live.Round = [
+        (["fleet", "workload.1"], event(1, 1)),
+        (["fleet", "workload.2"], event(2, 2)),
+        (["fleet", "workload.1"], event(3, 1)),
+        (["fleet"], event(4)),
+        (["fleet"], message(5)),
+        (["fleet", "workload.1"], event(6, 1)),
+        (["fleet"], event(7)),
+    ]
+    sends = live._by_group(round_)
+
+    def numbers(sent: Any) -> list[int]:
+        if sent["type"] == "audit.events":
+            return [item["event_id"] for item in sent["events"]]
+        return [sent.get("event_id", sent.get("clusters"))]
+
+    assert [(group, sent["type"], numbers(sent)) for group, sent in sends] == [
+        ("fleet", "audit.events", [1, 2, 3, 4]),
+        ("workload.1", "audit.events", [1, 3, 6]),
+        ("workload.2", "audit.event", [2]),
+        ("fleet", "insights.snapshot", [5]),
+        ("fleet", "audit.events", [6, 7]),
+    ]
+
+
+def test_a_long_round_is_cut_into_bounded_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "MAX_EVENTS_PER_MESSAGE", 3)
+    sends: list[Any] = [
+        sent for _, sent in live._by_group([(["fleet"], event(n)) for n in range(7)])
+    ]
+    assert [[item["event_id"] for item in sent["events"]] for sent in sends[:2]] == [
+        [0, 1, 2],
+        [3, 4, 5],
+    ]
+    assert sends[2] == event(6)

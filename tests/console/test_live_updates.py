@@ -60,6 +60,49 @@ def test_a_workload_channel_gets_that_workloads_events(viewer: User) -> None:
     assert received[0]["workload_id"] == workload.pk
 
 
+def test_a_batch_of_events_reaches_each_channel_as_single_events(viewer: User) -> None:
+    """
+    GIVEN a workload's page open, and a batch of work that records five events of it and four
+          of another workload, interleaved
+    WHEN the batch ends (its events go to Redis as one message per group)
+    THEN the page's socket receives that workload's five events, one message each, in order,
+         and none of the other's
+    """
+    from recovery.audit.live import announcements_batched
+
+    workload = WorkloadFactory()
+    other = WorkloadFactory(cluster=workload.cluster)
+    kinds = [AuditKind.DETECTED, AuditKind.ATTRIBUTED, AuditKind.CONFIRMED, AuditKind.RECOMMENDED]
+
+    def record_batch() -> None:
+        with announcements_batched():
+            for number in range(5):
+                for target in (workload, other) if number < 4 else (workload,):
+                    record_event(
+                        cluster=target.cluster,
+                        workload=target,
+                        attempt=number + 1,
+                        kind=kinds[number % len(kinds)],
+                        actor="policy",
+                    )
+
+    async def emit() -> None:
+        from channels.db import database_sync_to_async
+
+        await database_sync_to_async(record_batch)()
+
+    connected, _, received = connect_and_collect(
+        f"/ws/workloads/{workload.pk}/", viewer, emit, messages=5
+    )
+    assert connected
+    assert [event["type"] for event in received[:5]] == ["audit.event"] * 5
+    assert {event["workload_id"] for event in received[:5]} == {workload.pk}
+    assert [event["kind"] for event in received[:5]] == [
+        kinds[number % len(kinds)] for number in range(5)
+    ]
+    assert received[5] == {"type": "pong"}
+
+
 def test_fresh_goodput_figures_reach_the_fleet_channel(operator: User) -> None:
     from datetime import UTC, datetime
 
