@@ -11,7 +11,7 @@ def detector_reference(log_dir: Path, runs: int) -> dict[str, float]:
     """The detector alone on a step's logs in ``log_dir``: one scanner over all of it, and per file."""
     from recovery.detection.scanner import LogScanner
     from recovery.detection.signature_set import SignatureSet
-    from recovery.loop.logs import PROGRESS_SAMPLES, scan
+    from recovery.loop.logs import PROGRESS_SAMPLES, PROGRESS_SAMPLES_PER_STREAM, scan
 
     blobs = [path.read_bytes() for path in sorted(log_dir.glob("*.out"))]
     data = b"".join(blobs)
@@ -21,7 +21,11 @@ def detector_reference(log_dir: Path, runs: int) -> dict[str, float]:
     per_file: list[float] = []
     for _ in range(runs):
         began = time.perf_counter()
-        scanner = LogScanner(signatures, progress_samples_per_block=PROGRESS_SAMPLES)
+        scanner = LogScanner(
+            signatures,
+            progress_samples_per_block=PROGRESS_SAMPLES,
+            progress_samples_per_stream=PROGRESS_SAMPLES_PER_STREAM,
+        )
         scanner.feed(data)
         scanner.finish()
         whole.append(time.perf_counter() - began)

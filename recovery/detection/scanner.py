@@ -49,6 +49,9 @@ PORT_ACTIVE_HINT = r"Got async event : port active"
 _PORT_EVENT = compile_linear(r"(\S+) Got async event : port (error|active)")
 LINE_CACHE_SIZE = 4096
 PROGRESS_WINDOW_BYTES = 8 * 1024
+# Lines of streams that already have their samples read past before the search back ends,
+# beyond two rounds of the streams seen.
+EXTRA_LINES_PAST_STREAMS = 16
 # Lines that may report a finished or started checkpoint save. Literal phrases, so the engine
 # finds them at full speed; lines that merely mention checkpointing (torch.utils.checkpoint
 # warnings) are not examined. The parser decides; a test checks this covers its examples.
@@ -223,7 +226,10 @@ class LogScanner:
     Failure lines are all examined (identical lines only once). Progress is sampled: after each
     block, the last ``progress_samples_per_block`` progress lines are parsed, which is what
     hang and straggler detection need (the latest step, per rank) at a cost that does not grow
-    with the number of progress lines. Checkpoint lines are all examined.
+    with the number of progress lines. With ``progress_samples_per_stream``, each rank (or node)
+    keeps at most that many of them, and the search back ends once the lines found go round
+    every stream seen without adding one: the last lines of every rank, at a cost that grows
+    with the ranks, not with the lines. Checkpoint lines are all examined.
     """
 
     def __init__(
@@ -236,6 +242,7 @@ class LogScanner:
         max_carry_bytes: int = 1024 * 1024,
         track_progress: bool = True,
         progress_samples_per_block: int = 4,
+        progress_samples_per_stream: int | None = None,
         nonfinite_steps: int = DEFAULT_NONFINITE_STEPS,
         nonfinite_state: NonfiniteState | None = None,
     ) -> None:
@@ -258,6 +265,7 @@ class LogScanner:
         self.max_line_bytes = max_line_bytes
         self.max_carry_bytes = max_carry_bytes
         self.progress_samples_per_block = progress_samples_per_block
+        self.progress_samples_per_stream = progress_samples_per_stream
         self._carry = b""
         self._line = 0  # newlines consumed so far
         self._bytes = 0
@@ -673,16 +681,31 @@ class LogScanner:
     ) -> list[tuple[int, progress_module.Progress, LineContext]]:
         """Up to ``wanted`` parsed progress lines, last first, searching back from the end."""
         found: list[tuple[int, progress_module.Progress, LineContext]] = []
+        per_stream: dict[str, int] = {}
+        most = self.progress_samples_per_stream
+        skipped_in_a_row = 0
         end = block.end
         window = PROGRESS_WINDOW_BYTES
         while end > block.begin and len(found) < wanted:
             begin = block.line_start(max(end - window, block.begin))
             for start in self._progress_line_starts(block, begin, end):
                 parsed = self._parse_progress_at(block, start)
-                if parsed is not None:
-                    found.append((start, *parsed))
-                    if len(found) >= wanted:
-                        break
+                if parsed is None:
+                    continue
+                if most is not None:
+                    stream = _stream(parsed[1].rank, parsed[1].node)
+                    if per_stream.get(stream, 0) >= most:
+                        skipped_in_a_row += 1
+                        # Twice round every stream seen with nothing new: a rank that prints
+                        # at all has been passed, unless it prints far less often than the rest.
+                        if skipped_in_a_row > 2 * len(per_stream) + EXTRA_LINES_PAST_STREAMS:
+                            return found
+                        continue
+                    skipped_in_a_row = 0
+                    per_stream[stream] = per_stream.get(stream, 0) + 1
+                found.append((start, *parsed))
+                if len(found) >= wanted:
+                    break
             end = begin
             window *= 4
         return found

@@ -90,6 +90,7 @@ logger = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 PROGRESS_SAMPLES = 256
+PROGRESS_SAMPLES_PER_STREAM = 4
 # How much of the end of each output file a failure nothing explained keeps: its last lines,
 # never its whole log.
 TAIL_BYTES = 64 * 1024
@@ -261,11 +262,13 @@ def scan(
     ``nonfinite_state`` is what the previous read of the same output left (the result's
     ``nonfinite_state``), so a loss that stays NaN across polls is counted across them.
     """
-    # A poll reads a few seconds of output: keep every rank's progress lines for the hang and
-    # straggler detectors, not only the last few of each block.
+    # Every rank's last few progress lines for the hang and straggler detectors, not only the
+    # last few of each block; not all of them either: parsing and storing each one was a fifth
+    # of a plain read's cost, and the detectors' windows span many reads.
     scanner = LogScanner(
         signatures or active_signature_set(),
         progress_samples_per_block=PROGRESS_SAMPLES,
+        progress_samples_per_stream=PROGRESS_SAMPLES_PER_STREAM,
         nonfinite_steps=nonfinite_steps,
         nonfinite_state=nonfinite_state,
     )

@@ -175,3 +175,57 @@ def test_a_node_failure_implicates_the_node_srun_names_not_the_one_printing_the_
 def test_an_unkillable_task_implicates_the_node_that_reports_it() -> None:
     (finding,) = scan_text("gpu-003: slurmstepd: error: Kill task failed\n").findings
     assert (finding.signature, finding.nodes) == ("slurm-node-failure", ["gpu-003"])
+
+
+def _ranked_progress(rounds: int, ranks: int, rare_rank: int | None = None) -> bytes:
+    """Each round, every rank prints its step; ``rare_rank`` only every third round."""
+    lines = []
+    for step in range(1, rounds + 1):
+        for rank in range(ranks):
+            if rank == rare_rank and step % 3:
+                continue
+            lines.append(
+                f"[rank{rank}]: iteration {step:8d}/ 100000 | consumed samples: {step * 8:10d} |"
+                " elapsed time per iteration (ms): 1012.3 | lm loss: 2.345E+00 |"
+            )
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_per_stream_sampling_keeps_every_ranks_last_lines_and_stops_parsing_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """
+    GIVEN 200 rounds of progress from 8 ranks (1,600 lines), rank 7 printing only every third
+          round, in one read
+    WHEN it is scanned with 4 samples per stream out of 256 per block
+    THEN each rank has exactly its last 4 steps, rank 7 included, and the lines parsed are
+         those back to rank 7's fourth-last (88) and two rounds more, not 256
+    """
+    parsed = []
+    original = LogScanner._parse_progress_at
+
+    def counting(self: LogScanner, block: object, start: int) -> object:
+        parsed.append(start)
+        return original(self, block, start)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogScanner, "_parse_progress_at", counting)
+    scanner = LogScanner(progress_samples_per_block=256, progress_samples_per_stream=4)
+    scanner.feed(_ranked_progress(200, 8, rare_rank=7))
+    result = scanner.finish()
+
+    by_rank: dict[int | None, list[int]] = {}
+    for point in result.progress:
+        by_rank.setdefault(point.rank, []).append(point.step)
+    assert by_rank == {
+        **{rank: [197, 198, 199, 200] for rank in range(7)},
+        7: [189, 192, 195, 198],
+    }
+    assert len(parsed) <= 88 + 2 * 8 + 16
+
+
+def test_without_per_stream_sampling_the_block_limit_alone_applies() -> None:
+    scanner = LogScanner(progress_samples_per_block=64)
+    scanner.feed(_ranked_progress(20, 8))
+    result = scanner.finish()
+    assert len(result.progress) == 64
+    assert {point.rank for point in result.progress} == set(range(8))
