@@ -18,13 +18,15 @@ The facts are stored as JSON on the anomaly (``Anomaly.decision_facts``) with wh
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+from django.db.models.functions import Length
 
 from recovery.choices import (
     AnomalyKind,
@@ -176,19 +178,10 @@ def _blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
     # length needs to count it, and the facts stay as long as the nodes excluded, not as the
     # restarts that excluded them.
     latest: dict[str, datetime] = {}
-    for at, nodes in (
-        Recommendation.objects.filter(
-            workload__cluster_id=workload.cluster_id,
-            created_at__gte=now - LONGEST_BLAST_WINDOW,
-            action__in=RESTARTS,
-        )
-        .exclude(workload=workload)
-        .exclude(excluded_nodes=[])  # most restarts exclude nothing: no row to read for them
-        .order_by("-created_at", "-id")
-        .values_list("created_at", "excluded_nodes")[:MAX_RECENT_EXCLUSIONS]
-    ):
-        for node in nodes or []:
-            latest.setdefault(str(node), at)
+    others = (row for row in _recent_exclusions(workload.cluster_id, now) if row[0] != workload.pk)
+    for _, at, nodes in itertools.islice(others, MAX_RECENT_EXCLUSIONS):
+        for node in nodes:
+            latest.setdefault(node, at)
     by_time: dict[datetime, list[str]] = {}
     for node, at in latest.items():
         by_time.setdefault(at, []).append(node)
@@ -196,6 +189,118 @@ def _blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
         "cluster_size": Node.objects.filter(cluster_id=workload.cluster_id).count(),
         "recent_exclusions": [[_iso(at), sorted(nodes)] for at, nodes in by_time.items()],
     }
+
+
+@dataclass(frozen=True)
+class _Exclusion:
+    pk: int
+    workload_id: int
+    at: datetime
+    nodes: list[str]
+    length: int  # of the stored JSON, as the database counts it
+
+
+_ExclusionsSignature = tuple[int, int | None, int | None, datetime | None, datetime | None, int]
+
+
+@dataclass(frozen=True)
+class _ExclusionsRead:
+    signature: _ExclusionsSignature
+    rows: list[_Exclusion]  # newest first
+
+
+# Each process's last read of a cluster's recent exclusions. A busy cluster's restarts
+# excluded hundreds of nodes within the day, and decoding them for every decision was a tenth
+# of a worker's time: a decision reads only the restarts recorded since.
+_exclusions_read: dict[int, _ExclusionsRead] = {}
+_exclusions_lock = threading.Lock()
+
+
+def _recent_exclusions(cluster_id: int, now: datetime) -> list[tuple[int, datetime, list[str]]]:
+    """Every restart of the cluster within the longest window that excluded any node, newest
+    first: (workload id, created at, nodes).
+
+    A recommendation's workload, action, time and exclusions never change once it is
+    recorded, so the rows this process read before, less those the window left, plus those
+    with a higher id, are the rows, unless one committed late under a lower id or was
+    deleted: the database's count, ids, times and exclusions' length of the window say so (in
+    the caller's transaction, like the reads), and then every row is read again.
+    """
+    since = now - LONGEST_BLAST_WINDOW
+    window = (
+        Recommendation.objects.filter(
+            workload__cluster_id=cluster_id, created_at__gte=since, action__in=RESTARTS
+        )
+        # Most restarts exclude nothing: no row to read for them.
+        .exclude(excluded_nodes=[])
+    )
+    summary = window.aggregate(
+        count=Count("id"),
+        top=Max("id"),
+        ids=Sum("id"),
+        newest=Max("created_at"),
+        oldest=Min("created_at"),
+        length=Sum(Length("excluded_nodes")),
+    )
+    signature: _ExclusionsSignature = (
+        summary["count"],
+        summary["top"],
+        summary["ids"],
+        summary["newest"],
+        summary["oldest"],
+        summary["length"] or 0,
+    )
+    if signature[0] > 2 * MAX_RECENT_EXCLUSIONS:
+        # More than a decision keeps: the newest of them, read each time, kept by nobody.
+        return [
+            (row.workload_id, row.at, row.nodes)
+            for row in _exclusion_rows(window, limit=2 * MAX_RECENT_EXCLUSIONS)
+        ]
+    with _exclusions_lock:
+        kept = _exclusions_read.get(cluster_id)
+    rows: list[_Exclusion] | None = None
+    if kept is not None and kept.signature == signature:
+        rows = kept.rows
+    elif kept is not None:
+        newer = _exclusion_rows(window.filter(id__gt=max((row.pk for row in kept.rows), default=0)))
+        merged = sorted(
+            [row for row in kept.rows if row.at >= since] + newer,
+            key=lambda row: (row.at, row.pk),
+            reverse=True,
+        )
+        rows = merged if _signature_of(merged) == signature else None
+    if rows is None:
+        rows = _exclusion_rows(window)
+    with _exclusions_lock:
+        _exclusions_read[cluster_id] = _ExclusionsRead(signature, rows)
+    return [(row.workload_id, row.at, row.nodes) for row in rows]
+
+
+def _exclusion_rows(
+    restarts: QuerySet[Recommendation], limit: int | None = None
+) -> list[_Exclusion]:
+    newest_first = (
+        restarts.annotate(length=Length("excluded_nodes"))
+        .order_by("-created_at", "-id")
+        .values_list("id", "workload_id", "created_at", "excluded_nodes", "length")
+    )
+    return [
+        _Exclusion(pk, workload_id, at, [str(node) for node in nodes or []], length or 0)
+        for pk, workload_id, at, nodes, length in newest_first[:limit]
+    ]
+
+
+def _signature_of(rows: list[_Exclusion]) -> _ExclusionsSignature:
+    if not rows:
+        return (0, None, None, None, None, 0)
+    return (
+        len(rows),
+        max(row.pk for row in rows),
+        sum(row.pk for row in rows),
+        max(row.at for row in rows),
+        min(row.at for row in rows),
+        sum(row.length for row in rows),
+    )
 
 
 def _recommendation_facts(recommendation: Recommendation | None) -> dict[str, Any] | None:

@@ -629,8 +629,20 @@ def test_a_requeued_job_still_completing_lends_its_old_nodes_to_no_new_attempt(
     assert (second.nodes, second.started_at) == ([], None)
 
 
+# How the blast facts' read of other jobs' exclusions starts in SQL.
+EXCLUSIONS_READ = "`excluded_nodes`) AS `length` FROM `recovery_recommendation`"
+
+
+@pytest.fixture
+def no_exclusions_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process has read no cluster's exclusions yet: an earlier test's read of a cluster
+    with the same id (ids start again after a flush) would be checked, found stale and read
+    again, which is right but reads twice."""
+    monkeypatch.setattr("recovery.loop.decision_facts._exclusions_read", {})
+
+
 def test_the_anomalies_of_one_read_share_the_blast_facts_read_once(
-    acting_cluster: Cluster,
+    acting_cluster: Cluster, no_exclusions_read: None
 ) -> None:
     """
     GIVEN another job's restart that excluded node009, and one restart that excluded nothing
@@ -657,12 +669,46 @@ def test_the_anomalies_of_one_read_share_the_blast_facts_read_once(
     assert blast[0]["cluster_size"] == len(NODES)
     assert [nodes for _, nodes in blast[0]["recent_exclusions"]] == [["node009"]]
     exclusion_reads = [
-        q["sql"]
-        for q in queries
-        if "`excluded_nodes` FROM `recovery_recommendation`" in q["sql"]
-        and "`created_at` >=" in q["sql"]
+        q["sql"] for q in queries if EXCLUSIONS_READ in q["sql"] and "`created_at` >=" in q["sql"]
     ]
     assert len(exclusion_reads) == 1
+
+
+def test_a_later_decision_reuses_the_exclusions_read_until_another_restart_changes_them(
+    acting_cluster: Cluster, no_exclusions_read: None
+) -> None:
+    """
+    GIVEN another job's restart that excluded node009, read by a decision on this job
+    WHEN two later reads each bring a failure: the first with nothing new, the second after a
+         third job's restart excluded node010
+    THEN each later decision reads only the restarts recorded since the one before (this
+         job's own restart, then node010's), never every row again, and the last counts node010
+         beside node009
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    other = WorkloadFactory(cluster=acting_cluster, job_id="other-job")
+    third = WorkloadFactory(cluster=acting_cluster, job_id="third-job")
+    RecommendationFactory(workload=other, excluded_nodes=["node009"])
+
+    def decide(signature: str) -> tuple[list[list[str]], list[str]]:
+        finding = replace(xid_79("node002"), signature=signature)
+        with CaptureQueriesContext(connection) as queries:
+            (created,) = record_anomalies(
+                workload, attempt, [finding], timezone.now(),
+                read=DIED, source=EvidenceSource.JOB_OUTPUT,
+            )  # fmt: skip
+        created.refresh_from_db()
+        row_reads = [
+            "since" if "`id` >" in q["sql"] else "all"
+            for q in queries
+            if EXCLUSIONS_READ in q["sql"]
+        ]
+        return [nodes for _, nodes in created.decision_facts["recent_exclusions"]], row_reads
+
+    assert decide("xid-79") == ([["node009"]], ["all"])
+    assert decide("xid-48") == ([["node009"]], ["since"])
+    RecommendationFactory(workload=third, excluded_nodes=["node010"])
+    assert decide("xid-94") == ([["node010"], ["node009"]], ["since"])
 
 
 def test_a_finding_another_worker_stored_meanwhile_is_not_stored_twice(
@@ -684,3 +730,42 @@ def test_a_finding_another_worker_stored_meanwhile_is_not_stored_twice(
     )
     assert again == []
     assert list(Anomaly.objects.values_list("pk", flat=True)) == [first.pk]
+
+
+def test_a_stale_read_of_a_clusters_exclusions_is_never_used(
+    acting_cluster: Cluster, no_exclusions_read: None
+) -> None:
+    """
+    GIVEN this process's read of the cluster's exclusions (node009), and then a restart of
+          another job excluding node011 that commits under a lower id than one already read
+          (as a transaction that took its id first and committed last does)
+    WHEN a decision gathers its facts
+    THEN the rows recorded since are not enough to account for the window: every row is read
+         again, and node011 is counted
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    other = WorkloadFactory(cluster=acting_cluster, job_id="other-job")
+    late = RecommendationFactory(workload=other, excluded_nodes=["node011"])
+    late_pk = late.pk
+    late.delete()
+    RecommendationFactory(workload=other, excluded_nodes=["node009"])
+    now = timezone.now()
+    (first,) = record_anomalies(
+        workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
+    )
+    assert [nodes for _, nodes in first.decision_facts["recent_exclusions"]] == [["node009"]]
+    RecommendationFactory(pk=late_pk, workload=other, excluded_nodes=["node011"])
+    with CaptureQueriesContext(connection) as queries:
+        (second,) = record_anomalies(
+            workload, attempt, [replace(xid_79("node002"), signature="xid-48")],
+            timezone.now(), read=DIED, source=EvidenceSource.JOB_OUTPUT,
+        )  # fmt: skip
+    reads = [
+        "since" if "`id` >" in q["sql"] else "all" for q in queries if EXCLUSIONS_READ in q["sql"]
+    ]
+    assert reads == ["since", "all"]
+    # This job's own restart (node002) is never among them.
+    assert sorted(n for _, nodes in second.decision_facts["recent_exclusions"] for n in nodes) == [
+        "node009",
+        "node011",
+    ]
