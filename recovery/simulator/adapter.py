@@ -115,7 +115,7 @@ class SimulatedAdapter(SchedulerAdapter):
 
     def _reachable(self) -> SimulatedCluster:
         """A snapshot of the cluster, unless an outage keeps the scheduler out of reach."""
-        cluster = self.store.reading()
+        cluster = self.store.shared_reading()
         outage = self._outage(cluster)
         if outage:
             raise SchedulerError(outage)

@@ -130,6 +130,22 @@ class BaseSimulationStore(abc.ABC):
         """A snapshot of the cluster for reading; changes to it are not saved."""
         return self._load(now or datetime.now(UTC))
 
+    # The state last decoded by ``shared_reading``, with the bytes it was decoded from.
+    _shared: tuple[bytes, SimulatedCluster] | None = None
+
+    def shared_reading(self) -> SimulatedCluster:
+        """A snapshot like ``reading``'s, but the same object while the stored state is the
+        same bytes: for callers that only read it. A poll lists jobs and then nodes, and
+        decoding the whole state for each was a tenth of a worker's time at 1,000 jobs."""
+        raw = self._read_state()
+        if raw is not None and self._shared is not None and self._shared[0] == raw:
+            return self._shared[1]
+        cluster = SimulatedCluster(
+            self.config, json.loads(raw) if raw else None, now=datetime.now(UTC)
+        )
+        self._shared = None if raw is None else (raw, cluster)
+        return cluster
+
     def advance(self, now: datetime | None = None) -> None:
         now = now or datetime.now(UTC)
         with self.changing(now) as cluster:

@@ -175,3 +175,23 @@ def test_a_simulation_in_files_outlives_a_redis_flush_and_one_in_redis_does_not(
     with pytest.raises(SchedulerError, match="no simulation named 'lab-flush' runs on this"):
         published_simulation("lab-flush", redis_url=settings.REDIS_URL, state_dir="")
     assert stores[""].reading().journal()["commands"] == []  # a fresh cluster
+
+
+def test_listings_share_one_decoded_state_until_it_changes(tmp_path: Path) -> None:
+    """
+    GIVEN a simulation whose state nothing changes
+    WHEN the adapter lists jobs and then nodes, then holds the job, then lists jobs again
+    THEN the first two listings decode the state once; after the hold the listing shows it
+    """
+    store = file_store(tmp_path)
+    adapter = SimulatedAdapter(store)
+    first = store.shared_reading()
+    [job] = adapter.list_jobs()
+    adapter.list_nodes()
+    assert store.shared_reading() is first
+    assert not job.held
+
+    adapter.requeue(job.job_id, hold=True)
+    assert store.shared_reading() is not first
+    [held] = adapter.list_jobs()
+    assert held.held
