@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -174,20 +174,9 @@ def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
 
 
 def _blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
-    # Each node once, at the latest time it was excluded (newest first): all a window of any
-    # length needs to count it, and the facts stay as long as the nodes excluded, not as the
-    # restarts that excluded them.
-    latest: dict[str, datetime] = {}
-    others = (row for row in _recent_exclusions(workload.cluster_id, now) if row[0] != workload.pk)
-    for _, at, nodes in itertools.islice(others, MAX_RECENT_EXCLUSIONS):
-        for node in nodes:
-            latest.setdefault(node, at)
-    by_time: dict[datetime, list[str]] = {}
-    for node, at in latest.items():
-        by_time.setdefault(at, []).append(node)
     return {
         "cluster_size": Node.objects.filter(cluster_id=workload.cluster_id).count(),
-        "recent_exclusions": [[_iso(at), sorted(nodes)] for at, nodes in by_time.items()],
+        "recent_exclusions": _recent_exclusions(workload.cluster_id, now).of_others(workload.pk),
     }
 
 
@@ -203,10 +192,71 @@ class _Exclusion:
 _ExclusionsSignature = tuple[int, int | None, int | None, datetime | None, datetime | None, int]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ExclusionsRead:
+    """The restarts of a cluster within the longest window that excluded any node."""
+
     signature: _ExclusionsSignature
     rows: list[_Exclusion]  # newest first
+    # Each node's newest exclusion, by which workload, and the newest by any other workload:
+    # all a decision needs, whichever workload decides. Made on first use.
+    _newest: dict[str, tuple[datetime, int, datetime | None]] | None = None
+    _workloads: frozenset[int] = frozenset()
+    _of_anyone: list[list[Any]] | None = None
+
+    def of_others(self, workload_id: int) -> list[list[Any]]:
+        """Each node other workloads' restarts excluded, once, at the latest time (newest
+        first, as ``[iso time, sorted nodes]``): all a window of any length needs to count
+        it, and the facts stay as long as the nodes excluded, not as the restarts that
+        excluded them."""
+        if len(self.rows) > MAX_RECENT_EXCLUSIONS:
+            return _by_time(_newest_walking(self.rows, workload_id))
+        if self._newest is None:
+            self._newest, self._workloads = _newest_by_node(self.rows)
+        if workload_id not in self._workloads:
+            if self._of_anyone is None:
+                self._of_anyone = _by_time(
+                    (node, newest) for node, (newest, _, _) in self._newest.items()
+                )
+            return self._of_anyone
+        return _by_time(
+            (node, newest if by != workload_id else other)
+            for node, (newest, by, other) in self._newest.items()
+        )
+
+
+def _newest_walking(rows: list[_Exclusion], workload_id: int) -> Iterator[tuple[str, datetime]]:
+    """As ``_newest_by_node`` finds them, with the ``MAX_RECENT_EXCLUSIONS`` newest restarts of
+    other workloads only."""
+    seen: set[str] = set()
+    others = (row for row in rows if row.workload_id != workload_id)
+    for row in itertools.islice(others, MAX_RECENT_EXCLUSIONS):
+        for node in row.nodes:
+            if node not in seen:
+                seen.add(node)
+                yield node, row.at
+
+
+def _newest_by_node(
+    rows: list[_Exclusion],
+) -> tuple[dict[str, tuple[datetime, int, datetime | None]], frozenset[int]]:
+    newest: dict[str, tuple[datetime, int, datetime | None]] = {}
+    for row in rows:
+        for node in row.nodes:
+            found = newest.get(node)
+            if found is None:
+                newest[node] = (row.at, row.workload_id, None)
+            elif found[2] is None and row.workload_id != found[1]:
+                newest[node] = (found[0], found[1], row.at)
+    return newest, frozenset(row.workload_id for row in rows)
+
+
+def _by_time(latest: Iterable[tuple[str, datetime | None]]) -> list[list[Any]]:
+    by_time: dict[datetime, list[str]] = {}
+    for node, at in latest:
+        if at is not None:
+            by_time.setdefault(at, []).append(node)
+    return [[_iso(at), sorted(by_time[at])] for at in sorted(by_time, reverse=True)]
 
 
 # Each process's last read of a cluster's recent exclusions. A busy cluster's restarts
@@ -216,9 +266,8 @@ _exclusions_read: dict[int, _ExclusionsRead] = {}
 _exclusions_lock = threading.Lock()
 
 
-def _recent_exclusions(cluster_id: int, now: datetime) -> list[tuple[int, datetime, list[str]]]:
-    """Every restart of the cluster within the longest window that excluded any node, newest
-    first: (workload id, created at, nodes).
+def _recent_exclusions(cluster_id: int, now: datetime) -> _ExclusionsRead:
+    """Every restart of the cluster within the longest window that excluded any node.
 
     A recommendation's workload, action, time and exclusions never change once it is
     recorded, so the rows this process read before, less those the window left, plus those
@@ -252,10 +301,7 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> list[tuple[int, dateti
     )
     if signature[0] > 2 * MAX_RECENT_EXCLUSIONS:
         # More than a decision keeps: the newest of them, read each time, kept by nobody.
-        return [
-            (row.workload_id, row.at, row.nodes)
-            for row in _exclusion_rows(window, limit=2 * MAX_RECENT_EXCLUSIONS)
-        ]
+        return _ExclusionsRead(signature, _exclusion_rows(window, limit=2 * MAX_RECENT_EXCLUSIONS))
     with _exclusions_lock:
         kept = _exclusions_read.get(cluster_id)
     rows: list[_Exclusion] | None = None
@@ -271,9 +317,11 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> list[tuple[int, dateti
         rows = merged if _signature_of(merged) == signature else None
     if rows is None:
         rows = _exclusion_rows(window)
+    if kept is None or rows is not kept.rows:
+        kept = _ExclusionsRead(signature, rows)
     with _exclusions_lock:
-        _exclusions_read[cluster_id] = _ExclusionsRead(signature, rows)
-    return [(row.workload_id, row.at, row.nodes) for row in rows]
+        _exclusions_read[cluster_id] = kept
+    return kept
 
 
 def _exclusion_rows(

@@ -1,0 +1,68 @@
+"""Other jobs' recent exclusions, as a decision's blast facts hold them: the index a worker
+keeps of a cluster's read gives what walking the rows for each decision gave."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from recovery.loop import decision_facts
+from recovery.loop.decision_facts import (
+    _by_time,
+    _Exclusion,
+    _ExclusionsRead,
+    _newest_walking,
+    _signature_of,
+)
+
+
+def random_rows(seed: int, count: int) -> list[_Exclusion]:
+    rng = random.Random(seed)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    rows = [
+        _Exclusion(
+            pk=pk,
+            workload_id=rng.randrange(6),
+            # Some restarts at the very same moment: one entry of the facts holds them all.
+            at=start + timedelta(seconds=rng.randrange(count // 2 + 1)),
+            nodes=rng.sample([f"node{n:03d}" for n in range(12)], rng.randrange(1, 4)),
+            length=0,
+        )
+        for pk in range(1, count + 1)
+    ]
+    return sorted(rows, key=lambda row: (row.at, row.pk), reverse=True)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_index_gives_what_walking_every_row_gives(seed: int) -> None:
+    """
+    GIVEN restarts of six workloads excluding nodes, some at the same moment
+    WHEN any of the workloads (or one with no restart) decides
+    THEN the facts are each node once at the newest time another workload excluded it, as
+         walking the rows newest first gives them
+    """
+    rows = random_rows(seed, 40)
+    read = _ExclusionsRead(_signature_of(rows), rows)
+    for workload_id in range(8):
+        assert read.of_others(workload_id) == _by_time(_newest_walking(rows, workload_id))
+
+
+def test_past_the_limit_only_the_newest_restarts_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    GIVEN more restarts of other workloads than a decision keeps (3 here)
+    WHEN a workload decides
+    THEN only the nodes of the 3 newest count, its own restarts not among them
+    """
+    monkeypatch.setattr(decision_facts, "MAX_RECENT_EXCLUSIONS", 3)
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    rows = [
+        _Exclusion(5, 1, at + timedelta(minutes=5), ["node005"], 0),
+        _Exclusion(4, 2, at + timedelta(minutes=4), ["node004"], 0),
+        _Exclusion(3, 2, at + timedelta(minutes=3), ["node003"], 0),
+        _Exclusion(2, 3, at + timedelta(minutes=2), ["node002"], 0),
+        _Exclusion(1, 3, at + timedelta(minutes=1), ["node001"], 0),
+    ]
+    read = _ExclusionsRead(_signature_of(rows), rows)
+    assert [nodes for _, nodes in read.of_others(1)] == [["node004"], ["node003"], ["node002"]]
