@@ -272,8 +272,10 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> _ExclusionsRead:
     A recommendation's workload, action, time and exclusions never change once it is
     recorded, so the rows this process read before, less those the window left, plus those
     with a higher id, are the rows, unless one committed late under a lower id or was
-    deleted: the database's count, ids, times and exclusions' length of the window say so (in
-    the caller's transaction, like the reads), and then every row is read again.
+    deleted: the database's count, ids, times and exclusions' length of the window say so,
+    and then every row is read again. What is kept carries the signature of the rows it holds,
+    not of the summary before them: a row committed between the two makes the next summary
+    differ, and the rows are checked again.
     """
     since = now - LONGEST_BLAST_WINDOW
     window = (
@@ -318,7 +320,7 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> _ExclusionsRead:
     if rows is None:
         rows = _exclusion_rows(window)
     if kept is None or rows is not kept.rows:
-        kept = _ExclusionsRead(signature, rows)
+        kept = _ExclusionsRead(_signature_of(rows), rows)
     with _exclusions_lock:
         _exclusions_read[cluster_id] = kept
     return kept
