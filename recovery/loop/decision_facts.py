@@ -161,12 +161,14 @@ def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
     """The cluster's size and the nodes other jobs' restarts excluded within the longest
     window a policy may count."""
     shared: dict[tuple[int, datetime], dict[str, Any]] | None = getattr(_shared, "facts", None)
-    if shared is None:
-        return _blast_facts(workload, now)
     key = (workload.pk, now)
-    if key not in shared:
-        shared[key] = _blast_facts(workload, now)
-    facts = shared[key]
+    if shared is None:
+        facts = _blast_facts(workload, now)
+    elif key in shared:
+        facts = shared[key]
+    else:
+        facts = shared[key] = _blast_facts(workload, now)
+    # A copy for each decision: the lists are shared by the read this process keeps.
     return {
         "cluster_size": facts["cluster_size"],
         "recent_exclusions": [[at, list(nodes)] for at, nodes in facts["recent_exclusions"]],
