@@ -62,7 +62,12 @@ def main() -> int:
     parser.add_argument("--steps", default=None, help=f"jobs[@nodes],... (default {DEFAULT_STEPS})")
     parser.add_argument("--nodes", type=int, default=4000, help="for a step without @nodes")
     parser.add_argument("--seconds", type=float, default=None, help="measured per step (60)")
-    parser.add_argument("--warmup", type=float, default=None, help="before measuring (15)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="before measuring (60: past the start-up storm of every job starting at once)",
+    )
     parser.add_argument("--drain-seconds", type=float, default=30.0)
     parser.add_argument("--poll-seconds", type=int, default=2, help="WR_POLL_SECONDS")
     parser.add_argument("--speedup", type=float, default=30.0)
@@ -101,7 +106,7 @@ def main() -> int:
     if args.seconds is None:
         args.seconds = 30.0 if args.quick else 60.0
     if args.warmup is None:
-        args.warmup = 10.0 if args.quick else 15.0
+        args.warmup = 10.0 if args.quick else 60.0
     steps = [Step.parse(text, args.nodes) for text in args.steps.split(",") if text.strip()]
     if args.scale_out is None:
         args.scale_out = "none" if args.quick else DEFAULT_SCALE_OUT
