@@ -90,9 +90,8 @@ def run_burst(work: Path, reference_runs: int = 3) -> dict[str, Any]:
     from django.utils import timezone
 
     from recovery.choices import WorkloadState
-    from recovery.detection.scanner import LogScanner
     from recovery.detection.signature_set import SignatureSet
-    from recovery.loop.logs import PROGRESS_SAMPLES, PROGRESS_SAMPLES_PER_STREAM
+    from recovery.loop.logs import scan
     from recovery.loop.workloads import process_workloads
     from recovery.models import Anomaly, Attempt, Cluster, Workload
     from recovery.sources.schedulers.transport import LocalTransport
@@ -154,13 +153,7 @@ def run_burst(work: Path, reference_runs: int = 3) -> dict[str, Any]:
     for _ in range(reference_runs):
         began = time.process_time()
         for blob in blobs.values():
-            scanner = LogScanner(
-                signatures,
-                progress_samples_per_block=PROGRESS_SAMPLES,
-                progress_samples_per_stream=PROGRESS_SAMPLES_PER_STREAM,
-            )
-            scanner.feed(blob)
-            scanner.finish()
+            scan(blob, signatures)
         timings.append(time.process_time() - began)
     reference_cpu_s = sorted(timings)[len(timings) // 2]
 

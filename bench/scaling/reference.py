@@ -9,9 +9,8 @@ from pathlib import Path
 
 def detector_reference(log_dir: Path, runs: int) -> dict[str, float]:
     """The detector alone on a step's logs in ``log_dir``: one scanner over all of it, and per file."""
-    from recovery.detection.scanner import LogScanner
     from recovery.detection.signature_set import SignatureSet
-    from recovery.loop.logs import PROGRESS_SAMPLES, PROGRESS_SAMPLES_PER_STREAM, scan
+    from recovery.loop.logs import scan
 
     blobs = [path.read_bytes() for path in sorted(log_dir.glob("*.out"))]
     data = b"".join(blobs)
@@ -21,13 +20,7 @@ def detector_reference(log_dir: Path, runs: int) -> dict[str, float]:
     per_file: list[float] = []
     for _ in range(runs):
         began = time.perf_counter()
-        scanner = LogScanner(
-            signatures,
-            progress_samples_per_block=PROGRESS_SAMPLES,
-            progress_samples_per_stream=PROGRESS_SAMPLES_PER_STREAM,
-        )
-        scanner.feed(data)
-        scanner.finish()
+        scan(data, signatures)
         whole.append(time.perf_counter() - began)
         began = time.perf_counter()
         for blob in blobs:

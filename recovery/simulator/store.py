@@ -111,9 +111,10 @@ class BaseSimulationStore(abc.ABC):
         return SchedulerError(f"simulated cluster {self.config.name} is busy: lock not free")
 
     def _load(self, now: datetime) -> SimulatedCluster:
-        raw = self._read_state()
-        state = json.loads(raw) if raw else None
-        return SimulatedCluster(self.config, state, now=now)
+        return self._decoded(self._read_state(), now)
+
+    def _decoded(self, raw: bytes | None, now: datetime) -> SimulatedCluster:
+        return SimulatedCluster(self.config, json.loads(raw) if raw else None, now=now)
 
     def _save(self, cluster: SimulatedCluster) -> None:
         self._write_state(json.dumps(cluster.to_state(), separators=(",", ":")).encode())
@@ -140,9 +141,7 @@ class BaseSimulationStore(abc.ABC):
         raw = self._read_state()
         if raw is not None and self._shared is not None and self._shared[0] == raw:
             return self._shared[1]
-        cluster = SimulatedCluster(
-            self.config, json.loads(raw) if raw else None, now=datetime.now(UTC)
-        )
+        cluster = self._decoded(raw, datetime.now(UTC))
         self._shared = None if raw is None else (raw, cluster)
         return cluster
 
