@@ -226,6 +226,34 @@ class _ExclusionsRead:
             for node, (newest, by, other) in self._newest.items()
         )
 
+    def extended(self, newer: list[_Exclusion]) -> _ExclusionsRead:
+        """This read with ``newer`` restarts (newest first, each newer than every row here)
+        before its rows: the index of each node's newest exclusions is carried over and
+        updated with theirs, not made again from every row."""
+        rows = newer + self.rows
+        extended = _ExclusionsRead(_signature_of(rows), rows)
+        if self._newest is not None and len(rows) <= MAX_RECENT_EXCLUSIONS:
+            ahead, workloads = _newest_by_node(newer)
+            extended._newest = _newest_over(ahead, self._newest)
+            extended._workloads = workloads | self._workloads
+        return extended
+
+
+def _newest_over(
+    ahead: dict[str, tuple[datetime, int, datetime | None]],
+    behind: dict[str, tuple[datetime, int, datetime | None]],
+) -> dict[str, tuple[datetime, int, datetime | None]]:
+    """The index of rows ``ahead`` followed by rows ``behind``, from the index of each."""
+    merged = dict(behind)
+    for node, (newest, by, other) in ahead.items():
+        older = behind.get(node)
+        if other is None and older is not None:
+            # The newest exclusion behind by another workload than ``by``: its newest, unless
+            # ``by`` made that, when it is the newest behind by anyone but ``by``.
+            other = older[0] if older[1] != by else older[2]
+        merged[node] = (newest, by, other)
+    return merged
+
 
 def _newest_walking(rows: list[_Exclusion], workload_id: int) -> Iterator[tuple[str, datetime]]:
     """As ``_newest_by_node`` finds them, with the ``MAX_RECENT_EXCLUSIONS`` newest restarts of
@@ -313,11 +341,15 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> _ExclusionsRead:
         rows = kept.rows
     elif kept is not None:
         newer = _exclusion_rows(window.filter(id__gt=max((row.pk for row in kept.rows), default=0)))
-        merged = sorted(
-            [row for row in kept.rows if row.at >= since] + newer,
-            key=lambda row: (row.at, row.pk),
-            reverse=True,
-        )
+        still = [row for row in kept.rows if row.at >= since]
+        if len(still) == len(kept.rows) and _all_ahead(newer, kept.rows):
+            # The usual case: restarts recorded since, none of the kept left the window.
+            extended = kept.extended(newer)
+            if extended.signature == signature:
+                with _exclusions_lock:
+                    _exclusions_read[cluster_id] = extended
+                return extended
+        merged = sorted(still + newer, key=lambda row: (row.at, row.pk), reverse=True)
         rows = merged if _signature_of(merged) == signature else None
     if rows is None:
         rows = _exclusion_rows(window)
@@ -326,6 +358,13 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> _ExclusionsRead:
     with _exclusions_lock:
         _exclusions_read[cluster_id] = kept
     return kept
+
+
+def _all_ahead(newer: list[_Exclusion], rows: list[_Exclusion]) -> bool:
+    """Whether every row of ``newer`` sorts before every row of ``rows`` (newest first)."""
+    if not newer or not rows:
+        return True
+    return min((row.at, row.pk) for row in newer) > (rows[0].at, rows[0].pk)
 
 
 def _exclusion_rows(

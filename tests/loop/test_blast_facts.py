@@ -66,3 +66,25 @@ def test_past_the_limit_only_the_newest_restarts_count(monkeypatch: pytest.Monke
     ]
     read = _ExclusionsRead(_signature_of(rows), rows)
     assert [nodes for _, nodes in read.of_others(1)] == [["node004"], ["node003"], ["node002"]]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_a_read_extended_with_newer_restarts_gives_what_a_fresh_read_gives(seed: int) -> None:
+    """
+    GIVEN a kept read whose index was made, then newer restarts recorded in a few batches
+    WHEN the read is extended with each batch, its index carried over
+    THEN every workload's facts are those of a read made from all the rows at once
+    """
+    rows = random_rows(seed, 60)
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(rows)), 3))
+    oldest = rows[cuts[-1] :]
+    read = _ExclusionsRead(_signature_of(oldest), oldest)
+    read.of_others(0)  # the index made
+    for start, end in reversed(list(zip([0, *cuts[:-1]], cuts, strict=True))):
+        read = read.extended(rows[start:end])
+        assert read._newest is not None
+    fresh = _ExclusionsRead(_signature_of(rows), rows)
+    assert read.signature == fresh.signature
+    for workload_id in range(8):
+        assert read.of_others(workload_id) == fresh.of_others(workload_id)
