@@ -132,20 +132,28 @@ def recoveries(journal: dict[str, Any]) -> list[Recovery]:
     """Each failure with the first restart carried out for that job after it.
 
     A restart is carried out by a ``release`` (after a requeue in held state) or a plain
-    ``requeue``; failures followed by neither (stopped, rejected, or restarted by Slurm alone)
-    have no figure.
+    ``requeue``, and belongs to the job's latest failure before it (as in ``charge_actions``);
+    failures followed by neither before the job's next failure (stopped, rejected, or
+    restarted by Slurm alone, whose next attempt then failed too) have no figure.
     """
     completions: dict[int, list[float]] = {}
     for command in journal["commands"]:
         carried_out = command_verb(command["argv"]) in {"release", "requeue"}
         if carried_out and command.get("effective") and command.get("job_id") is not None:
             completions.setdefault(int(command["job_id"]), []).append(command["at"])
+    failures_at: dict[int, list[float]] = {}
+    for failure in journal["failures"]:
+        if failure.get("effect") not in NOT_INTERRUPTIONS:
+            failures_at.setdefault(int(failure["job_id"]), []).append(failure["at"])
     found = []
     for failure in journal["failures"]:
         if failure.get("effect") in NOT_INTERRUPTIONS:
             continue
         job_id = int(failure["job_id"])
-        later = [at for at in completions.get(job_id, []) if at >= failure["at"]]
+        next_failure = min(
+            (at for at in failures_at[job_id] if at > failure["at"]), default=float("inf")
+        )
+        later = [at for at in completions.get(job_id, []) if failure["at"] <= at < next_failure]
         if later:
             found.append(
                 Recovery(

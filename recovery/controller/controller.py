@@ -267,6 +267,34 @@ def started_since(recommendation: ReadyRecommendation, job: JobInfo) -> str | No
     return None
 
 
+def restarted_past(recommendation: ReadyRecommendation, job: JobInfo) -> str | None:
+    """Why a restart decided for attempt N has nothing left to do on the job as read, or None
+    while it still has: the job not yet requeued, or requeued and still pending (this
+    restart's own requeue, or Slurm's, waiting for its exclusions and release).
+
+    Once attempt N+1 started, Slurm takes no exclusions until the job is pending again, and
+    a later requeue (attempt N+2 or beyond) belongs to a later failure with a recommendation
+    of its own: its hold is that one's, and releasing it, or setting this one's exclusions,
+    would start the job without that one's.
+    """
+    attempt = recommendation.attempt
+    assert attempt is not None and job.restart_count is not None  # checked as known
+    if job.restart_count > attempt:
+        return (
+            f"job {job.job_id} is at attempt {job.restart_count + 1} ({job.state}): restarted "
+            f"again after attempt {attempt + 1}, the restart this recommendation asked for"
+        )
+    if job.restart_count == attempt and not job.is_pending and job.state != "COMPLETING":
+        missing = sorted(set(recommendation.excluded_nodes) - set(job.excluded_nodes or []))
+        if missing:
+            return (
+                f"job {job.job_id} started attempt {attempt + 1} ({job.state}) without "
+                f"excluding {', '.join(missing)}; Slurm takes exclusions only while a job is "
+                "pending"
+            )
+    return None
+
+
 def cancelled_since(job: JobInfo) -> str:
     """Why a cancelled job is not restarted: Slurm requeues a cancelled job that is still in
     memory, so a restart decided while the attempt ran or failed would bring back a job its
@@ -516,6 +544,11 @@ class AdvisorController:
                 raise Retry(f"job {job.job_id} is still completing")
         assert job.restart_count is not None and job.excluded_nodes is not None
         job_id = job.job_id
+        moved_on = restarted_past(recommendation, job)
+        if moved_on is not None:
+            outcome.converged = set(recommendation.excluded_nodes) <= set(job.excluded_nodes)
+            outcome.detail = f"nothing to do: {moved_on}"
+            return
         requeue = job.restart_count < attempt and job.state != "PENDING"
         if requeue:
             problem = started_since(recommendation, job)

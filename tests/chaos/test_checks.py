@@ -117,6 +117,25 @@ def test_recovery_time_runs_from_the_failure_to_the_release() -> None:
     assert recovery_times(journal) == [7.5]
 
 
+def test_a_restart_belongs_to_the_jobs_latest_failure_before_it() -> None:
+    """
+    GIVEN a node death at 100 s that Slurm requeued by itself (no command), the next attempt
+          failing at 150 s, and the control plane's restart of that one at 158 s
+    WHEN recovery times are counted
+    THEN the restart is the second failure's (8 s); the first, restarted by Slurm alone, has
+         no figure (it would have been 58 s, charged a recovery it did not need)
+    """
+    journal = {
+        "failures": [failure(100.0, 0), failure(150.0, 1)],
+        "commands": [
+            command(155.0, ["scontrol", "requeuehold", "1001"], 1),
+            command(158.0, ["scontrol", "release", "1001"], 2, "PENDING"),
+        ],
+        "attempts": [],
+    }
+    assert recovery_times(journal) == [8.0]
+
+
 def test_a_hang_counts_from_when_it_could_be_known() -> None:
     """A hang is a quiet job until it has lasted the hang timeout: its recovery time from when
     it could be known leaves the policy's patience out; any other failure's is its whole time."""

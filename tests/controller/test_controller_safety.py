@@ -677,3 +677,56 @@ def test_exclusions_or_a_job_without_the_flag_take_the_ordinary_path() -> None:
     plain = ExpeditingSlurm(running_job(), job_expedites=False)
     assert controller_for(plain).carry_out(restart(action="restart", excluded_nodes=[])).converged
     assert plain.commands == ["requeuehold", "release"]
+
+
+def test_a_restart_for_an_attempt_restarted_twice_since_leaves_the_later_hold_alone() -> None:
+    """
+    Found by the chaos run: a restart decided for attempt 1's node death was claimed after
+    Slurm had started attempt 2, attempt 2 had failed, and another recommendation had requeued
+    the job in held state to set its own exclusions.
+    GIVEN the job pending and held at attempt 3 (restart count 2)
+    WHEN the recommendation for attempt 1 is carried out
+    THEN nothing runs: no exclusions of its own, and no release of the other's hold
+    """
+    slurm = ModelSlurm(
+        running_job(state="PENDING", held=True, restart_count=2, nodes=[],
+                    submit_time=SUBMITTED + timedelta(hours=2))
+    )  # fmt: skip
+    outcome = controller_for(slurm).carry_out(restart(attempt=1))
+    assert slurm.commands == []
+    assert (outcome.outcome, outcome.converged) == ("skipped", False)
+    assert "nothing to do" in outcome.detail and "attempt 3" in outcome.detail
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "FAILED"])
+def test_a_restart_whose_next_attempt_started_without_its_exclusions_runs_nothing(
+    state: str,
+) -> None:
+    """
+    GIVEN Slurm's own requeue started attempt 2 before the controller claimed attempt 1's
+          restart, without the exclusion it asks for (and attempt 2 may have failed since)
+    WHEN it is carried out
+    THEN no exclusion is sent to a job that is not pending (Slurm refuses it, and it was
+         retried for the whole settle time), and the operator is told why
+    """
+    slurm = ModelSlurm(
+        running_job(state=state, restart_count=1, nodes=["gpu-003"],
+                    submit_time=SUBMITTED + timedelta(hours=1),
+                    start_time=STARTED + timedelta(hours=1))
+    )  # fmt: skip
+    outcome = controller_for(slurm).carry_out(restart(attempt=1))
+    assert slurm.commands == []
+    assert (outcome.outcome, outcome.converged) == ("skipped", False)
+    assert "without excluding gpu-002" in outcome.detail
+
+
+def test_a_requeued_job_still_pending_gets_the_exclusions_and_is_released() -> None:
+    """Slurm's own requeue (or this restart's, by a controller killed after it) left the job
+    pending at the next attempt: the restart is finished, not skipped."""
+    slurm = ModelSlurm(
+        running_job(state="PENDING", restart_count=1, nodes=[],
+                    submit_time=SUBMITTED + timedelta(hours=1))
+    )  # fmt: skip
+    outcome = controller_for(slurm).carry_out(restart(attempt=1))
+    assert slurm.commands == ["hold", "update", "release"]
+    assert (outcome.outcome, outcome.converged) == ("executed", True), outcome.detail
