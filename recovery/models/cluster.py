@@ -218,6 +218,14 @@ class Node(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_per_cluster")
         ]
+        # The nodes a decision's facts hold (``cluster_node_facts``), each found by its own.
+        indexes = [
+            models.Index(fields=["cluster", "excluded_until"], name="node_excluded_until"),
+            models.Index(
+                fields=["cluster", "health", "last_implicated_at"], name="node_health_implicated"
+            ),
+            models.Index(fields=["cluster", "suspect_since"], name="node_suspect_since"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"

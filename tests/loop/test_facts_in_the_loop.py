@@ -732,16 +732,25 @@ def test_a_finding_another_worker_stored_meanwhile_is_not_stored_twice(
     assert list(Anomaly.objects.values_list("pk", flat=True)) == [first.pk]
 
 
+@pytest.mark.parametrize(
+    ("recorded_before_s", "reads_wanted"),
+    [(0, ["since", "recent"]), (600, ["since", "recent", "all"])],
+    ids=["recorded-with-the-newest", "recorded-long-before"],
+)
 def test_a_stale_read_of_a_clusters_exclusions_is_never_used(
-    acting_cluster: Cluster, no_exclusions_read: None
+    acting_cluster: Cluster,
+    no_exclusions_read: None,
+    recorded_before_s: int,
+    reads_wanted: list[str],
 ) -> None:
     """
     GIVEN this process's read of the cluster's exclusions (node009), and then a restart of
           another job excluding node011 that commits under a lower id than one already read
           (as a transaction that took its id first and committed last does)
     WHEN a decision gathers its facts
-    THEN the rows recorded since are not enough to account for the window: every row is read
-         again, and node011 is counted
+    THEN the rows recorded since are not enough to account for the window: the minutes before
+         the newest kept restart are read again, and when the late one is older still (its
+         transaction lasted longer than the slack) every row; node011 is counted either way
     """
     _, workload, attempt = running_workload(acting_cluster)
     other = WorkloadFactory(cluster=acting_cluster, job_id="other-job")
@@ -754,16 +763,25 @@ def test_a_stale_read_of_a_clusters_exclusions_is_never_used(
         workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
     )
     assert [nodes for _, nodes in first.decision_facts["recent_exclusions"]] == [["node009"]]
-    RecommendationFactory(pk=late_pk, workload=other, excluded_nodes=["node011"])
+    RecommendationFactory(
+        pk=late_pk, workload=other, excluded_nodes=["node011"],
+        created_at=now - timedelta(seconds=recorded_before_s),
+    )  # fmt: skip
     with CaptureQueriesContext(connection) as queries:
         (second,) = record_anomalies(
             workload, attempt, [replace(xid_79("node002"), signature="xid-48")],
             timezone.now(), read=DIED, source=EvidenceSource.JOB_OUTPUT,
         )  # fmt: skip
     reads = [
-        "since" if "`id` >" in q["sql"] else "all" for q in queries if EXCLUSIONS_READ in q["sql"]
+        "since"
+        if "`id` >" in q["sql"]
+        else "recent"
+        if q["sql"].count("`created_at` >=") == 2
+        else "all"
+        for q in queries
+        if EXCLUSIONS_READ in q["sql"]
     ]
-    assert reads == ["since", "all"]
+    assert reads == reads_wanted
     # This job's own restart (node002) is never among them.
     assert sorted(n for _, nodes in second.decision_facts["recent_exclusions"] for n in nodes) == [
         "node009",
