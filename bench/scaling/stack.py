@@ -27,6 +27,7 @@ from bench.scaling.processes import CLOCK_TICKS, Children, cpu_ticks, machine_ti
 from bench.scaling.reference import detector_reference
 from bench.scaling.steps import (
     QUIET_LOGGED_STEPS_PER_SECOND,
+    RESUBMIT_SPREAD_SECONDS,
     ROOT,
     WORK,
     PollTask,
@@ -136,6 +137,7 @@ class Bench:
                 if step.quiet
                 else SimConfig.max_logged_steps_per_second
             ),
+            resubmit_spread_seconds=RESUBMIT_SPREAD_SECONDS,
         )
 
     # ------------------------------------------------------------------ one step
@@ -182,6 +184,7 @@ class Bench:
              "--speedup", f"{args.speedup:g}", "--seed", str(args.seed),
              "--faults-per-job-hour", f"{config.faults_per_job_hour:g}",
              "--logged-steps-per-second", f"{config.max_logged_steps_per_second:g}",
+             "--resubmit-spread", f"{config.resubmit_spread_seconds:g}",
              "--mode", ClusterMode.MONITOR, "--tick", "1", "--reset"],
             logs / "simulate.log",
             self.env,

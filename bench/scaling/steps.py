@@ -17,6 +17,10 @@ MIN_SAMPLES = 5
 # A quiet step's jobs print a progress line every hundred seconds or so and never fail: most
 # job polls find nothing new, as on a cluster of long steps, evaluations and checkpoint saves.
 QUIET_LOGGED_STEPS_PER_SECOND = 0.01
+# A job the simulated scheduler forgot (MinJobAge after it ended) is replaced at a random moment
+# within two minutes: the jobs of a step all start at once, and without it every job that ended
+# in the first minute was replaced in one poll five minutes later, a second start-up storm.
+RESUBMIT_SPREAD_SECONDS = 120.0
 # Worker CPU per job poll that finds nothing new, at most (issue target).
 TARGET_IDLE_JOB_COST_MS = 0.2
 

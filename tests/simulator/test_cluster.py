@@ -488,3 +488,43 @@ def test_recoverys_drain_and_resume_are_scheduler_commands_in_the_journal(tmp_pa
         "State=DRAIN",
     ]
     assert [entry["returncode"] for entry in cluster.commands] == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("spread", [0.0, 60.0])
+def test_jobs_forgotten_together_are_replaced_within_the_resubmit_spread(
+    tmp_path: Path, spread: float
+) -> None:
+    """
+    GIVEN four jobs that failed at the same moment and were never restarted
+    WHEN Slurm forgets them (MinJobAge) and the cluster replaces them
+    THEN with no spread every replacement may start at once; with one, each becomes eligible
+         at its own random moment within it
+    """
+    config = quiet_config(
+        tmp_path, nodes=8, jobs=4, min_job_age_seconds=30, resubmit_spread_seconds=spread
+    )
+    cluster = SimulatedCluster(config, now=START)
+    run(cluster, 20)
+    first = [job.job_id for job in cluster.jobs()]
+    at = cluster.now
+    for job_id in first:
+        cluster.inject(job_id, "gpu_oom", 0, at)
+    run(cluster, 1)
+    assert {listed_job(cluster, job_id).state for job_id in first} == {"FAILED"}
+    run(cluster, 31)
+    forgotten = cluster.now
+    replacements = [job for job in cluster.jobs() if job.job_id not in first]
+    assert len(replacements) == 4
+    eligible = [
+        (job.eligible_time - datetime.fromtimestamp(forgotten, tz=UTC)).total_seconds()
+        for job in replacements
+        if job.eligible_time is not None
+    ]
+    assert len(eligible) == 4
+    # Forgotten in the same tick, somewhat before the end of the run.
+    assert all(seconds >= -2.0 for seconds in eligible)
+    if spread == 0:
+        assert len(set(eligible)) == 1 and eligible[0] <= 0.0
+    else:
+        assert len({round(seconds, 3) for seconds in eligible}) == 4
+        assert 1.0 < max(eligible) - min(eligible) <= spread

@@ -40,6 +40,11 @@ class Command(BaseCommand):
             "--logged-steps-per-second", type=float, default=None,
             help="the most progress lines a job prints per real second (default 1)",
         )  # fmt: skip
+        parser.add_argument(
+            "--resubmit-spread", type=float, default=None,
+            help="seconds within which a job Slurm forgot is replaced, at a random moment "
+            "(default 0: at once)",
+        )  # fmt: skip
         parser.add_argument("--tick", type=float, default=1.0, help="seconds between steps")
         parser.add_argument("--duration", type=float, default=0.0, help="stop after (0: never)")
         parser.add_argument("--reset", action="store_true", help="start from a fresh cluster")
@@ -63,6 +68,10 @@ class Command(BaseCommand):
             if options["logged_steps_per_second"] <= 0:
                 raise CommandError("--logged-steps-per-second must be > 0")
             fields["max_logged_steps_per_second"] = options["logged_steps_per_second"]
+        if options["resubmit_spread"] is not None:
+            if options["resubmit_spread"] < 0:
+                raise CommandError("--resubmit-spread must be ≥ 0")
+            fields["resubmit_spread_seconds"] = options["resubmit_spread"]
         config = SimConfig(**fields)
         try:
             cluster = ensure_simulated_cluster(config, options["mode"])

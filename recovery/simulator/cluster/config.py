@@ -80,6 +80,10 @@ class SimConfig:
     completing_seconds: float = 1.0
     # Real seconds finished jobs stay listed (MinJobAge).
     min_job_age_seconds: float = 300.0
+    # A job Slurm forgot is replaced by a new one (the cluster keeps ``jobs`` submitted),
+    # eligible to start at a random moment within this many real seconds; 0: at once. Without
+    # it, every job that ended in one minute is replaced in one poll MinJobAge later.
+    resubmit_spread_seconds: float = 0.0
     # NCCL's collective timeout, in simulated seconds: how long ranks wait before the
     # watchdog kills a job whose peer stopped (nccl_timeout faults).
     collective_timeout_seconds: float = 600.0

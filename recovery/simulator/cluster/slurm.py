@@ -294,8 +294,13 @@ class SimulatedCluster(TrainingJobs):
         active = sum(
             1 for job in self.jobs_by_id.values() if job.state not in {"COMPLETED", "CANCELLED"}
         )
+        spread = self.config.resubmit_spread_seconds
+        replacing = self.next_job_id > self.config.first_job_id
         for _ in range(self.config.jobs - active):
-            self._submit(at)
+            job = self._submit(at)
+            if replacing and spread > 0:
+                # Users resubmit when they notice, not all in the poll Slurm forgot their jobs.
+                job.eligible_time = at + self.rng.uniform(0.0, spread)
 
     def _submit(self, at: float) -> SimJob:
         config, rng = self.config, self.rng
