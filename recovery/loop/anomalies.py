@@ -472,7 +472,8 @@ def _stored(workload: Workload, fingerprints: list[str]) -> dict[tuple[int | Non
     unique = sorted(set(fingerprints))
     for start in range(0, len(unique), FINGERPRINTS_PER_QUERY):
         chunk = unique[start : start + FINGERPRINTS_PER_QUERY]
-        for anomaly in Anomaly.objects.filter(workload=workload, fingerprint__in=chunk):
+        matching = Anomaly.objects.filter(workload=workload, fingerprint__in=chunk)
+        for anomaly in matching.defer(*Anomaly.FACTS):
             found[(anomaly.attempt_id, anomaly.fingerprint)] = anomaly
     return found
 

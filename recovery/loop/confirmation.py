@@ -262,6 +262,7 @@ def _other_confirmed(anomaly: Anomaly, *, causes_only: bool = False) -> Anomaly 
             workload=anomaly.workload, attempt=anomaly.attempt, confirmation=Confirmation.CONFIRMED
         )
         .exclude(pk=anomaly.pk)
+        .defer(*Anomaly.FACTS)
         .order_by("detected_at", "id")
     )
     for other in confirmed[:50]:

@@ -787,3 +787,31 @@ def test_a_stale_read_of_a_clusters_exclusions_is_never_used(
         "node009",
         "node011",
     ]
+
+
+def test_a_finding_seen_again_is_matched_without_reading_the_facts_decided_on(
+    acting_cluster: Cluster,
+) -> None:
+    """
+    GIVEN an anomaly decided, its facts stored
+    WHEN a later read brings the same finding again
+    THEN the read that matches it by fingerprint leaves the facts out (tens of kilobytes each
+         on a busy cluster), and they are still there
+    """
+    _, workload, attempt = running_workload(acting_cluster)
+    (first,) = record_anomalies(
+        workload, attempt, [xid_79("node002")], timezone.now(),
+        read=DIED, source=EvidenceSource.JOB_OUTPUT,
+    )  # fmt: skip
+    first.refresh_from_db()
+    assert first.decision_facts
+    with CaptureQueriesContext(connection) as queries:
+        again = record_anomalies(
+            workload, attempt, [xid_79("node002")], timezone.now(),
+            read=DIED, source=EvidenceSource.JOB_OUTPUT,
+        )  # fmt: skip
+    assert again == []
+    matches = [q["sql"] for q in queries if "`fingerprint` IN" in q["sql"]]
+    assert matches and all("decision_facts" not in sql for sql in matches)
+    first.refresh_from_db()
+    assert first.decision_facts
