@@ -348,28 +348,30 @@ def _recent_exclusions(cluster_id: int, now: datetime) -> _ExclusionsRead:
     elif kept is not None:
         newer = _exclusion_rows(window.filter(id__gt=max((row.pk for row in kept.rows), default=0)))
         still = [row for row in kept.rows if row.at >= since]
-        if len(still) == len(kept.rows) and _all_ahead(newer, kept.rows):
-            # The usual case: restarts recorded since, none of the kept left the window.
-            extended = kept.extended(newer)
-            if extended.signature == signature:
-                with _exclusions_lock:
-                    _exclusions_read[cluster_id] = extended
-                return extended
-        merged = sorted(still + newer, key=lambda row: (row.at, row.pk), reverse=True)
-        rows = merged if _signature_of(merged) == signature else None
-        if rows is None and merged:
-            # A restart of another worker's, committed after a higher id was read: recorded
-            # about when the newest kept ones were. Those minutes are read again, not the day.
-            known = {row.pk for row in merged}
-            late = [
-                row
-                for row in _exclusion_rows(
-                    window.filter(created_at__gte=merged[0].at - LATE_COMMIT_SLACK)
-                )
-                if row.pk not in known
-            ]
-            merged = sorted(merged + late, key=lambda row: (row.at, row.pk), reverse=True)
-            rows = merged if late and _signature_of(merged) == signature else None
+        # The usual case: restarts recorded since, none of the kept left the window.
+        extended = (
+            kept.extended(newer)
+            if len(still) == len(kept.rows) and _all_ahead(newer, kept.rows)
+            else None
+        )
+        if extended is not None and extended.signature == signature:
+            kept, rows = extended, extended.rows
+        else:
+            merged = sorted(still + newer, key=lambda row: (row.at, row.pk), reverse=True)
+            rows = merged if _signature_of(merged) == signature else None
+            if rows is None and merged:
+                # A restart of another worker's, committed after a higher id was read: recorded
+                # about when the newest kept ones were. Those minutes are read again, not the day.
+                known = {row.pk for row in merged}
+                late = [
+                    row
+                    for row in _exclusion_rows(
+                        window.filter(created_at__gte=merged[0].at - LATE_COMMIT_SLACK)
+                    )
+                    if row.pk not in known
+                ]
+                merged = sorted(merged + late, key=lambda row: (row.at, row.pk), reverse=True)
+                rows = merged if late and _signature_of(merged) == signature else None
     if rows is None:
         rows = _exclusion_rows(window)
     if kept is None or rows is not kept.rows:
