@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,7 +39,10 @@ from recovery.choices import (
 )
 from recovery.models import Anomaly, Attempt, Node, Policy, Recommendation, Workload
 
-FACTS_VERSION = 1
+# 2: other jobs' exclusions counted by the minute, named only for the nodes the facts name
+# elsewhere (version 1 named every node, tens of kilobytes per decision on a busy cluster).
+FACTS_VERSION = 2
+READABLE_FACTS_VERSIONS = frozenset({1, 2})
 # The furthest any policy looks back: its longest exclusion time, its longest blast window.
 LONGEST_EXCLUSION = timedelta(hours=24 * 90)
 LONGEST_BLAST_WINDOW = timedelta(minutes=24 * 60)
@@ -163,29 +167,80 @@ def blast_facts_shared() -> Iterator[None]:
         _shared.facts = None
 
 
-def blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
+def blast_facts(workload: Workload, now: datetime, named: Iterable[str]) -> dict[str, Any]:
     """The cluster's size and the nodes other jobs' restarts excluded within the longest
-    window a policy may count."""
-    shared: dict[tuple[int, datetime], dict[str, Any]] | None = getattr(_shared, "facts", None)
+    window a policy may count: how many by the minute of their newest exclusion, and when
+    those of ``named`` were excluded.
+
+    A blast radius counts the nodes excluded within its window with the decision's own added:
+    the count by the minute gives the first for any window in whole minutes, and the nodes a
+    decision can exclude are among those its facts name (``named_nodes``), so the overlap is
+    known for each without naming the others (thousands of nodes, written with every decision).
+    """
+    shared: dict[tuple[int, datetime], _OthersExclusions] | None = getattr(_shared, "facts", None)
     key = (workload.pk, now)
     if shared is None:
-        facts = _blast_facts(workload, now)
+        others = _others_exclusions(workload, now)
     elif key in shared:
-        facts = shared[key]
+        others = shared[key]
     else:
-        facts = shared[key] = _blast_facts(workload, now)
-    # A copy for each decision: the lists are shared by the read this process keeps.
+        others = shared[key] = _others_exclusions(workload, now)
     return {
-        "cluster_size": facts["cluster_size"],
-        "recent_exclusions": [[at, list(nodes)] for at, nodes in facts["recent_exclusions"]],
+        "cluster_size": others.cluster_size,
+        "excluded_by_minute": [list(entry) for entry in others.by_minute],
+        "excluded_at": {
+            node: _iso(others.newest[node]) for node in sorted(set(named)) if node in others.newest
+        },
     }
 
 
-def _blast_facts(workload: Workload, now: datetime) -> dict[str, Any]:
-    return {
-        "cluster_size": Node.objects.filter(cluster_id=workload.cluster_id).count(),
-        "recent_exclusions": _recent_exclusions(workload.cluster_id, now).of_others(workload.pk),
-    }
+@dataclass(frozen=True)
+class _OthersExclusions:
+    cluster_size: int
+    # Each node other workloads' restarts excluded, at its newest exclusion.
+    newest: Mapping[str, datetime]
+    # (whole minutes before the decision, rounded up, nodes) for each minute with any.
+    by_minute: list[tuple[int, int]]
+
+
+def _others_exclusions(workload: Workload, now: datetime) -> _OthersExclusions:
+    newest = _recent_exclusions(workload.cluster_id, now).of_others(workload.pk)
+    return _OthersExclusions(
+        cluster_size=Node.objects.filter(cluster_id=workload.cluster_id).count(),
+        newest=newest,
+        by_minute=_counted_by_minute(newest.values(), now),
+    )
+
+
+def _counted_by_minute(times: Iterable[datetime], now: datetime) -> list[tuple[int, int]]:
+    counts = Counter(minutes_before(now, at) for at in times)
+    return sorted(counts.items())
+
+
+def minutes_before(now: datetime, at: datetime) -> int:
+    """Whole minutes from ``at`` to ``now``, rounded up (0 for ``at`` at or after ``now``):
+    ``at`` is within a window of ``w`` whole minutes before ``now`` exactly when this is at
+    most ``w``."""
+    return max(0, -((at - now) // _MINUTE))
+
+
+_MINUTE = timedelta(minutes=1)
+
+
+def named_nodes(facts: Mapping[str, Any]) -> set[str]:
+    """Every node the facts name outside the blast facts: all a policy's decision on them can
+    exclude (the anomaly's, earlier attempts', implicating anomalies', the cluster's kept out,
+    the recommendations')."""
+    named = set(facts["anomaly"]["implicated_nodes"])
+    for row in facts["attempts"]:
+        named.update(row[1] or [])
+    for row in facts["implicating"]:
+        named.update(row[5] or [])
+    named.update(row[0] for row in facts["cluster_nodes"])
+    for recommendation in (facts["earlier"], facts["open"]):
+        if recommendation is not None:
+            named.update(recommendation["excluded_nodes"])
+    return named
 
 
 @dataclass(frozen=True)
@@ -210,27 +265,25 @@ class _ExclusionsRead:
     # all a decision needs, whichever workload decides. Made on first use.
     _newest: dict[str, tuple[datetime, int, datetime | None]] | None = None
     _workloads: frozenset[int] = frozenset()
-    _of_anyone: list[list[Any]] | None = None
+    _of_anyone: dict[str, datetime] | None = None
 
-    def of_others(self, workload_id: int) -> list[list[Any]]:
-        """Each node other workloads' restarts excluded, once, at the latest time (newest
-        first, as ``[iso time, sorted nodes]``): all a window of any length needs to count
-        it, and the facts stay as long as the nodes excluded, not as the restarts that
-        excluded them."""
+    def of_others(self, workload_id: int) -> dict[str, datetime]:
+        """Each node other workloads' restarts excluded, at its newest exclusion: all a window
+        of any length needs to count it, as long as the nodes excluded, not as the restarts
+        that excluded them."""
         if len(self.rows) > MAX_RECENT_EXCLUSIONS:
-            return _by_time(_newest_walking(self.rows, workload_id))
+            return dict(_newest_walking(self.rows, workload_id))
         if self._newest is None:
             self._newest, self._workloads = _newest_by_node(self.rows)
         if workload_id not in self._workloads:
             if self._of_anyone is None:
-                self._of_anyone = _by_time(
-                    (node, newest) for node, (newest, _, _) in self._newest.items()
-                )
+                self._of_anyone = {node: newest for node, (newest, _, _) in self._newest.items()}
             return self._of_anyone
-        return _by_time(
-            (node, newest if by != workload_id else other)
+        found = {
+            node: newest if by != workload_id else other
             for node, (newest, by, other) in self._newest.items()
-        )
+        }
+        return {node: at for node, at in found.items() if at is not None}
 
     def extended(self, newer: list[_Exclusion]) -> _ExclusionsRead:
         """This read with ``newer`` restarts (newest first, each newer than every row here)
@@ -285,14 +338,6 @@ def _newest_by_node(
             elif found[2] is None and row.workload_id != found[1]:
                 newest[node] = (found[0], found[1], row.at)
     return newest, frozenset(row.workload_id for row in rows)
-
-
-def _by_time(latest: Iterable[tuple[str, datetime | None]]) -> list[list[Any]]:
-    by_time: dict[datetime, list[str]] = {}
-    for node, at in latest:
-        if at is not None:
-            by_time.setdefault(at, []).append(node)
-    return [[_iso(at), sorted(by_time[at])] for at in sorted(by_time, reverse=True)]
 
 
 # Each process's last read of a cluster's recent exclusions. A busy cluster's restarts
@@ -450,7 +495,7 @@ def gather(
     attempt = anomaly.attempt
     details = anomaly.details or {}
     since_step = details.get("since_step")
-    return {
+    facts = {
         "v": FACTS_VERSION,
         "at": now.isoformat(),
         "anomaly": {
@@ -482,8 +527,8 @@ def gather(
         "open": _recommendation_facts(open_one),
         **history_facts(workload, now),
         "cluster_nodes": cluster_node_facts(workload.cluster_id, now),
-        **blast_facts(workload, now),
     }
+    return facts | blast_facts(workload, now, named_nodes(facts))
 
 
 # ------------------------------------------------------------- what a policy makes of them
@@ -587,13 +632,24 @@ def over_blast_radius_from(
     total = int(facts["cluster_size"])
     if not total:
         return False
-    since = now - timedelta(minutes=policy.blast_radius_window_minutes)
-    nodes = set(excluded_nodes)
-    for at, excluded in facts["recent_exclusions"]:
-        created = _when(at)
-        if created is not None and created >= since:
-            nodes.update(excluded or [])
-    return len(nodes) * 100 > policy.blast_radius_percent * total
+    window = policy.blast_radius_window_minutes
+    since = now - timedelta(minutes=window)
+    if "recent_exclusions" in facts:  # version 1: every node named
+        nodes = set(excluded_nodes)
+        for at, excluded in facts["recent_exclusions"]:
+            created = _when(at)
+            if created is not None and created >= since:
+                nodes.update(excluded or [])
+        return len(nodes) * 100 > policy.blast_radius_percent * total
+    excluded_at = facts["excluded_at"]
+    counted = sum(
+        int(count) for minutes, count in facts["excluded_by_minute"] if int(minutes) <= window
+    )
+    for node in set(excluded_nodes):
+        at = _when(excluded_at.get(node))
+        if at is None or at < since:
+            counted += 1  # not among the nodes counted already
+    return counted * 100 > policy.blast_radius_percent * total
 
 
 def facts_time(facts: Mapping[str, Any]) -> datetime:

@@ -36,7 +36,7 @@ from django.db.models import Q
 from recovery.audit.actors import Actor
 from recovery.choices import RecommendationAction, RecommendationStatus
 from recovery.loop import policy as policy_engine
-from recovery.loop.decision_facts import FACTS_VERSION, facts_time, recorded_anomaly
+from recovery.loop.decision_facts import READABLE_FACTS_VERSIONS, facts_time, recorded_anomaly
 from recovery.loop.drains import DRAIN_PROPOSED, drain_choice
 from recovery.models import Anomaly, Cluster, Policy, Recommendation
 
@@ -279,7 +279,7 @@ def _replay_decision(
         recorded_status=status,
         recorded_by=by,
     )
-    if facts.get("v") != FACTS_VERSION or "result" not in facts:
+    if facts.get("v") not in READABLE_FACTS_VERSIONS or "result" not in facts:
         failed = (anomaly.details or {}).get("policy_error")
         if failed:
             why = f"the policy engine failed on it and gave up ({failed})"
@@ -416,7 +416,7 @@ def _replay_drains(
     anomaly: Anomaly, recorded: dict[int, list[Recommendation]], draft: Policy | None
 ) -> list[ReplayedDecision]:
     facts = anomaly.drain_facts or {}
-    if facts.get("v") != FACTS_VERSION:
+    if facts.get("v") not in READABLE_FACTS_VERSIONS:
         return []
     workload = anomaly.workload
     site = policy_engine.site_policy_for(workload)

@@ -10,12 +10,15 @@ import pytest
 
 from recovery.loop import decision_facts
 from recovery.loop.decision_facts import (
-    _by_time,
+    _counted_by_minute,
     _Exclusion,
     _ExclusionsRead,
     _newest_walking,
     _signature_of,
+    minutes_before,
+    over_blast_radius_from,
 )
+from recovery.models import Policy
 
 
 def random_rows(seed: int, count: int) -> list[_Exclusion]:
@@ -46,7 +49,7 @@ def test_the_index_gives_what_walking_every_row_gives(seed: int) -> None:
     rows = random_rows(seed, 40)
     read = _ExclusionsRead(_signature_of(rows), rows)
     for workload_id in range(8):
-        assert read.of_others(workload_id) == _by_time(_newest_walking(rows, workload_id))
+        assert read.of_others(workload_id) == dict(_newest_walking(rows, workload_id))
 
 
 def test_past_the_limit_only_the_newest_restarts_count(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +68,7 @@ def test_past_the_limit_only_the_newest_restarts_count(monkeypatch: pytest.Monke
         _Exclusion(1, 3, at + timedelta(minutes=1), ["node001"], 0),
     ]
     read = _ExclusionsRead(_signature_of(rows), rows)
-    assert [nodes for _, nodes in read.of_others(1)] == [["node004"], ["node003"], ["node002"]]
+    assert sorted(read.of_others(1)) == ["node002", "node003", "node004"]
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -88,3 +91,59 @@ def test_a_read_extended_with_newer_restarts_gives_what_a_fresh_read_gives(seed:
     assert read.signature == fresh.signature
     for workload_id in range(8):
         assert read.of_others(workload_id) == fresh.of_others(workload_id)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_counting_by_the_minute_decides_as_naming_every_node_did(seed: int) -> None:
+    """
+    GIVEN other workloads' newest exclusions of 30 nodes spread over a day (some a few
+          seconds either side of a minute's edge, some at the decision's moment or after it),
+          and a restart that would exclude a few nodes, some of them among those
+    WHEN the blast radius is judged for windows of 1 minute to a day and several percentages
+    THEN the facts of version 2 (counts by the minute, the named nodes' times) give what the
+         facts of version 1 (every node named at its time) gave
+    """
+    rng = random.Random(seed)
+    now = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    nodes = [f"node{n:03d}" for n in range(40)]
+
+    def moment() -> datetime:
+        minutes = rng.choice([0, 1, 2, 5, 59, 60, 61, 600, 1439, 1440])
+        return now - timedelta(minutes=minutes, seconds=rng.choice([-1, 0, 0, 1, 30]))
+
+    newest = {node: moment() for node in rng.sample(nodes, 30)}
+    excluded = rng.sample(nodes, rng.randrange(0, 6))
+    by_time: dict[datetime, list[str]] = {}
+    for node, at in newest.items():
+        by_time.setdefault(at, []).append(node)
+    version_1 = {
+        "cluster_size": len(nodes),
+        "recent_exclusions": [[at.isoformat(), sorted(by_time[at])] for at in sorted(by_time)],
+    }
+    version_2 = {
+        "cluster_size": len(nodes),
+        "excluded_by_minute": [list(entry) for entry in _counted_by_minute(newest.values(), now)],
+        "excluded_at": {node: newest[node].isoformat() for node in excluded if node in newest},
+    }
+    for window in (1, 2, 5, 60, 61, 600, 1440):
+        for percent in (0, 10, 25, 50, 75, 100):
+            policy = Policy(blast_radius_window_minutes=window, blast_radius_percent=percent)
+            assert over_blast_radius_from(
+                version_2, excluded, policy, now
+            ) == over_blast_radius_from(version_1, excluded, policy, now), (window, percent)
+
+
+def test_a_node_is_within_a_window_of_whole_minutes_exactly_when_its_minutes_are() -> None:
+    """
+    GIVEN exclusions just inside, on, and just outside the edge of a five-minute window, and
+          one recorded after the decision's moment
+    WHEN each is counted by the minute
+    THEN the minutes rounded up are at most 5 exactly for those within the window
+    """
+    now = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    edge = now - timedelta(minutes=5)
+    assert minutes_before(now, edge + timedelta(microseconds=1)) == 5
+    assert minutes_before(now, edge) == 5
+    assert minutes_before(now, edge - timedelta(microseconds=1)) == 6
+    assert minutes_before(now, now + timedelta(seconds=3)) == 0
+    assert minutes_before(now, now) == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -629,6 +630,11 @@ def test_a_requeued_job_still_completing_lends_its_old_nodes_to_no_new_attempt(
     assert (second.nodes, second.started_at) == ([], None)
 
 
+def excluded_count(facts: dict[str, Any]) -> int:
+    """How many nodes other jobs' restarts excluded within the day, as the facts count them."""
+    return sum(count for _, count in facts["excluded_by_minute"])
+
+
 # How the blast facts' read of other jobs' exclusions starts in SQL.
 EXCLUSIONS_READ = "`excluded_nodes`) AS `length` FROM `recovery_recommendation`"
 
@@ -662,12 +668,17 @@ def test_the_anomalies_of_one_read_share_the_blast_facts_read_once(
         )  # fmt: skip
     assert len(created) == 2
     blast = [
-        {key: anomaly.decision_facts[key] for key in ("cluster_size", "recent_exclusions")}
+        {
+            key: anomaly.decision_facts[key]
+            for key in ("cluster_size", "excluded_by_minute", "excluded_at")
+        }
         for anomaly in Anomaly.objects.filter(pk__in=[a.pk for a in created])
     ]
     assert blast[0] == blast[1]
     assert blast[0]["cluster_size"] == len(NODES)
-    assert [nodes for _, nodes in blast[0]["recent_exclusions"]] == [["node009"]]
+    # node009, counted within the last minute; named by neither decision, so not by name
+    assert blast[0]["excluded_by_minute"] == [[1, 1]]
+    assert blast[0]["excluded_at"] == {}
     exclusion_reads = [
         q["sql"] for q in queries if EXCLUSIONS_READ in q["sql"] and "`created_at` >=" in q["sql"]
     ]
@@ -690,7 +701,7 @@ def test_a_later_decision_reuses_the_exclusions_read_until_another_restart_chang
     third = WorkloadFactory(cluster=acting_cluster, job_id="third-job")
     RecommendationFactory(workload=other, excluded_nodes=["node009"])
 
-    def decide(signature: str) -> tuple[list[list[str]], list[str]]:
+    def decide(signature: str) -> tuple[int, list[str]]:
         finding = replace(xid_79("node002"), signature=signature)
         with CaptureQueriesContext(connection) as queries:
             (created,) = record_anomalies(
@@ -703,12 +714,12 @@ def test_a_later_decision_reuses_the_exclusions_read_until_another_restart_chang
             for q in queries
             if EXCLUSIONS_READ in q["sql"]
         ]
-        return [nodes for _, nodes in created.decision_facts["recent_exclusions"]], row_reads
+        return excluded_count(created.decision_facts), row_reads
 
-    assert decide("xid-79") == ([["node009"]], ["all"])
-    assert decide("xid-48") == ([["node009"]], ["since"])
+    assert decide("xid-79") == (1, ["all"])
+    assert decide("xid-48") == (1, ["since"])
     RecommendationFactory(workload=third, excluded_nodes=["node010"])
-    assert decide("xid-94") == ([["node010"], ["node009"]], ["since"])
+    assert decide("xid-94") == (2, ["since"])
 
 
 def test_a_finding_another_worker_stored_meanwhile_is_not_stored_twice(
@@ -762,7 +773,7 @@ def test_a_stale_read_of_a_clusters_exclusions_is_never_used(
     (first,) = record_anomalies(
         workload, attempt, [xid_79("node002")], now, read=DIED, source=EvidenceSource.JOB_OUTPUT
     )
-    assert [nodes for _, nodes in first.decision_facts["recent_exclusions"]] == [["node009"]]
+    assert excluded_count(first.decision_facts) == 1
     RecommendationFactory(
         pk=late_pk, workload=other, excluded_nodes=["node011"],
         created_at=now - timedelta(seconds=recorded_before_s),
@@ -782,11 +793,9 @@ def test_a_stale_read_of_a_clusters_exclusions_is_never_used(
         if EXCLUSIONS_READ in q["sql"]
     ]
     assert reads == reads_wanted
-    # This job's own restart (node002) is never among them.
-    assert sorted(n for _, nodes in second.decision_facts["recent_exclusions"] for n in nodes) == [
-        "node009",
-        "node011",
-    ]
+    # node009 and node011; this job's own restart (node002) is never among them.
+    assert excluded_count(second.decision_facts) == 2
+    assert second.decision_facts["excluded_at"] == {}
 
 
 def test_a_finding_seen_again_is_matched_without_reading_the_facts_decided_on(

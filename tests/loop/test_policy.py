@@ -44,7 +44,12 @@ from recovery.models import (
     Workload,
 )
 from recovery.sources.schedulers.optin import parse_job_comment
-from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
+from tests.factories import (
+    AnomalyFactory,
+    ClusterFactory,
+    RecommendationFactory,
+    WorkloadFactory,
+)
 from tests.fakes import Scripted, job
 
 FRESH = History(attempts=1, attempts_without_checkpoint=0)
@@ -185,6 +190,40 @@ def test_excluding_too_much_of_the_cluster_asks_a_person() -> None:
     recommendation = recommend(wide)
     assert recommendation is not None
     assert recommendation.status == RecommendationStatus.AWAITING_APPROVAL
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("others_excluded", "asks_a_person"),
+    [(["gpu-001"], False), (["gpu-003"], True)],
+    ids=["the-same-node", "another-node"],
+)
+def test_a_node_another_job_excluded_counts_once_towards_the_blast_radius(
+    others_excluded: list[str], asks_a_person: bool
+) -> None:
+    """
+    GIVEN ten nodes, a blast radius of 10 %, and another job's restart that excluded a node
+    WHEN a crash implicating gpu-001 is decided
+    THEN excluding gpu-001 again stays within the radius (one node of ten) and is ready, and
+         excluding it beside another node goes over it and asks a person; the facts name the
+         time of gpu-001's exclusion and count the other node only by the minute
+    """
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    for number in range(1, 11):
+        Node.objects.create(cluster=cluster, name=f"gpu-{number:03d}")
+    Policy.objects.create(name="tight", blast_radius_percent=10)
+    other = WorkloadFactory(cluster=cluster, job_id="other-job")
+    RecommendationFactory(workload=other, excluded_nodes=others_excluded)
+    workload = WorkloadFactory(cluster=cluster)
+    crash = AnomalyFactory(workload=workload, implicated_nodes=["gpu-001"])
+    recommendation = recommend(crash)
+    assert recommendation is not None
+    assert recommendation.excluded_nodes == ["gpu-001"]
+    wanted = RecommendationStatus.AWAITING_APPROVAL if asks_a_person else RecommendationStatus.READY
+    assert recommendation.status == wanted
+    facts = crash.decision_facts
+    assert sorted(facts["excluded_at"]) == [n for n in others_excluded if n == "gpu-001"]
+    assert sum(count for _, count in facts["excluded_by_minute"]) == 1
 
 
 # ---------- the job's policy and the cluster's: who chooses which ----------

@@ -245,3 +245,39 @@ def test_a_decision_the_policy_engine_gave_up_on_says_so() -> None:
     assert decision.explanation == (
         "the policy engine failed on it and gave up (OperationalError: gone)"
     )
+
+
+@pytest.mark.parametrize("over_the_radius", [False, True], ids=["within", "over"])
+def test_a_decision_recorded_with_facts_of_version_1_replays_as_it_was_made(
+    over_the_radius: bool,
+) -> None:
+    """
+    GIVEN a restart decided in an acting cluster with a 50 % blast radius on two nodes, its
+          facts then rewritten as version 1 held them (every node other jobs excluded named,
+          one here: gpu-002 itself, or gpu-001 beside it)
+    WHEN the policies in force are replayed
+    THEN the version-1 facts are read and the decision is reproduced: ready within the radius,
+         waiting for a person over it
+    """
+    cluster = ClusterFactory(mode=ClusterMode.ACTION, acknowledge_scheduler_actions=True)
+    for name in ("gpu-001", "gpu-002"):
+        Node.objects.create(cluster=cluster, name=name)
+    Policy.objects.create(name="half", blast_radius_percent=50)
+    workload = WorkloadFactory(cluster=cluster, current_attempt=1)
+    anomaly: Anomaly = AnomalyFactory(
+        workload=workload, attempt=AttemptFactory(workload=workload, number=1)
+    )
+    decide_when_ready(anomaly)
+    anomaly.refresh_from_db()
+    facts = dict(anomaly.decision_facts)
+    assert facts["v"] == 2
+    other = "gpu-001" if over_the_radius else "gpu-002"
+    facts["result"] = {**facts["result"], "needs_person": over_the_radius}
+    del facts["excluded_by_minute"], facts["excluded_at"]
+    Anomaly.objects.filter(pk=anomaly.pk).update(
+        decision_facts={**facts, "v": 1, "recent_exclusions": [[facts["at"], [other]]]}
+    )
+    report = replay(cluster, *window())
+    decision = only(report)
+    assert decision.verdict == SAME, decision.explanation
+    assert replayed(decision).needs_person is over_the_radius
