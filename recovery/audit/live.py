@@ -173,8 +173,8 @@ def publish_many(messages: Round) -> None:
             async_to_sync(_send)(layer, messages)
         else:
             publisher.hand_over(layer, messages)
-    except Exception:
-        _log_undelivered(messages)
+    except Exception:  # a live update lost never fails the write it reports; the page reloads
+        logger.warning("live update not delivered: %s", _kinds(messages), exc_info=True)
 
 
 async def _send(layer: Any, messages: Round) -> None:
@@ -213,9 +213,8 @@ def _as_message(sent: Message | list[AuditEventMessage]) -> Message | AuditEvent
     return {"type": "audit.events", "events": sent}
 
 
-def _log_undelivered(messages: Round) -> None:
-    kinds = sorted({message["type"] for _, message in messages})
-    logger.warning("live update not delivered: %s", ", ".join(kinds), exc_info=True)
+def _kinds(messages: Round) -> str:
+    return ", ".join(sorted({message["type"] for _, message in messages}))
 
 
 class _Publisher:
@@ -252,8 +251,8 @@ class _Publisher:
             layer, messages = await self.rounds.get()
             try:
                 await asyncio.wait_for(_send(layer, messages), PUBLISH_TIMEOUT_S)
-            except Exception:
-                _log_undelivered(messages)
+            except Exception:  # one round lost, never the publisher's thread
+                logger.warning("live update not delivered: %s", _kinds(messages), exc_info=True)
             finally:
                 with self.lock:
                     self.pending -= 1

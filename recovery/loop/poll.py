@@ -169,7 +169,7 @@ def poll_cluster(
     now = now or timezone.now()
     try:
         summary = _poll(cluster, adapter, now=now, ingest_logs=ingest_logs, workloads=workloads)
-    except Exception as exc:
+    except Exception as exc:  # whatever broke is shown on the cluster, then raised on
         _record_poll_failure(cluster, exc, now)
         raise
     _record_poll_success(cluster, now)

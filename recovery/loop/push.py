@@ -181,7 +181,7 @@ class PushBudget:
             )
         try:
             taken, value = self._run(_TAKE, workload, spent, count, limit, BUDGET_WINDOW_MS)
-        except Exception as exc:
+        except Exception as exc:  # a budget that cannot be read refuses the push (fail closed)
             raise BudgetUnknown(str(exc)) from exc
         if taken:
             return
@@ -199,8 +199,11 @@ class PushBudget:
             return
         try:
             self._run(_GIVE_BACK, workload, spent, count)
-        except Exception:
-            logger.warning("could not give back %s %s of job token %s", count, spent, self.token_id)
+        except Exception:  # called while another error unwinds: that one must reach the caller
+            logger.warning(
+                "could not give back %s %s of job token %s",
+                count, spent, self.token_id, exc_info=True,
+            )  # fmt: skip
 
     @contextmanager
     def taken(self, spending: Iterable[tuple[Workload, Spent, int]]) -> Iterator[None]:
@@ -604,7 +607,7 @@ def enqueue_poll(cluster_id: int, queue_poll: QueuePoll) -> bool:
         if not first:
             return False
         queue_poll(cluster_id)
-    except Exception:
+    except Exception:  # a shortcut only: the next scheduled poll reads the job anyway
         logger.warning("could not queue a poll of cluster %s for a hook", cluster_id, exc_info=True)
         return False
     return True

@@ -124,8 +124,8 @@ def post_with_deadline(url: str, body: bytes, *, token: str, timeout: float) -> 
                 f"invalid reply: body larger than {MAX_REPLY_BYTES} bytes"
             ) from None
         raise ProviderError(f"provider unreachable: {exc.reason}") from None
-    except Exception as exc:
-        raise ProviderError(f"provider call failed: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # any failure of the call is the provider's: recorded, not raised on
+        raise ProviderError(f"provider call failed: {type(exc).__name__}: {exc}") from exc
     if reply.status != 200:
         raise ProviderError(f"provider answered {reply.status}")
     return reply.body

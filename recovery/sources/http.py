@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import socket
 import ssl
 import threading
@@ -33,6 +34,8 @@ from functools import cache
 from typing import Any
 
 import httpx
+
+logger = logging.getLogger(__name__)
 
 READ_CHUNK = 64 * 1024
 # The body of an error is a courtesy, read for the server's own explanation: never more.
@@ -285,6 +288,7 @@ def _error_body(response: httpx.Response) -> bytes:
             if size >= ERROR_BODY_BYTES:
                 break
     except Exception:  # the body of an error is a courtesy; its absence is not a new error
+        logger.debug("the body of an error reply could not be read", exc_info=True)
         return b""
     return b"".join(chunks)
 
@@ -345,7 +349,7 @@ def _within(
     def run() -> None:
         try:
             result.append(attempt())
-        except BaseException as exc:  # handed to the caller's thread as it is
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             result.append(exc)
 
     worker = threading.Thread(target=run, name="http-exchange", daemon=True)
