@@ -175,6 +175,7 @@ LINT_ENV := DATABASE_URL=sqlite:///var/lint.sqlite3
 lint: install install-e2e
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(LINT_ENV) $(BIN)/python deploy/dev/mypy_baseline.py
 	$(LINT_ENV) $(BIN)/python manage.py check
 	$(LINT_ENV) $(BIN)/python manage.py makemigrations --check --dry-run

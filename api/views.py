@@ -9,7 +9,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from recovery.read.health import attribution_status, service_statuses
+from recovery.read.health import service_statuses
+from recovery.sources.provider_status import attribution_status
 
 HEALTH = inline_serializer(
     "Health",

@@ -4,9 +4,9 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from recovery.read.health import NO_PROVIDER_REASON, attribution_status
 from recovery.read.queries import unacknowledged_abandoned
 from recovery.roles import can_decide
+from recovery.sources.provider_status import NO_PROVIDER_REASON, attribution_status
 
 
 def console(request: HttpRequest) -> dict[str, Any]:

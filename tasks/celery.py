@@ -7,7 +7,7 @@ import os
 from celery import Celery
 from celery.signals import task_failure
 
-from recovery.read.self_metrics import record_task_failure
+from tasks.failures import record_task_failure
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workload_recovery.settings")
 

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from recovery.loop.held import tokens_for
-from recovery.loop.poll import adapter_for, is_polled, log_store_of
+from recovery.loop.poll import adapter_for, log_store_of
 from recovery.loop.poll import judge_cluster as judge
 from recovery.loop.poll import poll_cluster as poll
 from recovery.loop.workloads import process_workloads as process
@@ -287,7 +287,7 @@ def queue_poll(cluster_id: int) -> None:
 @shared_task(name="tasks.polling.poll_all_clusters")
 def poll_all_clusters() -> int:
     """Queue one poll per scheduler-backed cluster, each expiring before the next round."""
-    clusters = [cluster.pk for cluster in Cluster.objects.all() if is_polled(cluster)]
+    clusters = [cluster.pk for cluster in Cluster.objects.all() if cluster.is_polled]
     for cluster_id in clusters:
         poll_cluster.apply_async((cluster_id,), expires=settings.POLL_SECONDS * 0.9)
     return len(clusters)

@@ -10,8 +10,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from console.access import console_view
 from console.forms import SignalStoresForm
+from recovery.clusters.configurator import inspect_logs, inspect_metrics, save_signals
 from recovery.models import Cluster
-from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
 
 SAVE_NEEDS_SUPERUSER = (
     "Nothing saved: the stores are part of the cluster's connection settings, which only a "

@@ -15,7 +15,7 @@ from recovery.choices import FailureCategory
 from recovery.detection.teaching import pattern_for_line, suggested_name
 from recovery.loop.teaching import PatternDraft, TeachingPreview, preview_draft, teach
 from recovery.models import Anomaly, Cluster
-from recovery.read.unexplained import last_lines_of, shown, unexplained_failures
+from recovery.read.unexplained import shown, unexplained_failures
 
 UNEXPLAINED_PAGE_SIZE = 20
 CHANGED_SINCE_PREVIEW = (
@@ -84,7 +84,7 @@ def teach_pattern(request: HttpRequest, anomaly_id: int) -> HttpResponse:
     else:
         line_index = _line_index(request.GET.get("line"))
         form = TeachPatternForm(initial=_initial(anomaly, line_index))
-    lines = last_lines_of(anomaly)
+    lines = anomaly.last_lines
     if not 0 <= line_index < len(lines):
         raise Http404("This failure has no such line.")
     may_save = previewed is not None and previewed.acceptable
@@ -113,7 +113,7 @@ def _line_index(value: str | None) -> int:
 
 
 def _initial(anomaly: Anomaly, line_index: int) -> dict[str, object]:
-    lines = last_lines_of(anomaly)
+    lines = anomaly.last_lines
     if not 0 <= line_index < len(lines):
         raise Http404("This failure has no such line.")
     line = lines[line_index]

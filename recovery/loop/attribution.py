@@ -40,7 +40,7 @@ from recovery.choices import Attribution, AuditKind, Confirmation, FailureCatego
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.taxonomy import NO_CATEGORY
 from recovery.models import Anomaly, Verdict
-from recovery.read import health
+from recovery.sources import provider_status
 from recovery.sources.attribution_provider import (
     ProviderError,
     ProviderVerdict,
@@ -192,7 +192,7 @@ def attribute_builtin(
             anomaly.provider_due_at = timezone.now()
             anomaly.save(update_fields=["provider_due_at"])
         else:
-            reason = health.NO_PROVIDER_REASON if not configured else not_asked_reason()
+            reason = provider_status.NO_PROVIDER_REASON if not configured else not_asked_reason()
             outcome = ProviderOutcome(None, None, reason)
             _record_attributed(anomaly, builtin, builtin, None, outcome)
     return builtin
@@ -347,7 +347,7 @@ def _record_attributed(
 
 def _track_provider_health(anomaly: Anomaly, outcome: ProviderOutcome) -> None:
     assert outcome.host is not None
-    previous = health.remember_provider_outcome(
+    previous = provider_status.remember_provider_outcome(
         host=outcome.host, ok=not outcome.degraded, reason=outcome.reason, at=timezone.now()
     )
     if not outcome.degraded:
@@ -372,8 +372,8 @@ def consult_provider(anomaly: Anomaly, builtin: Verdict) -> ProviderOutcome:
     """Ask the configured provider for its verdict; any failure becomes the degraded reason."""
     url = settings.ATTRIBUTION_PROVIDER_URL or ""
     if not url:
-        return ProviderOutcome(None, None, health.NO_PROVIDER_REASON)
-    host = health.attribution_provider_host()
+        return ProviderOutcome(None, None, provider_status.NO_PROVIDER_REASON)
+    host = provider_status.attribution_provider_host()
     started = time.monotonic()
     try:
         if urlsplit(url).scheme not in ("http", "https"):

@@ -24,7 +24,7 @@ from django.utils import timezone
 from recovery.audit.actors import Actor
 from recovery.audit.live import announcements_batched
 from recovery.audit.record import record_event
-from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
+from recovery.choices import AttemptExitState, AuditKind, WorkloadState
 from recovery.loop.anomalies import finish_awaited_attributions
 from recovery.loop.gpu_checks import check_gpu_metrics, metric_store_of
 from recovery.loop.logs import OnNode, attempts_by_node, ingest_node_kernel_logs
@@ -125,17 +125,6 @@ def adapter_for(cluster: Cluster) -> SchedulerAdapter:
     return build_adapter(
         str(cluster.connection), cluster.connection_settings or {}, name=cluster.name
     )
-
-
-def is_polled(cluster: Cluster) -> bool:
-    """Whether a scheduler stands behind the cluster: Slurm, or a running simulation.
-
-    The demo's recorded history clusters are simulated without a simulator: nothing to poll.
-    """
-    if cluster.connection != Connection.SIMULATED:
-        return True
-    simulator = (cluster.connection_settings or {}).get("simulator")
-    return isinstance(simulator, dict) and "name" in simulator
 
 
 def log_store_of(cluster: Cluster) -> LogSource | None:

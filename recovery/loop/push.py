@@ -36,7 +36,6 @@ from recovery.choices import AuditKind, EvidenceSource
 from recovery.detection.scanner import CheckpointPoint, ProgressPoint, ScanResult
 from recovery.loop.anomalies import attempt_writing, record_progress, record_read
 from recovery.loop.logs import scan
-from recovery.loop.poll import is_polled
 from recovery.models import AuditEvent, Cluster, LogCursor, Node, Workload
 
 if TYPE_CHECKING:
@@ -586,7 +585,7 @@ def request_poll(cluster: Cluster, queue_poll: QueuePoll) -> bool:
 
     Returns whether one was asked for: only clusters with a scheduler behind them are polled.
     """
-    if not is_polled(cluster):
+    if not cluster.is_polled:
         return False
     cluster_id = cluster.pk
     transaction.on_commit(lambda: enqueue_poll(cluster_id, queue_poll))

@@ -30,7 +30,6 @@ from recovery.detection.linear_regex import PatternError, compile_linear
 from recovery.detection.teaching import Preview, Refusal, preview
 from recovery.loop.patterns import active_signature_set, signature_from_row
 from recovery.models import Anomaly, DetectionPattern
-from recovery.read.unexplained import last_lines_of
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ def other_failures(anomaly: Anomaly) -> dict[int, Sequence[str]]:
         .order_by("-detected_at", "-id")
         .only("pk", "details")[:OTHER_FAILURES]
     )
-    return {other.pk: lines for other in others if (lines := last_lines_of(other))}
+    return {other.pk: lines for other in others if (lines := other.last_lines)}
 
 
 def row_for(draft: PatternDraft, line: str) -> DetectionPattern:
@@ -123,7 +122,7 @@ def preview_draft(anomaly: Anomaly, line_index: int, draft: PatternDraft) -> Tea
     """Validate ``draft`` as the model does, then preview it on the labelled cases and the
     other unexplained failures. ``line_index`` is the selected line among the failure's last
     lines; an index out of range is an error of the draft."""
-    lines = last_lines_of(anomaly)
+    lines = anomaly.last_lines
     if not 0 <= line_index < len(lines):
         return TeachingPreview(draft, "", None, {"": ["Choose a line of this failure."]})
     line = lines[line_index]

@@ -37,7 +37,7 @@ from recovery.choices import (
     RecommendationStatus,
     WorkloadState,
 )
-from recovery.loop.poll import adapter_for, is_polled
+from recovery.loop.poll import adapter_for
 from recovery.models import (
     AuditEvent,
     Cluster,
@@ -74,7 +74,7 @@ def run_watchdog(
     summary = WatchdogSummary()
     summary.expired = expire_stale_recommendations(now)
     for cluster in Cluster.objects.all():
-        if not is_polled(cluster):
+        if not cluster.is_polled:
             continue
         held = list(
             Workload.objects.filter(cluster=cluster, state=WorkloadState.HELD).select_related(

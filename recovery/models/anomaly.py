@@ -133,6 +133,14 @@ class Anomaly(models.Model):
         return (self.confirmation_at - self.evidence_at).total_seconds()
 
     @property
+    def last_lines(self) -> list[str]:
+        """The last lines the job printed, as the loop kept them with the failure."""
+        lines = (self.details or {}).get("last_lines")
+        if not isinstance(lines, list):
+            return []
+        return [line for line in lines if isinstance(line, str)]
+
+    @property
     def evidence_provenance(self) -> str:
         """Where the evidence came from and whether the job's user controls it, in words."""
         source = self.get_evidence_source_display() if self.evidence_source else "not recorded"

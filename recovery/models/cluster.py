@@ -112,6 +112,17 @@ class Cluster(models.Model):
         return self.name
 
     @property
+    def is_polled(self) -> bool:
+        """Whether a scheduler stands behind the cluster: Slurm, or a running simulation.
+
+        The demo's recorded history clusters are simulated without a simulator: nothing to poll.
+        """
+        if self.connection != Connection.SIMULATED:
+            return True
+        simulator = (self.connection_settings or {}).get("simulator")
+        return isinstance(simulator, dict) and "name" in simulator
+
+    @property
     def acts_automatically(self) -> bool:
         """Whether a recommendation may reach the scheduler without an operator's approval."""
         return self.mode == ClusterMode.ACTION and self.acknowledge_scheduler_actions

@@ -2,7 +2,7 @@
 
 Read by the Console's Clusters page. The figures come from a fixed number of grouped queries,
 whatever the number of clusters: one for the clusters, one per count family, and at most one
-for the attribution provider's last outcome (cached by ``recovery.read.health``).
+for the attribution provider's last outcome (cached by ``recovery.sources.provider_status``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from recovery.choices import ClusterMode, RecommendationStatus, WorkloadState
-from recovery.loop.poll import is_polled
 from recovery.models import Cluster, Node, Recommendation, Workload
 from recovery.read.controllers import CONTROLLER_SEEN_WITHIN, ClusterControllers, controllers_of
 from recovery.read.controllers import ago as _ago
-from recovery.read.health import NO_PROVIDER_REASON, AttributionStatus, attribution_status
+from recovery.sources.provider_status import (
+    NO_PROVIDER_REASON,
+    AttributionStatus,
+    attribution_status,
+)
 
 # Polls run every POLL_SECONDS; three missed rounds is more than a slow poll or a busy worker.
 STALE_AFTER_POLLS = 3
@@ -104,7 +107,7 @@ def cluster_statuses(
     seen = controllers_of(clusters, now)
     statuses = []
     for cluster in clusters:
-        polled = is_polled(cluster)
+        polled = cluster.is_polled
         controller = _Controllers(len(seen[cluster.pk].controllers), seen[cluster.pk].last_seen)
         warnings = _attribution_warnings(attribution)
         if polled:

@@ -41,7 +41,6 @@ from recovery.choices import (
 )
 from recovery.models import Attempt, AuditEvent, Cluster, Recommendation
 from recovery.read.goodput import Distribution
-from recovery.read.health import AttributionStatus, attribution_status
 from recovery.read.readiness_checklist import (
     CARRIED_OUT,
     CheckItem,
@@ -50,6 +49,7 @@ from recovery.read.readiness_checklist import (
     build_checklist,
     cluster_policy,
 )
+from recovery.sources.provider_status import AttributionStatus, attribution_status
 
 DEFAULT_DAYS = 30
 MIN_DAYS = 1

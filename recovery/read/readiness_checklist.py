@@ -19,7 +19,7 @@ from django.db.models import Count, Max, Q
 from recovery.choices import AuditKind, Disposition, RecommendationAction, RecommendationStatus
 from recovery.models import AuditEvent, Cluster, Policy, Recommendation
 from recovery.read.controllers import CONTROLLER_SEEN_WITHIN, ago, controllers_of
-from recovery.read.health import AttributionStatus
+from recovery.sources.provider_status import AttributionStatus
 
 if TYPE_CHECKING:
     from recovery.read.readiness import Readiness, _Row

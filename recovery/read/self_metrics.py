@@ -8,8 +8,8 @@ The one scan that grows with history is the anomalies' (about 110 ms for 30,000 
 MariaDB; the scrape as a whole took about 210 ms with 10,000 workloads, 20,000 recommendations
 and 1,000,000 audit events, of which only an index is read).
 
-The models are imported inside the functions that read them: the Celery app imports this module
-for its ``task_failure`` hook (``record_task_failure``) before Django is set up.
+The models are imported inside the functions that read them: the Celery app's ``task_failure``
+hook (``tasks.failures``) imports this module for the key it counts in before Django is set up.
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def last_log_reads() -> dict[tuple[int, str], datetime]:
 def task_failure_counts() -> dict[str, int] | None:
     """Failed Celery tasks per task name since Redis was last emptied; None if Redis is down."""
     try:
-        with _redis() as client:
+        with redis_for_figures() as client:
             raw: Mapping[bytes, bytes] = client.hgetall(TASK_FAILURES_KEY)
     except redis.RedisError as exc:
         logger.warning("task failure counts unavailable: %s", exc)
@@ -310,21 +310,9 @@ def task_failure_counts() -> dict[str, int] | None:
     return {name.decode(errors="replace"): int(count) for name, count in raw.items()}
 
 
-def record_task_failure(sender: Any = None, **_signal: Any) -> None:
-    """Celery ``task_failure`` receiver: count one failure of the task ``sender``.
-
-    A Redis outage must not turn a task failure into a crash of the worker's signal dispatch:
-    the failure is then only logged (Celery logs the task's own error anyway).
-    """
-    name = str(getattr(sender, "name", None) or sender or "unknown")
-    try:
-        with _redis() as client:
-            client.hincrby(TASK_FAILURES_KEY, name, 1)
-    except redis.RedisError as exc:
-        logger.warning("could not count the failure of task %s: %s", name, exc)
-
-
-def _redis() -> redis.Redis:
+def redis_for_figures() -> redis.Redis:
+    """A client that gives up on Redis within ``REDIS_TIMEOUT_S``: a figure is not worth a
+    scrape's (or a worker's) wait."""
     return redis.Redis.from_url(
         settings.REDIS_URL,
         socket_timeout=REDIS_TIMEOUT_S,

@@ -44,16 +44,8 @@ def shown(anomaly: Anomaly) -> UnexplainedFailure:
         anomaly=anomaly,
         exit_code=_integer(details.get("exit_code")),
         signal=_integer(details.get("signal")),
-        lines=last_lines_of(anomaly),
+        lines=anomaly.last_lines,
     )
-
-
-def last_lines_of(anomaly: Anomaly) -> list[str]:
-    """The last lines the job printed, as the loop kept them with the failure."""
-    lines = (anomaly.details or {}).get("last_lines")
-    if not isinstance(lines, list):
-        return []
-    return [line for line in lines if isinstance(line, str)]
 
 
 def _integer(value: object) -> int | None:

@@ -25,19 +25,22 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from recovery.simulator.cluster import SimulatedCluster
-from recovery.simulator.store import BaseSimulationStore
+from recovery.simulator.store import BaseSimulationStore, config_from_settings, simulation_store
 from recovery.sources.schedulers.base import (
     Command,
     CommandResult,
+    Connection,
     JobInfo,
     NodeInfo,
     SchedulerAdapter,
     SchedulerError,
 )
+from recovery.sources.schedulers.registry import NotPolled, register
 from recovery.sources.schedulers.transport import LocalTransport
 from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
 
@@ -168,3 +171,19 @@ class SimulatedAdapter(SchedulerAdapter):
                 f"waiting for {result.argv[0]}"
             )
         return result
+
+
+@register(Connection.SIMULATED)
+def simulated(settings: Mapping[str, Any]) -> SchedulerAdapter:
+    """A running simulation, shared through Redis or files; none behind a recorded demo history."""
+    if "simulator" not in settings:
+        raise NotPolled(Connection.SIMULATED)
+    from django.conf import settings as django_settings
+
+    config = config_from_settings(dict(settings["simulator"]))
+    store = simulation_store(
+        config,
+        redis_url=django_settings.REDIS_URL,
+        state_dir=django_settings.SIMULATOR_STATE_DIR,
+    )
+    return SimulatedAdapter(store)

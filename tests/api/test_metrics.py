@@ -40,6 +40,7 @@ from recovery.models import (
     Workload,
 )
 from recovery.read import self_metrics as figures
+from tasks.failures import record_task_failure
 from tests.factories import (
     AnomalyFactory,
     ClusterFactory,
@@ -527,7 +528,7 @@ def test_it_still_serves_the_database_figures_when_redis_is_down(
     settings: SettingsWrapper, two_clusters: object
 ) -> None:
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    figures.record_task_failure(sender=None)  # logged, not raised
+    record_task_failure(sender=None)  # logged, not raised
     families = scrape()
     assert value(families, "wr_task_failures_readable") == 0
     assert families["wr_task_failures_total"].samples == []
@@ -679,7 +680,7 @@ def test_head_answers_without_computing_the_figures() -> None:
 
 def test_the_task_failure_hook_imports_before_django_is_set_up() -> None:
     """tasks/celery.py imports the hook when the worker starts, before django.setup()."""
-    code = "import tasks.celery; from recovery.read.self_metrics import record_task_failure"
+    code = "import tasks.celery; from tasks.failures import record_task_failure"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "workload_recovery.settings"}
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60

@@ -21,7 +21,6 @@ from recovery.choices import (
     RecommendationStatus,
 )
 from recovery.models import Attempt, Cluster, ControllerToken, Policy, Recommendation, Workload
-from recovery.read.health import NO_PROVIDER_REASON, AttributionStatus
 from recovery.read.readiness import (
     DEFAULT_DAYS,
     DaysError,
@@ -31,6 +30,7 @@ from recovery.read.readiness import (
     readiness_of,
 )
 from recovery.read.readiness_checklist import MONITOR_TRIAL_DECISIONS, CheckState
+from recovery.sources.provider_status import NO_PROVIDER_REASON, AttributionStatus
 from tests.factories import AnomalyFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db

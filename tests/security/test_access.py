@@ -22,9 +22,9 @@ from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery.audit.payloads import payload_problems
 from recovery.choices import AuditKind, ClusterMode, Connection
+from recovery.clusters import configurator
+from recovery.clusters.configurator import inspect_logs, inspect_metrics
 from recovery.models import AuditEvent, Cluster
-from recovery.sources import configurator
-from recovery.sources.configurator import inspect_logs, inspect_metrics
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory
 from tests.sources.recorded_servers import LokiEntry, loki, serving

@@ -7,14 +7,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from recovery.models import Cluster
-from recovery.sources.configurator import (
+from recovery.clusters.configurator import (
     LogsInspection,
     MetricsInspection,
     inspect_logs,
     inspect_metrics,
     save_signals,
 )
+from recovery.models import Cluster
 
 
 class Command(BaseCommand):

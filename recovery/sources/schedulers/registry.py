@@ -2,8 +2,8 @@
 
 ``ADAPTERS`` maps a kind (a cluster's ``connection``, a ``Connection`` member) to a builder
 that takes the cluster's plain ``connection_settings`` dict; ``build_adapter`` calls it. Pure
-Python: the Advisor Controller uses this on login nodes without Django, so nothing here imports
-Django or a model at module level (the simulator's builder imports what it needs when called).
+Python, like the rest of the package: Slurm's builders are here, the simulator registers its own
+(``recovery.simulator.adapter``, imported when the control plane's app is ready).
 """
 
 from __future__ import annotations
@@ -83,22 +83,3 @@ def ssh_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
     except (KeyError, ValueError) as exc:
         raise SettingsIncomplete(f"SSH settings incomplete: {exc}") from None
     return SlurmAdapter(transport)
-
-
-@register(Connection.SIMULATED)
-def simulated(settings: Mapping[str, Any]) -> SchedulerAdapter:
-    """A running simulation, shared through Redis or files; none behind a recorded demo history."""
-    if "simulator" not in settings:
-        raise NotPolled(Connection.SIMULATED)
-    from django.conf import settings as django_settings
-
-    from recovery.simulator.adapter import SimulatedAdapter
-    from recovery.simulator.store import config_from_settings, simulation_store
-
-    config = config_from_settings(dict(settings["simulator"]))
-    store = simulation_store(
-        config,
-        redis_url=django_settings.REDIS_URL,
-        state_dir=django_settings.SIMULATOR_STATE_DIR,
-    )
-    return SimulatedAdapter(store)

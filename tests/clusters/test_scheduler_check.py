@@ -12,8 +12,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from recovery.clusters.scheduler_check import check_scheduler
 from recovery.sources.schedulers.base import NodeInfo
-from recovery.sources.schedulers.check import check_scheduler
 from tests.factories import ClusterFactory
 from tests.fakes import SUBMITTED, Scripted, job
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from pytest_django.fixtures import Settings as SettingsWrapper
 
+from recovery.clusters.configurator import inspect_logs, inspect_metrics, save_signals
 from recovery.loop.poll import log_store_of
-from recovery.sources.configurator import inspect_logs, inspect_metrics, save_signals
 from recovery.sources.logs.base import to_ns
 from tests.factories import ClusterFactory
 from tests.sources.conftest import PrometheusProcess
