@@ -8,24 +8,26 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recovery.loop import decision_facts
+from recovery.loop import exclusions_read
 from recovery.loop.decision_facts import (
     _counted_by_minute,
-    _Exclusion,
-    _ExclusionsRead,
-    _newest_walking,
-    _signature_of,
     minutes_before,
     over_blast_radius_from,
+)
+from recovery.loop.exclusions_read import (
+    Exclusion,
+    ExclusionsRead,
+    _newest_walking,
+    _signature_of,
 )
 from recovery.models import Policy
 
 
-def random_rows(seed: int, count: int) -> list[_Exclusion]:
+def random_rows(seed: int, count: int) -> list[Exclusion]:
     rng = random.Random(seed)
     start = datetime(2026, 12, 1, tzinfo=UTC)
     rows = [
-        _Exclusion(
+        Exclusion(
             pk=pk,
             workload_id=rng.randrange(6),
             # Some restarts at the very same moment: one entry of the facts holds them all.
@@ -47,7 +49,7 @@ def test_the_index_gives_what_walking_every_row_gives(seed: int) -> None:
          walking the rows newest first gives them
     """
     rows = random_rows(seed, 40)
-    read = _ExclusionsRead(_signature_of(rows), rows)
+    read = ExclusionsRead(_signature_of(rows), rows)
     for workload_id in range(8):
         assert read.of_others(workload_id) == dict(_newest_walking(rows, workload_id))
 
@@ -58,16 +60,16 @@ def test_past_the_limit_only_the_newest_restarts_count(monkeypatch: pytest.Monke
     WHEN a workload decides
     THEN only the nodes of the 3 newest count, its own restarts not among them
     """
-    monkeypatch.setattr(decision_facts, "MAX_RECENT_EXCLUSIONS", 3)
+    monkeypatch.setattr(exclusions_read, "MAX_RECENT_EXCLUSIONS", 3)
     at = datetime(2026, 12, 1, tzinfo=UTC)
     rows = [
-        _Exclusion(5, 1, at + timedelta(minutes=5), ["node005"], 0),
-        _Exclusion(4, 2, at + timedelta(minutes=4), ["node004"], 0),
-        _Exclusion(3, 2, at + timedelta(minutes=3), ["node003"], 0),
-        _Exclusion(2, 3, at + timedelta(minutes=2), ["node002"], 0),
-        _Exclusion(1, 3, at + timedelta(minutes=1), ["node001"], 0),
+        Exclusion(5, 1, at + timedelta(minutes=5), ["node005"], 0),
+        Exclusion(4, 2, at + timedelta(minutes=4), ["node004"], 0),
+        Exclusion(3, 2, at + timedelta(minutes=3), ["node003"], 0),
+        Exclusion(2, 3, at + timedelta(minutes=2), ["node002"], 0),
+        Exclusion(1, 3, at + timedelta(minutes=1), ["node001"], 0),
     ]
-    read = _ExclusionsRead(_signature_of(rows), rows)
+    read = ExclusionsRead(_signature_of(rows), rows)
     assert sorted(read.of_others(1)) == ["node002", "node003", "node004"]
 
 
@@ -82,12 +84,12 @@ def test_a_read_extended_with_newer_restarts_gives_what_a_fresh_read_gives(seed:
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(1, len(rows)), 3))
     oldest = rows[cuts[-1] :]
-    read = _ExclusionsRead(_signature_of(oldest), oldest)
+    read = ExclusionsRead(_signature_of(oldest), oldest)
     read.of_others(0)  # the index made
     for start, end in reversed(list(zip([0, *cuts[:-1]], cuts, strict=True))):
         read = read.extended(rows[start:end])
         assert read._newest is not None
-    fresh = _ExclusionsRead(_signature_of(rows), rows)
+    fresh = ExclusionsRead(_signature_of(rows), rows)
     assert read.signature == fresh.signature
     for workload_id in range(8):
         assert read.of_others(workload_id) == fresh.of_others(workload_id)

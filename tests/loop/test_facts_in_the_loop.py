@@ -644,7 +644,7 @@ def no_exclusions_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process has read no cluster's exclusions yet: an earlier test's read of a cluster
     with the same id (ids start again after a flush) would be checked, found stale and read
     again, which is right but reads twice."""
-    monkeypatch.setattr("recovery.loop.decision_facts._exclusions_read", {})
+    monkeypatch.setattr("recovery.loop.exclusions_read._exclusions_read", {})
 
 
 def test_the_anomalies_of_one_read_share_the_blast_facts_read_once(
