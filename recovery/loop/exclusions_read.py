@@ -67,11 +67,11 @@ class ExclusionsRead:
             if self._of_anyone is None:
                 self._of_anyone = {node: newest for node, (newest, _, _) in self._newest.items()}
             return self._of_anyone
-        found = {
-            node: newest if by != workload_id else other
+        return {
+            node: at
             for node, (newest, by, other) in self._newest.items()
+            if (at := newest if by != workload_id else other) is not None
         }
-        return {node: at for node, at in found.items() if at is not None}
 
     def extended(self, newer: list[Exclusion]) -> ExclusionsRead:
         """This read with ``newer`` restarts (newest first, each newer than every row here)
