@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recovery.sources.schedulers.output_files import (
+from recovery.schedulers.output_files import (
     OutputAccess,
     OutputRefused,
     check_file,
     joined,
 )
-from recovery.sources.schedulers.transport import SSHTransport
+from recovery.schedulers.transport import SSHTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "ssh-bench"

@@ -6,7 +6,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from recovery.choices import SIGNATURE_CATEGORIES, Attribution, ClusterMode
 from recovery.detection.linear_regex import MAX_PATTERN_LENGTH
 from recovery.models import Cluster, Recommendation
-from recovery.sources.schedulers.validation import InvalidIdentifier, validate_partition
+from recovery.schedulers.validation import InvalidIdentifier, validate_partition
 
 # A failure is blamed on a layer, even if it is "unknown"; "none" is the healthy verdict's.
 TAUGHT_ATTRIBUTIONS = [(v, label) for v, label in Attribution.choices if v != Attribution.NONE]

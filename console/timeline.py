@@ -43,7 +43,7 @@ from recovery.read.timeline import (
     progress_points,
     step_before,
 )
-from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
+from recovery.schedulers.nodelist import NodeListError, compress_nodelist
 
 # Tall enough for two panels and the legend's rows below them (static/console/workload.css).
 TIMELINE_HEIGHT_PX = 560

@@ -6,7 +6,7 @@ it with the same names, values and labels, and checked against it when this modu
 Its values are shared with the test corpus and must not change.
 
 ``Connection`` and ``OptInMode`` are declared, Django-free, where the Advisor Controller reads
-them (``recovery.sources.schedulers.base`` and ``.optin``); the choices here take their names
+them (``recovery.schedulers.base`` and ``.optin``); the choices here take their names
 and values from there, add the labels, and are checked against them the same way.
 """
 
@@ -17,8 +17,8 @@ from enum import Enum
 from django.db import models
 
 from recovery.detection import taxonomy
-from recovery.sources.schedulers import base as schedulers
-from recovery.sources.schedulers import optin
+from recovery.schedulers import base as schedulers
+from recovery.schedulers import optin
 
 
 def _choice(member: taxonomy.LabelledEnum) -> tuple[str, str]:

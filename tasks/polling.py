@@ -31,7 +31,7 @@ from recovery.loop.poll import judge_cluster as judge
 from recovery.loop.poll import poll_cluster as poll
 from recovery.loop.workloads import process_workloads as process
 from recovery.models import Cluster
-from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
+from recovery.schedulers.base import SchedulerAdapter, SchedulerError
 from tasks.locks import held_while_running
 
 logger = logging.getLogger(__name__)

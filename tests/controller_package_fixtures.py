@@ -2,7 +2,7 @@
 virtual environments of each Python this machine has from 3.9 on (tests/deploy, and the restart
 on real Slurm in tests/slurm/test_controller_wheel.py).
 
-The wheel is built from ``recovery/controller/pyproject.toml`` with pip and hatchling, as an
+The wheel is built from ``deploy/controller-wheel/pyproject.toml`` with pip and hatchling, as an
 operator builds it. Each virtual environment holds the wheel, what it depends on, and pytest;
 never Django. Environments are kept under ``var/deploy-check/`` by the wheel's hash, so an
 unchanged wheel is not installed again on the next run; a changed one gets new environments.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE_DIR = REPO / "recovery" / "controller"
+PACKAGE_DIR = REPO / "deploy" / "controller-wheel"
 STATE_DIR = REPO / "var" / "deploy-check"
 # The oldest Python the controller's distribution supports, and the newer ones it is run on:
 # all of them in `make deploy-check`; `make test` names the oldest and the newest in

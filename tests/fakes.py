@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from recovery.sources.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter
-from recovery.sources.schedulers.compat import UTC
-from recovery.sources.schedulers.optin import parse_job_comment
+from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter
+from recovery.schedulers.compat import UTC
+from recovery.schedulers.optin import parse_job_comment
 
 # Recent: a job that started hours ago and never printed a step would rightly be a hang.
 SUBMITTED = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)

@@ -177,7 +177,7 @@ class SlurmCluster:
 
     def transport(self) -> Any:
         """How the project reaches this cluster: local commands, or SSH to its login node."""
-        from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
+        from recovery.schedulers.transport import LocalTransport, SSHTransport
 
         if self.ssh is None:
             return LocalTransport(env={"SLURM_CONF": str(self.conf)})
@@ -191,7 +191,7 @@ class SlurmCluster:
         )
 
     def adapter(self) -> Any:
-        from recovery.sources.schedulers.slurm import SlurmAdapter
+        from recovery.schedulers.slurm import SlurmAdapter
 
         return SlurmAdapter(self.transport())
 
@@ -381,7 +381,7 @@ class SSHServer:
 
     def transport(self, **overrides: Any) -> Any:
         """An ``SSHTransport`` to this server; ``overrides`` replace its settings."""
-        from recovery.sources.schedulers.transport import SSHTransport
+        from recovery.schedulers.transport import SSHTransport
 
         settings: dict[str, Any] = {
             "user": "root",

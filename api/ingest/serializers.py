@@ -9,7 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from recovery.sources.schedulers.nodelist import NodeListError, expand_nodelist
+from recovery.schedulers.nodelist import NodeListError, expand_nodelist
 
 JOB_ID = r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$"
 NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"

@@ -15,8 +15,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
+from recovery.schedulers.base import SchedulerError
 from recovery.simulator.store import published_simulation
-from recovery.sources.schedulers.base import SchedulerError
 
 
 def main(argv: list[str] | None = None) -> int:

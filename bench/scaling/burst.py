@@ -94,7 +94,7 @@ def run_burst(work: Path, reference_runs: int = 3) -> dict[str, Any]:
     from recovery.loop.logs import scan
     from recovery.loop.workloads import process_workloads
     from recovery.models import Anomaly, Attempt, Cluster, Workload
-    from recovery.sources.schedulers.transport import LocalTransport
+    from recovery.schedulers.transport import LocalTransport
 
     directory = work / "burst"
     directory.mkdir(parents=True, exist_ok=True)

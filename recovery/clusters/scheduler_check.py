@@ -11,7 +11,7 @@ from typing import Any
 
 from recovery.models import Cluster
 from recovery.models.cluster import scheduler_cluster_name
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     ACTIONABLE_FIELDS,
     Connection,
     JobInfo,

@@ -26,9 +26,9 @@ from recovery.controller.controller import (
     AdvisorController,
     MisconfiguredController,
 )
-from recovery.sources.schedulers.base import SchedulerAdapter, SchedulerError
-from recovery.sources.schedulers.slurm import SlurmAdapter
-from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
+from recovery.schedulers.base import SchedulerAdapter, SchedulerError
+from recovery.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.transport import LocalTransport, SSHTransport
 
 if TYPE_CHECKING:
     from recovery.simulator.store import BaseSimulationStore

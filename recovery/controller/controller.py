@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
 from recovery.controller.lease import Lease, LeaseLost
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     Command,
     CommandResult,
     ExpeditedRequeueUnavailable,
@@ -54,9 +54,9 @@ from recovery.sources.schedulers.base import (
     drained_by_recovery,
     resume_refusal,
 )
-from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist
-from recovery.sources.schedulers.optin import OptInMode
-from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
+from recovery.schedulers.nodelist import NodeListError, compress_nodelist
+from recovery.schedulers.optin import OptInMode
+from recovery.schedulers.validation import validate_job_id, validate_node_names
 
 logger = logging.getLogger(__name__)
 

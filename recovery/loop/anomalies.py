@@ -46,7 +46,7 @@ from recovery.loop.drains import propose_drains
 from recovery.loop.policy import decide_when_ready
 from recovery.loop.suspects import flag_suspect_nodes
 from recovery.models import Anomaly, Attempt, AuditEvent, ProgressSample, Workload
-from recovery.sources.schedulers.validation import MAX_NODE_NAME_LENGTH, name_problem, shown
+from recovery.schedulers.validation import MAX_NODE_NAME_LENGTH, name_problem, shown
 
 # Detector details worth keeping on the anomaly (hang and straggler figures, job state facts).
 KEPT_DETAIL = frozenset(

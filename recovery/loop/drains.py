@@ -50,7 +50,7 @@ from recovery.choices import (
 from recovery.loop.decision_facts import FACTS_VERSION, LONGEST_EXCLUSION, policy_facts
 from recovery.loop.policy import site_policy_for
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation
-from recovery.sources.schedulers.base import drain_reason
+from recovery.schedulers.base import drain_reason
 
 # A drain reported done shows in the scheduler's node state from the next poll on; until then
 # the recommendation itself says the node is drained.

@@ -12,7 +12,7 @@ What a read finds is recorded by ``recovery.loop.anomalies`` (``record_read``,
 A job chooses its own output paths, and the service reads with more rights than the job's user:
 an output file is read only inside the job's working directory or the cluster's
 ``output_prefixes``, never through a symbolic link, and only when it is a regular file owned by
-the job's uid (``recovery.sources.schedulers.output_files``). A refused file is recorded as
+the job's uid (``recovery.schedulers.output_files``). A refused file is recorded as
 ``input_ignored`` with the reason, once per workload, path and reason, and nothing else changes.
 Kernel logs are paths an administrator set. They are read as the kernel writes them
 (``recovery.detection.kernel_log``), never with the job-output signatures: the kernel prints
@@ -83,8 +83,8 @@ from recovery.models import (
     NodeLogCursor,
     Workload,
 )
-from recovery.sources.schedulers.base import SchedulerError, Transport
-from recovery.sources.schedulers.output_files import OutputAccess, OutputRefused
+from recovery.schedulers.base import SchedulerError, Transport
+from recovery.schedulers.output_files import OutputAccess, OutputRefused
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from recovery.loop.decision_facts import UNCONFIRMED
 from recovery.loop.logs import OnNode, attempts_by_node
 from recovery.loop.policy import DECISION_HORIZON, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
-from recovery.sources.schedulers.base import JobInfo, is_recovery_drain
+from recovery.schedulers.base import JobInfo, is_recovery_drain
 
 # Job states that are news about the attempt on their own; a bare FAILED is recorded only
 # when the logs explained nothing.

@@ -38,12 +38,7 @@ from recovery.loop.policy import decide_pending, policies_read_once
 from recovery.loop.workflows import workflow_of
 from recovery.loop.workloads import process_workloads
 from recovery.models import Attempt, Cluster, Node, Workload
-from recovery.sources.logs import (
-    LogSource,
-    LogSourceError,
-    source_from_settings,
-)
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     JobInfo,
     NodeInfo,
     SchedulerAdapter,
@@ -51,7 +46,12 @@ from recovery.sources.schedulers.base import (
     Transport,
     describe_unknown,
 )
-from recovery.sources.schedulers.registry import build_adapter
+from recovery.schedulers.registry import build_adapter
+from recovery.sources.logs import (
+    LogSource,
+    LogSourceError,
+    source_from_settings,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from recovery.models import (
     Workload,
 )
 from recovery.models.recommendation import InvalidTransition
-from recovery.sources.schedulers.base import Command, SchedulerAdapter, SchedulerError
+from recovery.schedulers.base import Command, SchedulerAdapter, SchedulerError
 
 logger = logging.getLogger(__name__)
 

@@ -63,9 +63,9 @@ from recovery.loop.monitors import SchedulerEnding, check_job_ending, run_progre
 from recovery.loop.patterns import active_signature_set
 from recovery.loop.policy import policies_read_once, policy_for
 from recovery.models import Attempt, AuditEvent, Cluster, LogCursor, ProgressSample, Workload
+from recovery.schedulers.base import Transport
+from recovery.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 from recovery.sources.logs import LogSource, LogSourceError
-from recovery.sources.schedulers.base import Transport
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
 
 # What a read changes on its output's cursor.
 CURSOR_FIELDS = ["offset", "truncations", "nonfinite_streaks", "updated_at"]

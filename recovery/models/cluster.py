@@ -16,7 +16,7 @@ from recovery.choices import (
     NodeHealth,
     SchedulerKind,
 )
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     NodeInfo,
     describe_unknown,
     drain_refusal,

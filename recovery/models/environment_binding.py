@@ -5,8 +5,8 @@ from django.db import models
 from django.db.models import Q
 
 from recovery.models.cluster import Cluster
-from recovery.sources.schedulers.optin import MAX_ENVIRONMENT_LENGTH
-from recovery.sources.schedulers.validation import name_problem
+from recovery.schedulers.optin import MAX_ENVIRONMENT_LENGTH
+from recovery.schedulers.validation import name_problem
 
 SAYS_WHICH_JOBS = (
     "Say which jobs may choose this environment: a partition, an account or both, or any job "

@@ -11,7 +11,7 @@ run written at its own width, so expanding the text gives back the same names. N
 number (``login``) and names with text after their number (``node1-ib``) stay whole.
 Duplicates go; the order of the input does not matter.
 
-``recovery.sources.schedulers.nodelist`` writes the same form for command lines and refuses
+``recovery.schedulers.nodelist`` writes the same form for command lines and refuses
 names that are unsafe there; these functions are for reading, and accept any text.
 """
 

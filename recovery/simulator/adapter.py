@@ -29,9 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from recovery.simulator.cluster import SimulatedCluster
-from recovery.simulator.store import BaseSimulationStore, config_from_settings, simulation_store
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     Command,
     CommandResult,
     Connection,
@@ -40,9 +38,11 @@ from recovery.sources.schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
 )
-from recovery.sources.schedulers.registry import NotPolled, register
-from recovery.sources.schedulers.transport import LocalTransport
-from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
+from recovery.schedulers.registry import NotPolled, register
+from recovery.schedulers.transport import LocalTransport
+from recovery.schedulers.validation import validate_job_id, validate_node_names
+from recovery.simulator.cluster import SimulatedCluster
+from recovery.simulator.store import BaseSimulationStore, config_from_settings, simulation_store
 
 # What the real adapter waits for a Slurm command (Transport.run's default timeout).
 COMMAND_TIMEOUT_SECONDS = 30

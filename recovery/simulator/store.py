@@ -33,9 +33,9 @@ from typing import Any
 
 import redis
 
+from recovery.schedulers.base import SchedulerError
 from recovery.simulator.cluster import SimConfig, SimulatedCluster
 from recovery.simulator.cluster.journal import ChaosControls
-from recovery.sources.schedulers.base import SchedulerError
 
 # A tick of a few thousand nodes takes well under this; a holder killed mid-way frees it then.
 LOCK_TIMEOUT_SECONDS = 30

@@ -21,8 +21,8 @@ from recovery.controller import cli
 from recovery.controller.client import INSTANCE_HEADER, AdvisorAPIError, AdvisorClient
 from recovery.controller.controller import AdvisorController
 from recovery.models import AuditEvent, ControllerToken, Recommendation
-from recovery.sources.schedulers.slurm import SlurmAdapter
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.transport import LocalTransport
 from tests.api.test_advisor import EXECUTED, claim, controller, ready_recommendation, report
 from tests.factories import ClusterFactory
 

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from recovery.clusters.scheduler_check import check_scheduler
-from recovery.sources.schedulers.base import NodeInfo
+from recovery.schedulers.base import NodeInfo
 from tests.factories import ClusterFactory
 from tests.fakes import SUBMITTED, Scripted, job
 

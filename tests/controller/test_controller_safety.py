@@ -19,7 +19,7 @@ import pytest
 
 from recovery.controller.client import AdvisorAPIError, ControllerIdentity, ReadyRecommendation
 from recovery.controller.controller import AdvisorController, MisconfiguredController
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     CommandResult,
     ExpeditedRequeueUnavailable,
     JobInfo,
@@ -27,7 +27,7 @@ from recovery.sources.schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
 )
-from recovery.sources.schedulers.compat import UTC
+from recovery.schedulers.compat import UTC
 from tests.fakes import job
 
 SUBMITTED = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from recovery.controller.client import ReadyRecommendation
 from recovery.controller.controller import AdvisorController
-from recovery.sources.schedulers.base import CommandResult, SchedulerError
+from recovery.schedulers.base import CommandResult, SchedulerError
 from tests.fakes import SUBMITTED, Scripted, job
 
 

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 
 from recovery.controller.client import AdvisorAPIError
-from recovery.simulator.adapter import SimulatedAdapter
-from recovery.simulator.cluster import SimConfig, SimulatedCluster
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     Command,
     CommandResult,
     JobInfo,
     SchedulerError,
 )
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.slurm import SlurmAdapter
+from recovery.simulator.adapter import SimulatedAdapter
+from recovery.simulator.cluster import SimConfig, SimulatedCluster
 from tests.controller.test_controller_safety import (
     STARTED,
     SUBMITTED,

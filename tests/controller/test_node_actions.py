@@ -15,7 +15,7 @@ import pytest
 
 from recovery.controller.client import ReadyRecommendation
 from recovery.controller.controller import AdvisorController
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     DRAIN_REASON_PREFIX,
     Command,
     CommandResult,
@@ -23,7 +23,7 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     drain_reason,
 )
-from recovery.sources.schedulers.compat import UTC
+from recovery.schedulers.compat import UTC
 from tests.fakes import Scripted
 
 

@@ -29,9 +29,9 @@ from recovery.controller.controller import DEFAULT_LEASE_SECONDS, AdvisorControl
 from recovery.demo.live import ensure_simulated_cluster
 from recovery.loop.poll import poll_cluster
 from recovery.models import AuditEvent, Cluster, ControllerToken, Policy, Recommendation
+from recovery.schedulers.base import CommandResult
 from recovery.simulator.cluster import SimConfig
 from recovery.simulator.store import SimulationStore
-from recovery.sources.schedulers.base import CommandResult
 from tests.controller.test_controller_safety import ModelSlurm, running_job
 from tests.factories import AttemptFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 

@@ -27,7 +27,7 @@ from recovery.loop.policy import decide_pending
 from recovery.loop.poll import poll_cluster
 from recovery.loop.push import LogBatch, ingest_log_batch
 from recovery.models import Anomaly, AuditEvent, Cluster, Policy, Recommendation, Workload
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.factories import ClusterFactory
 from tests.fakes import Scripted, job
 

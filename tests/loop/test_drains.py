@@ -26,7 +26,7 @@ from recovery.loop.anomalies import record_anomalies
 from recovery.loop.drains import request_resume
 from recovery.loop.monitors import check_node
 from recovery.models import Attempt, AuditEvent, Cluster, Node, Policy, Recommendation
-from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX
+from recovery.schedulers.base import DRAIN_REASON_PREFIX
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory, xid_79
 
 pytestmark = pytest.mark.django_db

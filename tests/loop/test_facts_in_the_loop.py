@@ -45,7 +45,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.base import JobInfo, NodeInfo
+from recovery.schedulers.base import JobInfo, NodeInfo
 from tests.factories import AttemptFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 from tests.fakes import Scripted, job
 

@@ -16,7 +16,7 @@ from recovery.loop import held
 from recovery.loop import workloads as workload_work
 from recovery.loop.workloads import process_workloads
 from recovery.models import Anomaly, LogCursor, Policy, ProgressSample, Workload
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.loop.test_workloads import running_workload, write
 
 pytestmark = pytest.mark.django_db

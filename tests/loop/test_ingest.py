@@ -12,7 +12,7 @@ from django.utils import timezone
 from recovery.choices import AuditKind
 from recovery.loop.logs import ingest_workload_logs
 from recovery.models import Anomaly, Attempt, AuditEvent, LogCursor, Recommendation, Workload
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.factories import WorkloadFactory
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from recovery.choices import AuditKind, Confirmation, Connection, NodeHealth
 from recovery.loop import logs
 from recovery.loop.logs import IGNORED_EVENT_INTERVAL, IngestSummary, ingest_node_kernel_logs
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, NodeLogCursor, Workload
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db

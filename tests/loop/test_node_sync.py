@@ -9,8 +9,8 @@ import pytest
 
 from recovery.loop.poll import poll_cluster
 from recovery.models import Node
-from recovery.sources.schedulers.base import NodeInfo
-from recovery.sources.schedulers.compat import UTC
+from recovery.schedulers.base import NodeInfo
+from recovery.schedulers.compat import UTC
 from tests.factories import ClusterFactory
 from tests.fakes import Scripted
 

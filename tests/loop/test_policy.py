@@ -43,7 +43,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.optin import parse_job_comment
+from recovery.schedulers.optin import parse_job_comment
 from tests.factories import (
     AnomalyFactory,
     ClusterFactory,

@@ -10,7 +10,7 @@ import pytest
 from recovery.choices import AttemptExitState, AuditKind, Connection, WorkloadState
 from recovery.loop.poll import adapter_for, poll_cluster
 from recovery.models import Attempt, AuditEvent, Node, Workload
-from recovery.sources.schedulers.base import NodeInfo, SchedulerError
+from recovery.schedulers.base import NodeInfo, SchedulerError
 from tests.factories import ClusterFactory
 from tests.fakes import SUBMITTED, Scripted, job
 

@@ -31,7 +31,7 @@ from recovery.loop.monitors import check_progress
 from recovery.loop.policy import decide
 from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly, AuditEvent, Cluster, Policy, ProgressSample, Workload
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.factories import ClusterFactory
 from tests.fakes import Scripted, job
 

@@ -17,7 +17,7 @@ from recovery.loop.recommendations import approve
 from recovery.loop.watchdog import run_watchdog
 from recovery.models import AuditEvent, ControllerToken, Policy, Recommendation
 from recovery.read.queries import unacknowledged_abandoned
-from recovery.sources.schedulers.base import CommandResult
+from recovery.schedulers.base import CommandResult
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 from tests.fakes import Scripted, job
 

@@ -28,7 +28,7 @@ from recovery.models import (
     ProgressSample,
     Workload,
 )
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.factories import ClusterFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db

@@ -27,8 +27,8 @@ from recovery.read.cluster_status import (
     WarningSeverity,
     cluster_statuses,
 )
+from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
 from recovery.sources.provider_status import NO_PROVIDER_REASON, AttributionStatus
-from recovery.sources.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter, SchedulerError
 from tasks.polling import poll_cluster as poll_cluster_task
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from recovery.read.hostlist import compress_hostnames, compress_ranks, sorted_hostnames
-from recovery.sources.schedulers.nodelist import expand_nodelist
+from recovery.schedulers.nodelist import expand_nodelist
 
 # --- ranks ---------------------------------------------------------------------------------------
 

@@ -41,9 +41,9 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.base import CommandResult
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.base import CommandResult
+from recovery.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
+from recovery.schedulers.slurm import SlurmAdapter
 from tests.factories import ClusterFactory, kernel_log_blames
 
 pytestmark = pytest.mark.django_db

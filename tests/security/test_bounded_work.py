@@ -47,8 +47,8 @@ from recovery.models import (
     Verdict,
     Workload,
 )
+from recovery.schedulers.transport import LocalTransport
 from recovery.sources.attribution_provider import post_with_deadline
-from recovery.sources.schedulers.transport import LocalTransport
 from tests.factories import AnomalyFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
 from tests.fakes import job
 

@@ -26,9 +26,9 @@ from recovery.choices import AuditKind
 from recovery.loop.logs import IngestSummary, ingest_workload_logs
 from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly, Attempt, AuditEvent, Cluster, LogCursor, Workload
-from recovery.sources.schedulers.base import Transport
-from recovery.sources.schedulers.output_files import OutputRefusal
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.base import Transport
+from recovery.schedulers.output_files import OutputRefusal
+from recovery.schedulers.transport import LocalTransport
 from tests.conftest import TEST_PASSWORD
 from tests.factories import ClusterFactory, WorkloadFactory
 from tests.fakes import Scripted, job

@@ -27,7 +27,7 @@ from recovery.choices import (
 )
 from recovery.loop.logs import ingest_node_kernel_logs
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation, Workload
-from recovery.sources.schedulers.transport import LocalTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.factories import AttemptFactory, ClusterFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db

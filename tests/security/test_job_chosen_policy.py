@@ -43,7 +43,7 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX
+from recovery.schedulers.base import DRAIN_REASON_PREFIX
 from tests.factories import AnomalyFactory, AttemptFactory, ClusterFactory, WorkloadFactory
 
 pytestmark = pytest.mark.django_db

@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from recovery.schedulers.base import SchedulerError
 from recovery.simulator.adapter import SimulatedAdapter
 from recovery.simulator.store import FileSimulationStore
-from recovery.sources.schedulers.base import SchedulerError
 
 UNKNOWN_JOB = "999999"
 

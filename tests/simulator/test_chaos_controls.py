@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from recovery.schedulers.base import SchedulerError
 from recovery.simulator.adapter import SimulatedAdapter
 from recovery.simulator.store import FileSimulationStore
-from recovery.sources.schedulers.base import SchedulerError
 from tests.simulator.test_cluster import only_job, quiet_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import pytest
 
 from recovery.detection.scanner import LogScanner, ProgressPoint, ScanResult
 from recovery.detection.signature_set import SignatureSet
+from recovery.schedulers.base import JobInfo, SchedulerError
 from recovery.simulator.cluster import SimConfig, SimulatedCluster
-from recovery.sources.schedulers.base import JobInfo, SchedulerError
 
 START = datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
 

@@ -16,6 +16,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from recovery.schedulers.base import SchedulerError
 from recovery.simulator import store as store_module
 from recovery.simulator.adapter import SimulatedAdapter
 from recovery.simulator.cluster import SimConfig
@@ -25,7 +26,6 @@ from recovery.simulator.store import (
     published_simulation,
     simulation_store,
 )
-from recovery.sources.schedulers.base import SchedulerError
 from tests.simulator.sim_process import UNKNOWN_JOB
 from tests.simulator.test_cluster import only_job, quiet_config
 

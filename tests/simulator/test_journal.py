@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from recovery.schedulers.base import SchedulerError
+from recovery.schedulers.validation import InvalidIdentifier
 from recovery.simulator.adapter import SimulatedAdapter
 from recovery.simulator.cluster import SimulatedCluster
 from recovery.simulator.cluster import journal as journal_module
 from recovery.simulator.faults import FAULT_KINDS, KINDS
 from recovery.simulator.store import FileSimulationStore
-from recovery.sources.schedulers.base import SchedulerError
-from recovery.sources.schedulers.validation import InvalidIdentifier
 from tests.simulator.test_cluster import START, listed_job, only_job, quiet_config, run
 
 

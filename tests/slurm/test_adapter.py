@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.base import CommandResult, JobInfo, SchedulerError, Transport
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.base import CommandResult, JobInfo, SchedulerError, Transport
+from recovery.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
+from recovery.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm

@@ -18,8 +18,8 @@ from recovery.controller.client import AdvisorClient
 from recovery.controller.controller import AdvisorController
 from recovery.loop import recommendations
 from recovery.models import Attempt, AuditEvent, Cluster, ControllerToken, Recommendation, Workload
-from recovery.sources.schedulers.base import JobInfo
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.base import JobInfo
+from recovery.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True, reset_sequences=True)]

@@ -12,7 +12,7 @@ import pytest
 
 from recovery.choices import AuditKind, RecommendationStatus
 from recovery.models import AuditEvent, Cluster, ControllerToken, Recommendation
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.slurm import SlurmAdapter
 from tests.controller_package_fixtures import ControllerVenv
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.test_advisor_controller import (

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.slurm import SlurmAdapter
 from tests.slurm.conftest import SlurmCluster
 from tests.slurm.test_adapter import wait_for
 

@@ -41,8 +41,8 @@ from recovery.models import (
     Recommendation,
     Workload,
 )
-from recovery.sources.schedulers.base import DRAIN_REASON_PREFIX, CommandResult, NodeInfo
-from recovery.sources.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.base import DRAIN_REASON_PREFIX, CommandResult, NodeInfo
+from recovery.schedulers.slurm import SlurmAdapter
 from tests.factories import kernel_log_blames
 from tests.slurm.conftest import SlurmCluster
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.base import JobInfo, SchedulerError
-from recovery.sources.schedulers.slurm import SlurmAdapter
-from recovery.sources.schedulers.transport import SSHTransport
+from recovery.schedulers.base import JobInfo, SchedulerError
+from recovery.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.transport import SSHTransport
 from tests.slurm_fixtures import SSH_HOST as HOST
 from tests.slurm_fixtures import SSHServer
 

@@ -27,8 +27,8 @@ from recovery.choices import AuditKind, NodeHealth
 from recovery.loop.attribution import EXTERNAL_PROVIDER, attribute
 from recovery.loop.logs import ingest_workload_logs
 from recovery.models import Anomaly, AuditEvent, Node, Verdict
+from recovery.schedulers.transport import LocalTransport
 from recovery.sources.provider_status import attribution_status
-from recovery.sources.schedulers.transport import LocalTransport
 from tests.conftest import TEST_PASSWORD
 from tests.factories import AnomalyFactory, AttemptFactory, WorkloadFactory
 

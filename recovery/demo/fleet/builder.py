@@ -52,14 +52,14 @@ from recovery.models import (
     Workflow,
     Workload,
 )
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     CommandResult,
     JobInfo,
     NodeInfo,
     SchedulerAdapter,
     SchedulerError,
 )
-from recovery.sources.schedulers.optin import OptIn
+from recovery.schedulers.optin import OptIn
 
 LEASE_SECONDS = 120
 # The demo's one controller process, as the instance id it would make at start.

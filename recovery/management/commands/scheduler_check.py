@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from recovery.clusters.scheduler_check import check_scheduler, format_check
 from recovery.loop.poll import adapter_for
 from recovery.models import Cluster
-from recovery.sources.schedulers.base import SchedulerError
+from recovery.schedulers.base import SchedulerError
 
 
 class Command(BaseCommand):

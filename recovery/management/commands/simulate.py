@@ -11,9 +11,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from recovery.choices import ClusterMode
 from recovery.demo.live import NotSimulated, ensure_simulated_cluster
+from recovery.schedulers.base import SchedulerError
 from recovery.simulator.cluster import SimConfig
 from recovery.simulator.store import BaseSimulationStore, simulation_store
-from recovery.sources.schedulers.base import SchedulerError
 
 
 class Command(BaseCommand):

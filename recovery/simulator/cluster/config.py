@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from recovery.schedulers.optin import OptInMode
 from recovery.simulator import logtext
-from recovery.sources.schedulers.optin import OptInMode
 
 # 2: the journal (commands, failures, attempts) and the chaos controls joined the state.
 STATE_VERSION = 2

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from recovery.schedulers.base import CommandResult, JobInfo, NodeInfo
+from recovery.schedulers.optin import parse_job_comment
 from recovery.simulator import logtext
 from recovery.simulator.cluster.config import (
     FINISHED,
@@ -21,8 +23,6 @@ from recovery.simulator.cluster.records import SimJob, SimNode
 from recovery.simulator.cluster.state import epoch_seconds, natural_key, ok_result, to_datetime
 from recovery.simulator.cluster.training import TrainingJobs
 from recovery.simulator.faults import KINDS
-from recovery.sources.schedulers.base import CommandResult, JobInfo, NodeInfo
-from recovery.sources.schedulers.optin import parse_job_comment
 
 
 class SimulatedCluster(TrainingJobs):

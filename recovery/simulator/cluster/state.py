@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from recovery.schedulers.base import CommandResult, SchedulerError
 from recovery.simulator import logtext
 from recovery.simulator.benign import BenignTable
 from recovery.simulator.cluster.config import STATE_VERSION, SimConfig
@@ -35,7 +36,6 @@ from recovery.simulator.cluster.journal import (
 )
 from recovery.simulator.cluster.records import SimJob, SimNode
 from recovery.simulator.faults import STRAGGLER, FaultKind, FaultTable
-from recovery.sources.schedulers.base import CommandResult, SchedulerError
 
 
 class ClusterState:
@@ -65,7 +65,7 @@ class ClusterState:
         self.table = FaultTable(config.fault_weights)
         self.benign_table = BenignTable(config.benign_events)
         # Resolved, as Slurm reports a working directory: output under a symbolic link is not
-        # read (recovery.sources.schedulers.output_files).
+        # read (recovery.schedulers.output_files).
         self.log_root = Path(config.log_dir).resolve() / config.name
         self._pending_lines: dict[int, list[str]] = {}
         self._pending_kernel: dict[str, list[str]] = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.optin import (
+from recovery.schedulers.optin import (
     MAX_COMMENT_LENGTH,
     OptIn,
     OptInMode,
@@ -281,7 +281,7 @@ def test_it_refuses_a_comment_that_is_too_long_without_parsing_it(
     def must_not_parse(text: str) -> object:
         raise AssertionError("a huge comment was parsed")
 
-    monkeypatch.setattr("recovery.sources.schedulers.optin.json.loads", must_not_parse)
+    monkeypatch.setattr("recovery.schedulers.optin.json.loads", must_not_parse)
     huge = '{"nvidia-recovery":{"environment":"prod","x":"' + "y" * 1_000_000 + '"}}'
 
     reason = reason_for(huge)

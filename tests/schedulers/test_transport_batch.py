@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.base import SchedulerError, Transport
-from recovery.sources.schedulers.output_files import (
+from recovery.schedulers.base import SchedulerError, Transport
+from recovery.schedulers.output_files import (
     OutputAccess,
     OutputRefusal,
     OutputRefused,
     PrefetchedOutput,
 )
-from recovery.sources.schedulers.transport import (
+from recovery.schedulers.transport import (
     BATCH_FILES,
     READ_REQUEST,
     LocalTransport,

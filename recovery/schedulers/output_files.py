@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from recovery.sources.schedulers.compat import StrEnum
+from recovery.schedulers.compat import StrEnum
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from recovery.sources.schedulers.compat import StrEnum
-from recovery.sources.schedulers.optin import OptIn
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
-from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
+from recovery.schedulers.compat import StrEnum
+from recovery.schedulers.optin import OptIn
+from recovery.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
+from recovery.schedulers.validation import validate_job_id, validate_node_names
 
 
 class SchedulerError(Exception):

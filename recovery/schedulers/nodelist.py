@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from recovery.sources.schedulers.validation import (
+from recovery.schedulers.validation import (
     DIGITS,
     MAX_NODE_NAME_LENGTH,
     NAME_CHARACTERS,

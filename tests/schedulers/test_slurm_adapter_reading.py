@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.base import CommandResult, SchedulerError
-from recovery.sources.schedulers.compat import UTC
-from recovery.sources.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
-from recovery.sources.schedulers.slurm import (
+from recovery.schedulers.base import CommandResult, SchedulerError
+from recovery.schedulers.compat import UTC
+from recovery.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
+from recovery.schedulers.slurm import (
     FALLBACK_FIELDS,
     NODE_FORMAT,
     SEPARATOR,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from recovery.sources.schedulers.compat import UTC
-from recovery.sources.schedulers.slurm_json import (
+from recovery.schedulers.compat import UTC
+from recovery.schedulers.slurm_json import (
     SlurmDocumentError,
     SlurmVersion,
     decode_wait_status,

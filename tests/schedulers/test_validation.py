@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.sources.schedulers.validation import (
+from recovery.schedulers.validation import (
     MAX_JOB_ID_LENGTH,
     MAX_NODE_NAME_LENGTH,
     MAX_PARTITION_LENGTH,
@@ -26,8 +26,8 @@ SHELL_METACHARACTERS = [";", "&", "|", "$", "`", "(", ")", "<", ">", "*", "?", "
 def test_it_loads_the_scheduler_modules_without_django() -> None:
     code = (
         "import sys\n"
-        "import recovery.sources.schedulers.nodelist, recovery.sources.schedulers.optin\n"
-        "import recovery.sources.schedulers.validation\n"
+        "import recovery.schedulers.nodelist, recovery.schedulers.optin\n"
+        "import recovery.schedulers.validation\n"
         "assert not [m for m in sys.modules if m == 'django' or m.startswith('django.')], "
         "'django imported'\n"
     )

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from recovery.sources.schedulers.base import JobInfo, NodeInfo
-from recovery.sources.schedulers.compat import UTC
-from recovery.sources.schedulers.dependency import chained_after
-from recovery.sources.schedulers.nodelist import EMPTY_NODELISTS, NodeListError, expand_nodelist
-from recovery.sources.schedulers.optin import parse_job_comment
-from recovery.sources.schedulers.output_files import valid_uid
-from recovery.sources.schedulers.validation import shown
+from recovery.schedulers.base import JobInfo, NodeInfo
+from recovery.schedulers.compat import UTC
+from recovery.schedulers.dependency import chained_after
+from recovery.schedulers.nodelist import EMPTY_NODELISTS, NodeListError, expand_nodelist
+from recovery.schedulers.optin import parse_job_comment
+from recovery.schedulers.output_files import valid_uid
+from recovery.schedulers.validation import shown
 
 logger = logging.getLogger(__name__)
 

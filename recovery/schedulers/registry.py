@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from recovery.sources.schedulers.base import Connection, SchedulerAdapter, SchedulerError
-from recovery.sources.schedulers.slurm import SlurmAdapter
-from recovery.sources.schedulers.transport import LocalTransport, SSHTransport
+from recovery.schedulers.base import Connection, SchedulerAdapter, SchedulerError
+from recovery.schedulers.slurm import SlurmAdapter
+from recovery.schedulers.transport import LocalTransport, SSHTransport
 
 AdapterBuilder = Callable[[Mapping[str, Any]], SchedulerAdapter]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.sources.schedulers.dependency import chained_after
+from recovery.schedulers.dependency import chained_after
 
 
 @pytest.mark.parametrize(

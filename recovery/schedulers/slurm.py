@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from recovery.sources.schedulers.base import (
+from recovery.schedulers.base import (
     Command,
     CommandResult,
     ExpeditedRequeueUnavailable,
@@ -24,12 +24,12 @@ from recovery.sources.schedulers.base import (
     SchedulerError,
     Transport,
 )
-from recovery.sources.schedulers.compat import UTC
-from recovery.sources.schedulers.dependency import chained_after
-from recovery.sources.schedulers.nodelist import NodeListError, compress_nodelist, expand_nodelist
-from recovery.sources.schedulers.optin import parse_job_comment
-from recovery.sources.schedulers.output_files import valid_uid
-from recovery.sources.schedulers.slurm_json import (
+from recovery.schedulers.compat import UTC
+from recovery.schedulers.dependency import chained_after
+from recovery.schedulers.nodelist import NodeListError, compress_nodelist, expand_nodelist
+from recovery.schedulers.optin import parse_job_comment
+from recovery.schedulers.output_files import valid_uid
+from recovery.schedulers.slurm_json import (
     HELD_REASONS,
     NODE_BASE_STATES,
     JobListing,
@@ -41,7 +41,7 @@ from recovery.sources.schedulers.slurm_json import (
     parse_document,
     read_job_state,
 )
-from recovery.sources.schedulers.validation import validate_job_id, validate_node_names
+from recovery.schedulers.validation import validate_job_id, validate_node_names
 
 __all__ = ["SlurmAdapter", "expand_output_path"]
 

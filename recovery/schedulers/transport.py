@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from recovery.sources.schedulers.base import CommandResult, Connection, SchedulerError
-from recovery.sources.schedulers.output_files import (
+from recovery.schedulers.base import CommandResult, Connection, SchedulerError
+from recovery.schedulers.output_files import (
     OutputAccess,
     OutputFile,
     OutputRefusal,

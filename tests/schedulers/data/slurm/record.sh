@@ -3,7 +3,7 @@
 #
 #   record.sh OUTDIR WORKDIR [COMMAND PREFIX...]
 #
-# OUTDIR   where the files go (one per case), e.g. tests/sources/schedulers/data/slurm/24.11
+# OUTDIR   where the files go (one per case), e.g. tests/schedulers/data/slurm/24.11
 # WORKDIR  a directory the cluster's jobs can write to (their --chdir), as the nodes see it
 # The prefix runs a Slurm command on the cluster's host, e.g. `env SLURM_CONF=...` for a local
 # cluster or `chroot ROOT /usr/bin/env SLURM_CONF=...` for one in a chroot. The cluster must be

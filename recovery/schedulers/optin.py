@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.sources.schedulers.compat import StrEnum
-from recovery.sources.schedulers.validation import name_problem, shown
+from recovery.schedulers.compat import StrEnum
+from recovery.schedulers.validation import name_problem, shown
 
 
 class OptInMode(StrEnum):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from recovery.sources.schedulers.nodelist import (
+from recovery.schedulers.nodelist import (
     MAX_EXPANDED_NAMES,
     MAX_RANGE_SIZE,
     NodeListError,
@@ -14,7 +14,7 @@ from recovery.sources.schedulers.nodelist import (
     expand_nodelist,
     sort_node_names,
 )
-from recovery.sources.schedulers.validation import validate_node_name
+from recovery.schedulers.validation import validate_node_name
 
 # hypothesis is not installed in this project: the property tests draw many seeded cases.
 RANDOM_CASES = 2_000
