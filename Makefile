@@ -53,7 +53,7 @@ demo: install
 # (tests/parallel.py). TEST_WORKERS=0 runs them in this process, one after the other. The API fuzz
 # test runs after them in a process of its own: Schemathesis gives every operation's test the same
 # id, which the workers' scheduler cannot tell apart.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 FUZZ_TEST := tests/api/test_fuzz.py
 
 test: install install-e2e install-browser install-prometheus install-deploy

@@ -53,7 +53,7 @@ from recovery.schedulers.output_files import (
     check_file,
     joined,
 )
-from recovery.schedulers.transport import SSHTransport
+from recovery.schedulers.ssh_transport import SSHTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "ssh-bench"

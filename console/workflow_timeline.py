@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 
 from console.charts import base_layout, colour_for_category
-from console.timeline import (
+from console.timeline_common import (
     ANOMALY_SYMBOLS,
     annotate_notes,
     attempt_bar,

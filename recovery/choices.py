@@ -5,9 +5,10 @@ declared once, Django-free, in ``recovery.detection.taxonomy``; the choices here
 it with the same names, values and labels, and checked against it when this module is imported.
 Its values are shared with the test corpus and must not change.
 
-``Connection`` and ``OptInMode`` are declared, Django-free, where the Advisor Controller reads
-them (``recovery.schedulers.base`` and ``.optin``); the choices here take their names
-and values from there, add the labels, and are checked against them the same way.
+``Connection``, ``RecommendationAction`` (``Action``) and ``OptInMode`` are declared,
+Django-free, where the Advisor Controller reads them (``recovery.schedulers.base``,
+``.capabilities`` and ``.optin``); the choices here take their names and values from there, add
+the labels, and are checked against them the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.db import models
 
 from recovery.detection import taxonomy
 from recovery.schedulers import base as schedulers
-from recovery.schedulers import optin
+from recovery.schedulers import capabilities, optin
 
 
 def _choice(member: taxonomy.LabelledEnum) -> tuple[str, str]:
@@ -184,13 +185,13 @@ class Severity(models.TextChoices):
 
 
 class RecommendationAction(models.TextChoices):
-    RESTART = "restart", "Restart"
-    RESTART_EXCLUDING = "restart_excluding", "Restart excluding nodes"
-    STOP = "stop", "Stop"
-    NONE = "none", "Nothing (record only)"
+    RESTART = capabilities.Action.RESTART.value, "Restart"
+    RESTART_EXCLUDING = capabilities.Action.RESTART_EXCLUDING.value, "Restart excluding nodes"
+    STOP = capabilities.Action.STOP.value, "Stop"
+    NONE = capabilities.Action.NONE.value, "Nothing (record only)"
     # Node actions: the recommendation names a node, not a job to restart.
-    DRAIN = "drain", "Drain node"
-    RESUME = "resume", "Resume node"
+    DRAIN = capabilities.Action.DRAIN.value, "Drain node"
+    RESUME = capabilities.Action.RESUME.value, "Resume node"
 
 
 # What a policy may make of a crash: a job's actions, never a node's.
@@ -355,6 +356,7 @@ for _choices, _source in (
     (Attribution, taxonomy.Attribution),
     (Severity, taxonomy.Severity),
     (Connection, schedulers.Connection),
+    (RecommendationAction, capabilities.Action),
     (OptInMode, optin.OptInMode),
 ):
     _check_mirrors(_choices, _source)

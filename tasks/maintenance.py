@@ -5,14 +5,14 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from recovery.loop import recommendations, watchdog
+from recovery.loop import leases, watchdog
 from recovery.read import insights
 
 
 @shared_task(name="tasks.maintenance.release_expired_leases")
 def release_expired_leases() -> int:
     """Hand recommendations whose controller went silent back to the other controllers."""
-    return recommendations.release_expired_leases()
+    return leases.release_expired_leases()
 
 
 @shared_task(name="tasks.maintenance.run_watchdog")

@@ -273,7 +273,7 @@ def _shards_done(cluster_id: int, shards: list[int]) -> dict[int, float]:
 
 
 def queue_poll(cluster_id: int) -> None:
-    """Queue one poll of the cluster now, for a scheduler hook (``recovery.loop.push``).
+    """Queue one poll of the cluster now, for a scheduler hook (``recovery.loop.scheduler_hooks``).
 
     Like the beat's, it expires before the next round would poll the cluster anyway.
     """

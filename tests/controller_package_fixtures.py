@@ -10,13 +10,15 @@ unchanged wheel is not installed again on the next run; a changed one gets new e
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,7 +118,21 @@ def build_wheel(out_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def controller_wheel() -> Path:
-    return build_wheel(STATE_DIR / "dist")
+    # Each test worker builds its own (a few seconds): the builds are reproducible, so every
+    # worker's wheel has the same hash and finds the same venvs.
+    return build_wheel(STATE_DIR / "dist" / (os.environ.get("PYTEST_XDIST_WORKER") or "main"))
+
+
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Held by one test worker at a time on this machine: the others wait for it."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with (STATE_DIR / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
@@ -133,16 +149,18 @@ def controller_venv(controller_wheel: Path) -> Callable[[int], ControllerVenv]:
         if python is None:
             pytest.skip(f"no Python 3.{minor} on this machine (PATH or pyenv)")
         root = STATE_DIR / "venvs" / f"py3.{minor}-{digest}"
-        if not (root / ".complete").exists():
-            for stale in (STATE_DIR / "venvs").glob(f"py3.{minor}-*"):
-                shutil.rmtree(stale)
-            subprocess.run([str(python), "-m", "venv", str(root)], check=True, timeout=300)
-            install = [
-                str(root / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                "--disable-pip-version-check", str(controller_wheel), TEST_RUNNER,
-            ]  # fmt: skip
-            run_or_fail(install, timeout=600)
-            (root / ".complete").touch()
+        # Two workers (each Slurm cluster's) may want the same venv at once: one makes it.
+        with machine_lock(f"venv-py3.{minor}"):
+            if not (root / ".complete").exists():
+                for stale in (STATE_DIR / "venvs").glob(f"py3.{minor}-*"):
+                    shutil.rmtree(stale)
+                subprocess.run([str(python), "-m", "venv", str(root)], check=True, timeout=300)
+                install = [
+                    str(root / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", str(controller_wheel), TEST_RUNNER,
+                ]  # fmt: skip
+                run_or_fail(install, timeout=600)
+                (root / ".complete").touch()
         version = subprocess.run(
             [
                 str(root / "bin" / "python"),

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import datetime, timedelta
+from typing import Any
 
 from recovery.schedulers.base import JobInfo, NodeInfo, SchedulerAdapter
 from recovery.schedulers.compat import UTC
 from recovery.schedulers.optin import parse_job_comment
+from recovery.schedulers.slurm import SLURM_CAPABILITIES
+from recovery.schedulers.slurm_phase import slurm_phase
 
 # Recent: a job that started hours ago and never printed a step would rightly be a hang.
 SUBMITTED = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
@@ -16,6 +20,8 @@ COMMENT = '{"nvidia-recovery":{"environment":"prod","mode":"act"}}'
 
 class Scripted(SchedulerAdapter):
     """A scheduler that reports what the test says. The real Slurm path is in tests/slurm."""
+
+    capabilities = SLURM_CAPABILITIES
 
     def __init__(self, jobs: list[JobInfo], nodes: list[NodeInfo] | None = None) -> None:
         self.jobs = jobs
@@ -60,4 +66,13 @@ def job(**fields: object) -> JobInfo:
     values.update(fields)
     if "comment" in fields and "opt_in" not in fields:
         values["opt_in"] = parse_job_comment(str(fields["comment"]))
+    # ``state`` is Slurm's word, as the tests write it; the adapter's phase goes with it.
+    native = values.pop("state")
+    values.setdefault("native_state", native)
+    values.setdefault("phase", slurm_phase(None if native is None else str(native)))
     return JobInfo(**values)  # type: ignore[arg-type]
+
+
+def restated(info: JobInfo, state: str | None, **changes: Any) -> JobInfo:
+    """``info`` in Slurm's ``state`` (with its phase), with ``changes``."""
+    return dataclasses.replace(info, native_state=state, phase=slurm_phase(state), **changes)

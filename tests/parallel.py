@@ -5,8 +5,11 @@ own Redis database: a test that empties Redis (FLUSHDB), or listens on a channel
 must not meet another worker's keys and messages. Tests that share something expensive that
 exists once per machine run in one worker, as a group:
 
-* ``slurm``: the two real Slurm clusters (fixed ports, started once a session), the sshd of
-  the 24.11 chroot and the controller's wheel in its venvs (one state directory);
+* ``slurm-22.05``, ``slurm-24.11``: the tests of one real Slurm cluster each (fixed ports,
+  started once a session by the worker that runs its group), with its login node's sshd. The
+  two clusters have ports and directories of their own, so the two groups run side by side;
+* ``slurm-wheel``: the controller's wheel tests that need no cluster (the wheel is built per
+  worker, its venvs once per machine under a lock);
 * ``browser``: the Console's stack (uvicorn, a Celery worker, a private Redis) and Chromium,
   started once for the package.
 
@@ -29,7 +32,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 SLURM_GROUP = "slurm"
 BROWSER_GROUP = "browser"
-# The fixtures whose resources exist once per machine.
+# The fixtures whose resources exist once per machine: each cluster, its login node, and the
+# controller's venvs.
 ONE_PER_MACHINE = frozenset({"slurm_cluster", "ssh_server", "controller_wheel", "controller_venv"})
 BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
 _DB_NUMBER = re.compile(r"^(?P<base>redis://[^/?#]*)/(?P<number>\d+)(?P<rest>[?#].*)?$")
@@ -88,9 +92,10 @@ def use_own_redis_database(settings: Any, environ: MutableMapping[str, str]) -> 
 
 
 # The id the ``slurm_cluster`` fixture gives each cluster, somewhere in a test's parameters.
-_SLURM_PARAMETER = re.compile(r"\[(?:[^\]]*-)?slurm-\d+\.\d+(?:-[^\]]*)?\]$")
+_SLURM_PARAMETER = re.compile(r"\[(?:[^\]]*-)?slurm-(?P<version>\d+\.\d+)(?:-[^\]]*)?\]$")
 # Tests that use the controller's wheel without a Slurm cluster.
 WHEEL_MODULES = ("tests/deploy/test_controller_package.py",)
+WHEEL_GROUP = f"{SLURM_GROUP}-wheel"
 
 
 def group_of(nodeid: str) -> str | None:
@@ -98,13 +103,17 @@ def group_of(nodeid: str) -> str | None:
     path = nodeid.split("::", 1)[0]
     if path.startswith("tests/browser/"):
         return BROWSER_GROUP
-    if _SLURM_PARAMETER.search(nodeid) or path in WHEEL_MODULES:
-        return SLURM_GROUP
+    cluster = _SLURM_PARAMETER.search(nodeid)
+    if cluster is not None:
+        return f"{SLURM_GROUP}-{cluster['version']}"
+    if path in WHEEL_MODULES:
+        return WHEEL_GROUP
     return None
 
 
 def needed_group(item: pytest.Item) -> str | None:
-    """The group a test's fixtures put it in."""
+    """The group a test's fixtures put it in: for the Slurm fixtures, what every Slurm group's
+    name begins with (the test's id then says which cluster's)."""
     if ONE_PER_MACHINE & set(getattr(item, "fixturenames", ())):
         return SLURM_GROUP
     if BROWSER_TESTS in Path(str(item.path)).resolve().parents:
@@ -118,7 +127,8 @@ def check_groups(items: Iterable[pytest.Item]) -> None:
     wrong = [
         item.nodeid
         for item in items
-        if (needed := needed_group(item)) is not None and needed != group_of(item.nodeid)
+        if (needed := needed_group(item)) is not None
+        and not (group_of(item.nodeid) or "").startswith(needed)
     ]
     if wrong:
         raise pytest.UsageError(
@@ -142,7 +152,7 @@ def check_ids_unique(items: Iterable[pytest.Item]) -> None:
 
 class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
     """xdist's scope scheduling, with a group as the scope of its tests and each other test a
-    scope of its own; the largest scopes go first, so the Slurm group starts at once."""
+    scope of its own; the largest scopes go first, so the Slurm groups start at once."""
 
     def _split_scope(self, nodeid: str) -> str:
         return group_of(nodeid) or nodeid

@@ -177,7 +177,8 @@ class SlurmCluster:
 
     def transport(self) -> Any:
         """How the project reaches this cluster: local commands, or SSH to its login node."""
-        from recovery.schedulers.transport import LocalTransport, SSHTransport
+        from recovery.schedulers.ssh_transport import SSHTransport
+        from recovery.schedulers.transport import LocalTransport
 
         if self.ssh is None:
             return LocalTransport(env={"SLURM_CONF": str(self.conf)})
@@ -381,7 +382,7 @@ class SSHServer:
 
     def transport(self, **overrides: Any) -> Any:
         """An ``SSHTransport`` to this server; ``overrides`` replace its settings."""
-        from recovery.schedulers.transport import SSHTransport
+        from recovery.schedulers.ssh_transport import SSHTransport
 
         settings: dict[str, Any] = {
             "user": "root",

@@ -11,24 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_PACKAGES = ("recovery", "console", "api", "tasks", "workload_recovery")
 MAX_LINES = 600
-LONGER_BEFORE_THE_RULE = {
-    "recovery/loop/anomalies.py": 959,
-    "recovery/controller/controller.py": 951,
-    "recovery/detection/kernel_log.py": 933,
-    "recovery/schedulers/transport.py": 853,
-    "recovery/detection/scanner.py": 845,
-    "console/timeline.py": 801,
-    "recovery/loop/poll.py": 786,
-    "recovery/schedulers/slurm_json.py": 779,
-    "recovery/loop/policy.py": 753,
-    "api/ingest/views.py": 704,
-    "recovery/loop/recommendations.py": 685,
-    "recovery/demo/fleet/builder.py": 668,
-    "recovery/loop/replay.py": 658,
-    "recovery/loop/push.py": 612,
-    "recovery/loop/workloads.py": 607,
-    "api/advisor.py": 601,
-}
+LONGER_BEFORE_THE_RULE: dict[str, int] = {}
 
 
 def runtime_module_lengths() -> dict[str, int]:

@@ -9,7 +9,6 @@ import pytest
 
 from tests.parallel import (
     BROWSER_GROUP,
-    SLURM_GROUP,
     GroupScheduling,
     group_of,
     redis_url_of_worker,
@@ -74,10 +73,10 @@ def test_the_first_worker_and_a_run_without_workers_keep_the_runs_redis(
 @pytest.mark.parametrize(
     ("nodeid", "group"),
     [
-        ("tests/slurm/test_polling.py::test_the_task_polls_a_cluster[slurm-22.05]", SLURM_GROUP),
-        ("tests/slurm/test_ssh.py::test_arguments_reach[slurm-24.11-None]", SLURM_GROUP),
-        ("tests/slurm/test_drains.py::test_x[slurm-24.11-RMA 4411 PSU swap]", SLURM_GROUP),
-        ("tests/deploy/test_controller_package.py::test_it_installs[9]", SLURM_GROUP),
+        ("tests/slurm/test_polling.py::test_the_task_polls_a_cluster[slurm-22.05]", "slurm-22.05"),
+        ("tests/slurm/test_ssh.py::test_arguments_reach[slurm-24.11-None]", "slurm-24.11"),
+        ("tests/slurm/test_drains.py::test_x[slurm-24.11-RMA 4411 PSU swap]", "slurm-24.11"),
+        ("tests/deploy/test_controller_package.py::test_it_installs[9]", "slurm-wheel"),
         ("tests/browser/test_approvals.py::test_an_operator_approves", BROWSER_GROUP),
         ("tests/loop/test_confirmation.py::test_a_caught_exception", None),
         ("tests/detection/test_corpus.py::test_it_classifies[slurm-2205-note]", None),
@@ -89,7 +88,12 @@ def test_a_group_is_told_from_a_tests_id(nodeid: str, group: str | None) -> None
 
 def test_the_scheduler_keeps_a_group_together_and_lets_other_tests_go_anywhere() -> None:
     scheduling = GroupScheduling.__new__(GroupScheduling)
-    assert scheduling._split_scope("tests/slurm/test_cluster.py::test_a[slurm-22.05]") == "slurm"
+    assert scheduling._split_scope("tests/slurm/test_cluster.py::test_a[slurm-22.05]") == (
+        "slurm-22.05"
+    )
+    assert scheduling._split_scope("tests/slurm/test_cluster.py::test_a[slurm-24.11]") == (
+        "slurm-24.11"
+    )
     assert scheduling._split_scope("tests/api/test_errors.py::test_b") == (
         "tests/api/test_errors.py::test_b"
     )

@@ -163,7 +163,7 @@ JOB_TOKEN_MAX_TTL_HOURS = 24 * 30
 JOB_TOKEN_TTL_HOURS = env_int(
     "WR_JOB_TOKEN_TTL_HOURS", 72, minimum=1, maximum=JOB_TOKEN_MAX_TTL_HOURS
 )
-# What job tokens may push for one job (recovery.loop.push.PushBudget). Pushed batches with a
+# What job tokens may push for one job (recovery.loop.push_budget.PushBudget). Pushed batches with a
 # sequence keep a row per stream and job, whichever token opened it; the documented stream is
 # one per node and rank, so 1024 covers every rank of a 1,024-GPU job, or every node of a
 # 128-node job over 8 restarts.

@@ -14,10 +14,14 @@ jobs and nodes alone are looked up. The controller's token is refused here (403)
 - 404: heartbeats or logs for a job this cluster does not know (yet: a job is known once a poll
   has seen it, within a poll interval of its start);
 - 413: more than a request may carry (lines, heartbeats or bytes);
-- 429: past a cap of the job token for the job (``recovery.loop.push.PushBudget``): streams of
-  batches, heartbeats or log lines per minute; nothing of the request is stored, and
+- 429: past a cap of the job token for the job (``recovery.loop.push_budget.PushBudget``):
+  streams of batches, heartbeats or log lines per minute; nothing of the request is stored, and
   ``Retry-After`` says when to send it again;
 - 503: the per-minute counts cannot be read now; nothing is stored.
+
+The jobs' endpoints (heartbeats and logs) are here, the scheduler hooks' in ``api.ingest.hooks``,
+and what both share (the caller's token, the error answers and their OpenAPI descriptions) in
+``api.ingest.common``.
 """
 
 from __future__ import annotations
@@ -45,66 +49,34 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.authentication import IngestPrincipal, IngestTokenAuthentication, IsHookToken, IsJobToken
-from api.ingest.serializers import (
-    HeartbeatRequest,
-    JobEndedRequest,
-    LogBatchRequest,
-    NodeDownRequest,
+from api.authentication import IngestTokenAuthentication, IsJobToken
+from api.ingest.common import (
+    COMMON_RESPONSES,
+    ERROR,
+    INVALID_EXAMPLE,
+    TAGS,
+    _cluster,
+    _declared_length,
+    _error,
+    _invalid,
+    _principal,
+    _too_large,
 )
+from api.ingest.serializers import HeartbeatRequest, LogBatchRequest
 from api.parsers import BoundedJSONParser
 from recovery.loop import push as pushed
+from recovery.loop import push_budget
 from recovery.models import Cluster, Workload
-from tasks.polling import queue_poll
 
-TAGS = ["ingest"]
 MAX_HEARTBEAT_BYTES = 1024 * 1024
-MAX_HOOK_BYTES = 256 * 1024
 
-ERROR = inline_serializer("IngestError", {"error": serializers.CharField()})
-INVALID = inline_serializer(
-    "IngestInvalid",
-    {
-        "error": serializers.CharField(),
-        "code": serializers.CharField(),
-        "detail": serializers.CharField(),
-        "fields": serializers.JSONField(
-            required=False, help_text="Why each field is not valid (not for unreadable JSON)."
-        ),
-    },
-)
 IGNORED = inline_serializer(
     "IngestIgnored", {"status": serializers.CharField(), "reason": serializers.CharField()}
 )
-COMMON_RESPONSES: dict[int, Any] = {
-    400: OpenApiResponse(
-        INVALID, description="The body is not valid (`fields` says why) or not readable JSON."
-    ),
-    401: OpenApiResponse(description="No token, or an unknown, expired or revoked one."),
-    403: OpenApiResponse(
-        ERROR,
-        description="A token of another kind (a controller token, a hook token for a job's "
-        "evidence, a job token for a scheduler event), or a job token for a job it does not name.",
-    ),
-    413: OpenApiResponse(ERROR, description="More than one request may carry."),
-    415: OpenApiResponse(ERROR, description="A body that is not JSON (logs: or plain text)."),
-    429: OpenApiResponse(
-        ERROR,
-        description="This token's request budget is spent for now, or the request would pass "
-        "a cap of the job token for its job (streams, heartbeats or log lines per minute): "
-        "nothing of it is stored; send it again after Retry-After seconds.",
-    ),
-}
 BUDGET_UNKNOWN = OpenApiResponse(
     ERROR,
     description="What the token pushed lately cannot be counted now (Redis does not answer): "
     "nothing is stored; send it again after Retry-After seconds.",
-)
-INVALID_EXAMPLE = OpenApiExample(
-    "Invalid",
-    value={"error": "The request body is not valid.", "fields": {"step": ["Must be >= 0."]}},
-    response_only=True,
-    status_codes=["400"],
 )
 
 
@@ -121,45 +93,7 @@ class RawBinaryLogParser(RawLogParser):
     media_type = "application/octet-stream"
 
 
-def _principal(request: Request) -> IngestPrincipal:
-    principal = request.user
-    assert isinstance(principal, IngestPrincipal)
-    return principal
-
-
-def _cluster(request: Request) -> Cluster:
-    return _principal(request).cluster
-
-
-def _actor(request: Request) -> str:
-    return _principal(request).actor
-
-
-def _error(message: str, code: str, status_code: int, **extra: Any) -> Response:
-    # The shape of every API error (api/errors.py): message, code, and DRF's usual "detail".
-    return Response(
-        {"error": message, "code": code, "detail": message, **extra}, status=status_code
-    )
-
-
-def _invalid(errors: Any) -> Response:
-    return _error(
-        "The request body is not valid.", "invalid", status.HTTP_400_BAD_REQUEST, fields=errors
-    )
-
-
-def _too_large(what: str) -> Response:
-    return _error(f"Too large: {what}.", "too_large", status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-
-
-def _declared_length(request: Request) -> int:
-    try:
-        return int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return 0
-
-
-def _refused(exc: pushed.PushRefused) -> Response:
+def _refused(exc: push_budget.PushRefused) -> Response:
     """Past a cap of the token: 429 with Retry-After, or 413 when never as sent."""
     if exc.retry_after is None:
         return _error(str(exc), "too_large", status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
@@ -177,12 +111,12 @@ def _budget_unknown() -> Response:
         "unavailable",
         status.HTTP_503_SERVICE_UNAVAILABLE,
     )
-    response["Retry-After"] = str(pushed.BUDGET_UNKNOWN_RETRY_SECONDS)
+    response["Retry-After"] = str(push_budget.BUDGET_UNKNOWN_RETRY_SECONDS)
     return response
 
 
-def _budget(request: Request) -> pushed.PushBudget:
-    return pushed.PushBudget.of_token(_principal(request).token.pk)
+def _budget(request: Request) -> push_budget.PushBudget:
+    return push_budget.PushBudget.of_token(_principal(request).token.pk)
 
 
 def _unbound(request: Request) -> Response | None:
@@ -340,9 +274,9 @@ def heartbeats(request: Request) -> Response:
         summary = pushed.record_pushed_heartbeats(
             _budget(request), [(workloads[job_id], beats) for job_id, beats in by_job.items()]
         )
-    except pushed.PushRefused as exc:
+    except push_budget.PushRefused as exc:
         return _refused(exc)
-    except pushed.BudgetUnknown:
+    except push_budget.BudgetUnknown:
         return _budget_unknown()
     return Response(
         {
@@ -502,9 +436,9 @@ def logs(request: Request) -> Response:
             ),
             budget=_budget(request),
         )
-    except pushed.PushRefused as exc:
+    except push_budget.PushRefused as exc:
         return _refused(exc)
-    except pushed.BudgetUnknown:
+    except push_budget.BudgetUnknown:
         return _budget_unknown()
     return Response(
         {
@@ -516,189 +450,3 @@ def logs(request: Request) -> Response:
             "checkpoints": summary.checkpoints,
         }
     )
-
-
-# --- scheduler hooks ----------------------------------------------------------------------
-
-
-def _hook_result_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
-    return {
-        "status": serializers.CharField(help_text="`recorded`, `duplicate` or `ignored`."),
-        "reason": serializers.CharField(),
-        "poll_requested": serializers.BooleanField(
-            help_text="A poll of the cluster is queued, which reads the scheduler's own state."
-        ),
-        "event": serializers.IntegerField(allow_null=True, help_text="The audit event written."),
-    }
-
-
-HOOK_RESULT = inline_serializer("HookResult", _hook_result_fields())
-NODE_DOWN_RESULT = inline_serializer(
-    "NodeDownResult",
-    {
-        "results": inline_serializer(
-            "NodeDownOne", {"node": serializers.CharField(), **_hook_result_fields()}, many=True
-        )
-    },
-)
-
-
-def _hook_response(outcome: pushed.HookOutcome) -> Response:
-    return Response(
-        {
-            "status": outcome.status,
-            "reason": outcome.reason,
-            "poll_requested": outcome.poll_requested,
-            "event": outcome.event.pk if outcome.event else None,
-        },
-        status=status.HTTP_202_ACCEPTED
-        if outcome.status == pushed.HookStatus.IGNORED
-        else status.HTTP_200_OK,
-    )
-
-
-@extend_schema(
-    tags=TAGS,
-    summary="A scheduler hook says a job ended (EpilogSlurmctld)",
-    request=JobEndedRequest,
-    responses={
-        200: OpenApiResponse(HOOK_RESULT, description="Recorded, or recorded before."),
-        202: OpenApiResponse(HOOK_RESULT, description="Ignored: unknown or not opted-in job."),
-        **COMMON_RESPONSES,
-    },
-    examples=[
-        OpenApiExample(
-            "A job that failed",
-            value={
-                "job_id": "48213",
-                "state": "NODE_FAIL",
-                "exit_code": 0,
-                "exit_code_text": "0:0",
-                "nodes": "gpu-a100-[005,007]",
-                "restart_count": 1,
-            },
-            request_only=True,
-        ),
-        OpenApiExample(
-            "Recorded",
-            value={
-                "status": "recorded",
-                "reason": "job end recorded",
-                "poll_requested": True,
-                "event": 90211,
-            },
-            response_only=True,
-            status_codes=["200"],
-        ),
-        OpenApiExample(
-            "Not one of ours",
-            value={
-                "status": "ignored",
-                "reason": "job 48299 is not known on cluster lab",
-                "poll_requested": True,
-                "event": None,
-            },
-            response_only=True,
-            status_codes=["202"],
-        ),
-        INVALID_EXAMPLE,
-    ],
-)
-@api_view(["POST"])
-@authentication_classes([IngestTokenAuthentication])
-@permission_classes([IsHookToken])
-@parser_classes([BoundedJSONParser])
-def job_ended(request: Request) -> Response:
-    """Record that a job ended and queue an immediate poll of its cluster.
-
-    The pushed state is recorded, not acted on: the poll reads the job's state from the
-    scheduler, so a repeated or late hook is harmless.
-    """
-    if _declared_length(request) > MAX_HOOK_BYTES:
-        return _too_large(f"at most {MAX_HOOK_BYTES} bytes per request")
-    cluster = _cluster(request)
-    body = JobEndedRequest(data=request.data, context={"cluster": cluster})
-    if not body.is_valid():
-        return _invalid(body.errors)
-    valid = body.validated_data
-    outcome = pushed.record_job_ended(
-        cluster,
-        pushed.JobEnded(
-            job_id=valid["job_id"],
-            state=valid["state"],
-            exit_code=valid["exit_code"],
-            exit_code_text=valid["exit_code_text"],
-            nodes=valid["nodes"],
-            restart_count=valid["restart_count"],
-        ),
-        actor=_actor(request),
-        queue_poll=queue_poll,
-    )
-    return _hook_response(outcome)
-
-
-@extend_schema(
-    tags=TAGS,
-    summary="A scheduler hook says nodes went down (strigger --node --down)",
-    request=NodeDownRequest,
-    responses={200: NODE_DOWN_RESULT, **COMMON_RESPONSES},
-    examples=[
-        OpenApiExample(
-            "Two nodes down",
-            value={"node": "gpu-a100-[005,007]", "state": "DOWN", "reason": "Not responding"},
-            request_only=True,
-        ),
-        OpenApiExample(
-            "Recorded",
-            value={
-                "results": [
-                    {
-                        "node": "gpu-a100-005",
-                        "status": "recorded",
-                        "reason": "node state recorded",
-                        "poll_requested": True,
-                        "event": 90212,
-                    }
-                ]
-            },
-            response_only=True,
-            status_codes=["200"],
-        ),
-        INVALID_EXAMPLE,
-    ],
-)
-@api_view(["POST"])
-@authentication_classes([IngestTokenAuthentication])
-@permission_classes([IsHookToken])
-@parser_classes([BoundedJSONParser])
-def node_down(request: Request) -> Response:
-    """Record that nodes went down and queue an immediate poll of their cluster.
-
-    Each node gets its own result: `recorded`, `duplicate` (the same state within ten
-    minutes) or `ignored` (a node the cluster does not know).
-    """
-    if _declared_length(request) > MAX_HOOK_BYTES:
-        return _too_large(f"at most {MAX_HOOK_BYTES} bytes per request")
-    cluster = _cluster(request)
-    body = NodeDownRequest(data=request.data, context={"cluster": cluster})
-    if not body.is_valid():
-        return _invalid(body.errors)
-    valid = body.validated_data
-    results = []
-    for name in valid["node"]:
-        outcome = pushed.record_node_down(
-            cluster,
-            pushed.NodeDown(node=name, state=valid["state"], reason=valid["reason"]),
-            actor=_actor(request),
-            queue_poll=queue_poll,
-        )
-        results.append(
-            {
-                "node": name,
-                "status": outcome.status,
-                "reason": outcome.reason,
-                "poll_requested": outcome.poll_requested,
-                "event": outcome.event.pk if outcome.event else None,
-            }
-        )
-    return Response({"results": results})

@@ -2,7 +2,7 @@
 
 GET only, and read only: the form names how many days back, a saved policy to try in place of
 its saved self (enabled or not, it is tried as if enabled) and a JSON object of settings to
-change on it (``recovery.loop.replay.draft_policy``). The replay (``recovery.loop.replay``)
+change on it (``recovery.loop.replay_draft.draft_policy``). The replay (``recovery.loop.replay``)
 decides again on the facts each decision kept; nothing is saved and nothing reaches a scheduler.
 """
 
@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_http_methods
 
 from console.access import console_view
-from recovery.loop.replay import DraftError
+from recovery.loop.replay_draft import DraftError
 from recovery.loop.replay_view import (
     DEFAULT_DAYS,
     MAX_DAYS,

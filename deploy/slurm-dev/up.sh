@@ -234,8 +234,12 @@ write_conf() {
   template=$(<"$(dirname "${BASH_SOURCE[0]}")/slurm.conf.in")
   # Fresh starts wipe the saved state, so the job id counter would restart at 1 and collide
   # with checkpoints and logs keyed by job id. Start from the clock instead: 60 ids per second
-  # since a point that repeats every 11.6 days, which stays under Slurm's MaxJobId (67043328).
-  local first_job_id=$((($(date +%s) % 1000000) * 60 + 1))
+  # since a point that repeats every 5.8 days. A 24.11 cluster counts in the upper half, so
+  # that clusters of the two versions running side by side (as the tests run them) never hand
+  # out the same id: each job's processes are found by it. Both stay under Slurm's MaxJobId
+  # (67043328).
+  local first_job_id=$((($(date +%s) % 500000) * 60 + 1))
+  if in_chroot; then first_job_id=$((first_job_id + 30000000)); fi
   conf=${template//@DIR@/"$D"}
   conf=${conf//@CTLD_PORT@/"$ctld_port"}
   conf=${conf//@FIRST_JOB_ID@/"$first_job_id"}

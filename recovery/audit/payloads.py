@@ -48,7 +48,7 @@ class DetectedAgainPayload(DetectedPayload, total=False):
 
 
 class AnomaliesFoldedPayload(TypedDict):
-    """An attempt reached a cap on new anomalies (``recovery.loop.anomalies``); once per attempt.
+    """An attempt reached a cap on new anomalies (``recovery.loop.anomaly_caps``); once per attempt.
 
     ``cap`` is ``per_read`` or ``per_attempt`` and ``limit`` its value; the distinct findings
     past it in that read (``folded_findings``, with their ``occurrences``) were counted on the
@@ -346,13 +346,13 @@ class TrainingCompletedPayload(TypedDict):
 
 
 class ProgressResumedPayload(TypedDict):
-    """The first step an attempt after the first reported (``recovery.loop.anomalies``)."""
+    """The first step an attempt after the first reported (``recovery.loop.progress``)."""
 
     step: int
 
 
 class CheckpointSavedPayload(TypedDict):
-    """A checkpoint the job finished writing (``recovery.loop.anomalies``)."""
+    """A checkpoint the job finished writing (``recovery.loop.progress``)."""
 
     step: int | None
     path: str
@@ -367,7 +367,8 @@ class _SchedulerHookRequired(TypedDict):
 
 
 class SchedulerHookPayload(_SchedulerHookRequired, total=False):
-    """A site's scheduler hook said a job ended or a node went down (``recovery.loop.push``).
+    """A site's scheduler hook said a job ended or a node went down
+    (``recovery.loop.scheduler_hooks``).
 
     ``job_ended`` carries the job's keys, ``node_down`` the node's.
     """

@@ -28,7 +28,8 @@ from recovery.controller.controller import (
 )
 from recovery.schedulers.base import SchedulerAdapter, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import LocalTransport, SSHTransport
+from recovery.schedulers.ssh_transport import SSHTransport
+from recovery.schedulers.transport import LocalTransport
 
 if TYPE_CHECKING:
     from recovery.simulator.store import BaseSimulationStore

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recovery.detection.findings import HEALTHY, Finding
-from recovery.detection.scanner import ScanResult, scan_text
+from recovery.detection.scanner.log_scanner import scan_text
+from recovery.detection.scanner.results import ScanResult
 from recovery.detection.signatures import GENERIC_EXCEPTION, WRAPPER
 from recovery.detection.taxonomy import Attribution, Severity
 

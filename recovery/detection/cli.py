@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from recovery.detection.classify import classify_scan, classify_text
-from recovery.detection.scanner import LogScanner, ScanResult
+from recovery.detection.scanner.log_scanner import LogScanner
+from recovery.detection.scanner.results import ScanResult
 from recovery.detection.signature_set import SignatureSet, export_grep_patterns
 
 READ_SIZE = 4 * 1024 * 1024

@@ -8,30 +8,30 @@ once, attributes it (``recovery.loop.attribution``), flags suspect nodes
 (``recovery.loop.suspects``) and lets the policy decide (``recovery.loop.policy``). The monitors
 and GPU checks record what they find through ``record_anomalies`` too, so every signal family
 takes the same path.
+
+Beside it: the read's progress and checkpoints (``recovery.loop.progress``), the attempt each
+finding is about (``recovery.loop.evidence_attempts``) and the caps on new anomalies
+(``recovery.loop.anomaly_caps``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from recovery.audit.actors import Actor
-from recovery.audit.record import record_event, record_events
+from recovery.audit.record import record_events
 from recovery.choices import AuditKind, Confirmation, EvidenceSource, Severity, trust_of
 from recovery.detection.findings import Finding, FindingSource
-from recovery.detection.quiet_phases import CHECKPOINT, EVALUATION
-from recovery.detection.scanner import ScanResult
+from recovery.detection.scanner.results import ScanResult
 from recovery.detection.signatures.base import GENERIC_EXCEPTION, SignatureRole
+from recovery.loop.anomaly_caps import _attempt_key, _Caps
 from recovery.loop.attribution import attribute_builtin, awaiting_provider, complete_attribution
 from recovery.loop.confirmation import (
     NO_CONFIRMATION,
@@ -43,9 +43,17 @@ from recovery.loop.confirmation import (
 )
 from recovery.loop.decision_facts import blast_facts_shared
 from recovery.loop.drains import propose_drains
+from recovery.loop.evidence_attempts import (
+    EarlierAttempts,
+    attempt_printing_at,
+    attempt_with_nodes,
+    attempt_writing,
+    printed_at,
+)
 from recovery.loop.policy import decide_when_ready
+from recovery.loop.progress import record_progress
 from recovery.loop.suspects import flag_suspect_nodes
-from recovery.models import Anomaly, Attempt, AuditEvent, ProgressSample, Workload
+from recovery.models import Anomaly, Attempt, AuditEvent, Workload
 from recovery.schedulers.validation import MAX_NODE_NAME_LENGTH, name_problem, shown
 
 # Detector details worth keeping on the anomaly (hang and straggler figures, job state facts).
@@ -83,17 +91,9 @@ MAX_EXCERPT = 4000
 MAX_EVIDENCE_LINE = 4000
 # How many fingerprints one lookup of stored anomalies sends to the database.
 FINGERPRINTS_PER_QUERY = 500
-# Which cap folded a finding, as the ANOMALIES_FOLDED event names it.
-CAP_PER_READ = "per_read"
-CAP_PER_ATTEMPT = "per_attempt"
-# The ANOMALIES_FOLDED event lists at most this many anomalies and signatures.
-MAX_FOLDED_SIGNATURES_SHOWN = 20
 # How long after an attempt ended a node's failure still counts as evidence about it, and how
 # long after a controller's restart Slurm's requeue notice is still its echo.
 RECENT_END = timedelta(minutes=10)
-PRINTED_BEFORE_START_TOLERANCE = timedelta(seconds=2)
-# Progress samples older than this are dropped: the longest window a detector reads.
-SAMPLE_RETENTION = timedelta(hours=2)
 
 
 def record_read(
@@ -115,31 +115,6 @@ def record_read(
         workload, attempt, result, now, source=source, samples_before=samples_before
     )
     return created, saved
-
-
-def attempt_writing(workload: Workload) -> Attempt | None:
-    """The attempt whose output is being read now.
-
-    Until a requeued job starts again, what it prints is the previous attempt shutting down
-    (Slurm's cancel notices, srun's last words): it belongs to that attempt, not to the next.
-    """
-    return attempt_writing_of(
-        list(
-            Attempt.objects.filter(
-                workload=workload, number__lte=workload.current_attempt
-            ).order_by("-number")[:2]
-        )
-    )
-
-
-def attempt_writing_of(newest: list[Attempt]) -> Attempt | None:
-    """``attempt_writing`` from the workload's newest attempts, newest first."""
-    if not newest:
-        return None
-    current = newest[0]
-    if current.started_at is None and len(newest) > 1:
-        return newest[1]
-    return current
 
 
 def _fingerprint(finding: Finding, scope: str) -> str:
@@ -197,112 +172,6 @@ def record_findings(
         read=read,
     )
     return len(created)
-
-
-# How far back evidence read now may belong: the attempts before the current one that the
-# control plane never saw running, up to the last one it saw. More than this many requeues
-# between two reads is not a gap in observation but a lost cluster.
-EARLIER_ATTEMPTS_CONSIDERED = 8
-
-
-class EarlierAttempts:
-    """The attempts before the current one, newest first, read once per read of output."""
-
-    def __init__(self, workload: Workload) -> None:
-        self.workload = workload
-        self._before: dict[int, list[Attempt]] = {}
-
-    def before(self, attempt: Attempt) -> list[Attempt]:
-        if attempt.number not in self._before:
-            self._before[attempt.number] = list(
-                Attempt.objects.filter(workload=self.workload, number__lt=attempt.number).order_by(
-                    "-number"
-                )[:EARLIER_ATTEMPTS_CONSIDERED]
-            )
-        return self._before[attempt.number]
-
-
-def attempt_with_nodes(
-    workload: Workload,
-    attempt: Attempt | None,
-    nodes: list[str],
-    earlier: EarlierAttempts | None = None,
-) -> Attempt | None:
-    """The attempt evidence naming ``nodes`` is about: an earlier one when only it had them.
-
-    A node failure reported while the job already runs again elsewhere (Slurm requeued it
-    itself) belongs to the allocation that lost the node, even when the new allocation kept
-    some of the old nodes: evidence naming a node the current attempt does not have, and only
-    nodes the previous one had, is the previous attempt's. Between the two there may be
-    attempts whose nodes nobody read (Slurm started and requeued them between two polls, see
-    ``recovery.loop.poll``): one of them had the nodes when the last attempt whose nodes are
-    known does not (a job first seen after Slurm restarted it has only such attempts before
-    it). What the current attempt lacks is never its failure.
-    """
-    if attempt is None or not nodes or not attempt.nodes or set(nodes) <= set(attempt.nodes):
-        return attempt
-    earlier = earlier or EarlierAttempts(workload)
-    named = set(nodes)
-    first_unseen = None
-    for previous in earlier.before(attempt):
-        if not previous.nodes:
-            first_unseen = first_unseen or previous
-            continue
-        if named <= set(previous.nodes) or (
-            not named & set(attempt.nodes) and named & set(previous.nodes)
-        ):
-            return previous
-        break
-    return first_unseen or attempt
-
-
-def printed_at(finding: Finding, read: ReadContext | None) -> datetime | None:
-    """When the finding's line was printed: its own time, else that of the last timed progress
-    line before it in the same read (lines such as srun's carry no time of their own)."""
-    if finding.at is not None or read is None or finding.first_line is None:
-        return finding.at
-    before = [
-        point.at
-        for point in read.progress
-        if point.at is not None and point.line < finding.first_line
-    ]
-    return max(before, default=None)
-
-
-def attempt_printing_at(
-    workload: Workload,
-    attempt: Attempt | None,
-    at: datetime | None,
-    earlier: EarlierAttempts | None = None,
-) -> Attempt | None:
-    """The earlier attempt when the evidence was printed before the current one started.
-
-    A poll that comes late (workers down, a slow database) reads the end of the previous
-    attempt and the start of the next in one read, after Slurm requeued the job itself; what
-    the previous attempt printed is not the new one's failure, and acting on it would restart a
-    healthy attempt. A time within ``PRINTED_BEFORE_START_TOLERANCE`` of the start is the new
-    attempt's (node clocks differ by that much), and so is one before the previous attempt
-    began, or before the job was submitted (a clock far off, or a log not in UTC, proves
-    nothing). An attempt whose start nobody read (Slurm started and requeued it between two
-    polls) started after the one before it: evidence printed since that one began, and before
-    the current one, is the newest such attempt's.
-    """
-    if attempt is None or attempt.started_at is None or at is None:
-        return attempt
-    if at >= attempt.started_at - PRINTED_BEFORE_START_TOLERANCE:
-        return attempt
-    earlier = earlier or EarlierAttempts(workload)
-    first_unseen = None
-    for previous in earlier.before(attempt):
-        if previous.started_at is None:
-            first_unseen = first_unseen or previous
-            continue
-        if at >= previous.started_at - PRINTED_BEFORE_START_TOLERANCE:
-            return first_unseen or previous
-        return attempt
-    if first_unseen is not None and at >= workload.submit_time - PRINTED_BEFORE_START_TOLERANCE:
-        return first_unseen
-    return attempt
 
 
 def _is_requeue_notice(finding: Finding) -> bool:
@@ -462,10 +331,6 @@ def finish_awaited_attributions(cluster_id: int, now: datetime | None = None) ->
     return finish_attribution(due, now) if due else 0
 
 
-def _attempt_key(attempt: Attempt | None) -> int | None:
-    return attempt.pk if attempt is not None else None
-
-
 def _stored(workload: Workload, fingerprints: list[str]) -> dict[tuple[int | None, str], Anomaly]:
     """The workload's anomalies with these fingerprints, by (attempt id, fingerprint)."""
     found: dict[tuple[int | None, str], Anomaly] = {}
@@ -564,139 +429,6 @@ def _seen_again(
         return False
     _suspect_again(anomaly, finding, look, recorded_at)
     return True
-
-
-@dataclass
-class _Fold:
-    findings: int = 0
-    occurrences: int = 0
-    last_seen: datetime | None = None
-    signatures: set[str] = field(default_factory=set)
-
-
-@dataclass
-class _Caps:
-    """The caps on new anomalies, for one read of one workload, and the findings folded.
-
-    A finding past a cap is folded into an anomaly of its attempt: one of the same category
-    sharing a node (or, without nodes, one without nodes), else the most recent of its kind,
-    else the most recent. The fold adds to that anomaly's ``occurrences`` and
-    ``folded_findings`` and moves its ``last_seen_at``; it writes no row and no event of its
-    own. The first fold of an attempt writes one ANOMALIES_FOLDED event, so operators know.
-    The read's cursor commits with the folds, so a read repeated after a crash re-reads nothing.
-    """
-
-    workload: Workload
-    per_read: int = field(default_factory=lambda: int(settings.MAX_NEW_ANOMALIES_PER_READ))
-    per_attempt: int = field(default_factory=lambda: int(settings.MAX_ANOMALIES_PER_ATTEMPT))
-    new: int = 0
-    stored: dict[int | None, int] = field(default_factory=dict)
-    candidates: dict[int | None, list[Anomaly]] = field(default_factory=dict)
-    folds: dict[int, _Fold] = field(default_factory=dict)
-    attempts: dict[int | None, Attempt | None] = field(default_factory=dict)
-    reached: dict[int | None, str] = field(default_factory=dict)
-
-    def _stored_count(self, attempt: Attempt | None) -> int:
-        key = _attempt_key(attempt)
-        if key not in self.stored:
-            self.stored[key] = Anomaly.objects.filter(
-                workload=self.workload, attempt=attempt
-            ).count()
-        return self.stored[key]
-
-    def room_for_one_more(self, attempt: Attempt | None) -> bool:
-        if self.new >= self.per_read:
-            self.reached.setdefault(_attempt_key(attempt), CAP_PER_READ)
-            return False
-        if self._stored_count(attempt) >= self.per_attempt:
-            self.reached.setdefault(_attempt_key(attempt), CAP_PER_ATTEMPT)
-            return False
-        return True
-
-    def counted(self, attempt: Attempt | None, anomaly: Anomaly) -> None:
-        key = _attempt_key(attempt)
-        self.new += 1
-        self.stored[key] = self._stored_count(attempt) + 1
-        if key in self.candidates:
-            self.candidates[key].insert(0, anomaly)
-
-    def fold(self, attempt: Attempt | None, finding: Finding, now: datetime) -> bool:
-        """Fold ``finding`` into an anomaly of its attempt; False when the attempt has none
-        (a read's findings about the previous attempt): it is then recorded after all."""
-        target = self._target(attempt, finding)
-        if target is None:
-            return False
-        self.attempts[_attempt_key(attempt)] = attempt
-        fold = self.folds.setdefault(target.pk, _Fold())
-        fold.findings += 1
-        fold.occurrences += finding.count
-        seen = finding.at or now
-        fold.last_seen = seen if fold.last_seen is None else max(fold.last_seen, seen)
-        if len(fold.signatures) < MAX_FOLDED_SIGNATURES_SHOWN:
-            fold.signatures.add(finding.signature[:128])
-        return True
-
-    def _target(self, attempt: Attempt | None, finding: Finding) -> Anomaly | None:
-        key = _attempt_key(attempt)
-        if key not in self.candidates:
-            self.candidates[key] = list(
-                Anomaly.objects.filter(workload=self.workload, attempt=attempt)
-                .only("id", "kind", "category", "implicated_nodes", "detected_at")
-                .order_by("-detected_at", "-id")[: self.per_attempt]
-            )
-        candidates = self.candidates[key]
-        nodes = set(finding.nodes)
-        for candidate in candidates:
-            if candidate.category != finding.category:
-                continue
-            shared = set(candidate.implicated_nodes) & nodes
-            if shared or (not nodes and not candidate.implicated_nodes):
-                return candidate
-        same_kind = (c for c in candidates if c.kind == finding.kind)
-        return next(same_kind, candidates[0] if candidates else None)
-
-    def apply_folds(self) -> None:
-        for pk, fold in self.folds.items():
-            seen = fold.last_seen
-            Anomaly.objects.filter(pk=pk).update(
-                occurrences=F("occurrences") + fold.occurrences,
-                folded_findings=F("folded_findings") + fold.findings,
-                last_seen_at=Greatest(Coalesce("last_seen_at", "evidence_at"), Value(seen)),
-            )
-        for key, cap in self.reached.items():
-            if key in self.attempts:
-                self._announce(self.attempts[key], cap)
-
-    def _announce(self, attempt: Attempt | None, cap: str) -> None:
-        """One ANOMALIES_FOLDED event per attempt: later folds only add to the counts."""
-        number = attempt.number if attempt is not None else None
-        already = AuditEvent.objects.filter(
-            workload=self.workload, attempt=number, kind=AuditKind.ANOMALIES_FOLDED
-        )
-        if already.exists():
-            return
-        folds = [
-            (pk, fold)
-            for pk, fold in self.folds.items()
-            if any(c.pk == pk for c in self.candidates.get(_attempt_key(attempt), []))
-        ]
-        record_event(
-            cluster=self.workload.cluster,
-            workload=self.workload,
-            attempt=number,
-            kind=AuditKind.ANOMALIES_FOLDED,
-            actor=Actor.DETECTOR,
-            payload={
-                "cap": cap,
-                "limit": self.per_read if cap == CAP_PER_READ else self.per_attempt,
-                "folded_findings": sum(fold.findings for _, fold in folds),
-                "occurrences": sum(fold.occurrences for _, fold in folds),
-                "into": sorted(pk for pk, _ in folds)[:MAX_FOLDED_SIGNATURES_SHOWN],
-                "signatures": sorted(
-                    {signature for _, fold in folds for signature in fold.signatures}
-                )[:MAX_FOLDED_SIGNATURES_SHOWN],
-            },
-        )
 
 
 def _record_detected(
@@ -804,156 +536,3 @@ def _drop_invalid_node_names(finding: Finding) -> list[dict[str, str]]:
         )
     finding.nodes = kept
     return ignored
-
-
-def record_progress(
-    workload: Workload, attempt: Attempt | None, result: ScanResult, now: datetime
-) -> int:
-    number = attempt.number if attempt else None
-    if number:
-        record_progress_samples(workload, number, result, now)
-    resumed = bool(
-        result.progress
-        and number
-        and number > 1
-        and not _has_event(workload, number, AuditKind.PROGRESS_RESUMED)
-    )
-    note_quiet_phases(workload, result, now, continues_attempt=not resumed)
-    if result.progress:
-        latest = result.progress[-1]
-        if resumed:
-            first = result.progress[0]
-            record_event(
-                cluster=workload.cluster,
-                workload=workload,
-                attempt=number,
-                kind=AuditKind.PROGRESS_RESUMED,
-                actor=Actor.DETECTOR,
-                payload={"step": first.step},
-                occurred_at=first.at or now,
-            )
-        workload.last_progress_step = latest.step
-        workload.last_progress_at = latest.at or now
-    saved = len(record_events(checkpoint_events(workload, number, result, now)))
-    if saved and attempt is not None and not attempt.produced_checkpoint:
-        attempt.produced_checkpoint = True
-        attempt.save(update_fields=["produced_checkpoint"])
-    workload.save(update_fields=PROGRESS_FIELDS)
-    return saved
-
-
-# What a read of a job's output changes on its workload.
-PROGRESS_FIELDS = [
-    "last_progress_step",
-    "last_progress_at",
-    "last_checkpoint_step",
-    "last_checkpoint_at",
-    "longest_quiet_seconds",
-    "quiet_phase",
-    "quiet_phase_at",
-    "updated_at",
-]
-
-
-def note_quiet_phases(
-    workload: Workload, result: ScanResult, now: datetime, *, continues_attempt: bool
-) -> None:
-    """Keep what the read shows of the job's quiet phases on ``workload`` (not saved).
-
-    The longest time between two changes of step, within one attempt (the gap across a
-    restart is downtime, not a phase of the job), and a checkpoint save or evaluation pass
-    announced after the read's last step, which the next step ends.
-    """
-    times = [
-        (point.at or now, point.step)
-        for point in sorted(result.progress, key=lambda p: (p.at or now, p.line))
-    ]
-    previous = None
-    if continues_attempt and workload.last_progress_at is not None:
-        previous = (workload.last_progress_at, workload.last_progress_step)
-    longest = workload.longest_quiet_seconds or 0.0
-    for at, step in times:
-        if previous is not None and step != previous[1]:
-            longest = max(longest, (at - previous[0]).total_seconds())
-        if previous is None or step != previous[1]:
-            previous = (at, step)
-    if longest > 0:
-        workload.longest_quiet_seconds = longest
-    last_step_line = max((point.line for point in result.progress), default=0)
-    announced = [
-        (checkpoint.line, CHECKPOINT, checkpoint.at)
-        for checkpoint in result.checkpoints
-        if not checkpoint.completed
-    ] + [(evaluation.line, EVALUATION, evaluation.at) for evaluation in result.evaluations]
-    saved_line = max((c.line for c in result.checkpoints if c.completed), default=0)
-    phase = max(announced, default=None, key=lambda item: item[0])
-    if (
-        phase is not None
-        and phase[0] > last_step_line
-        and not (phase[1] == CHECKPOINT and saved_line > phase[0])
-    ):
-        workload.quiet_phase, workload.quiet_phase_at = phase[1], phase[2] or now
-    elif result.progress or saved_line:
-        workload.quiet_phase, workload.quiet_phase_at = "", None
-
-
-def checkpoint_events(
-    workload: Workload, attempt: int | None, result: ScanResult, now: datetime
-) -> list[AuditEvent]:
-    """The read's finished checkpoints newer than the workload's last, as unsaved
-    ``checkpoint_saved`` events; the workload's last checkpoint moves to the newest."""
-    events = []
-    for checkpoint in result.checkpoints:
-        if not checkpoint.completed:
-            continue
-        step = checkpoint.step
-        last = workload.last_checkpoint_step
-        if step is not None and last is not None and step <= last:
-            continue  # already recorded (or an older one seen again)
-        workload.last_checkpoint_step = step
-        workload.last_checkpoint_at = checkpoint.at or now
-        events.append(
-            AuditEvent(
-                cluster=workload.cluster,
-                workload=workload,
-                attempt=attempt,
-                kind=AuditKind.CHECKPOINT_SAVED,
-                actor=Actor.DETECTOR,
-                payload={"step": step, "path": checkpoint.path},
-                occurred_at=checkpoint.at or now,
-            )
-        )
-    return events
-
-
-def finite_or_none(value: float | None) -> float | None:
-    """A number the database can store: MySQL has no NaN or infinity."""
-    return value if value is not None and math.isfinite(value) else None
-
-
-def record_progress_samples(
-    workload: Workload, attempt: int, result: ScanResult, now: datetime
-) -> int:
-    """Keep the read's progress points (per rank and node) for the hang and straggler checks."""
-    samples = [
-        ProgressSample(
-            workload=workload,
-            attempt=attempt,
-            rank=point.rank,
-            node=(point.node or "")[:128],
-            step=point.step,
-            loss=finite_or_none(point.loss),
-            throughput=point.throughput,
-            step_time_seconds=point.step_time_seconds,
-            at=point.at or now,
-        )
-        for point in result.progress
-    ]
-    if samples:
-        ProgressSample.objects.bulk_create(samples)
-        ProgressSample.objects.filter(workload=workload, at__lt=now - SAMPLE_RETENTION).delete()
-    return len(samples)
-
-
-def _has_event(workload: Workload, attempt: int, kind: str) -> bool:
-    return AuditEvent.objects.filter(workload=workload, attempt=attempt, kind=kind).exists()

@@ -64,7 +64,7 @@ from recovery.detection.hang import (
     format_duration,
     median_step_time,
 )
-from recovery.detection.scanner import ProgressPoint
+from recovery.detection.scanner.results import ProgressPoint
 from recovery.detection.signatures.base import SignatureRole
 from recovery.detection.signatures.jobs import CANCEL_NOTICE, cancelled_by_someone
 from recovery.detection.taxonomy import NO_CATEGORY

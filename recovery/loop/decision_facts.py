@@ -10,7 +10,7 @@ policy, from what the database holds later.
 ``gather`` reads all of it, for every policy: nothing here depends on a policy's settings, so
 that a draft with a longer exclusion time or a wider blast-radius window reads the same facts.
 The policy's own choices are pure functions of these facts (``history_from``,
-``kept_out_from``, ``over_blast_radius_from`` and ``recovery.loop.policy.choose``): the live
+``kept_out_from``, ``over_blast_radius_from`` and ``recovery.loop.policy_rules.choose``): the live
 decision goes through them too, so replaying the policy that was in force reproduces it.
 The facts are stored as JSON on the anomaly (``Anomaly.decision_facts``) with what was decided.
 """
@@ -36,6 +36,9 @@ from recovery.choices import (
 )
 from recovery.loop.exclusions_read import recent_exclusions
 from recovery.models import Anomaly, Attempt, Node, Policy, Recommendation, Workload
+from recovery.schedulers.capabilities import Capabilities
+from recovery.schedulers.registry import capabilities_of
+from recovery.schedulers.slurm import SLURM_CAPABILITIES
 
 # 2: other jobs' exclusions counted by the minute, named only for the nodes the facts name
 # elsewhere (version 1 named every node, tens of kilobytes per decision on a busy cluster).
@@ -260,7 +263,7 @@ def gather(
     site_policy: Policy,
     now: datetime,
 ) -> dict[str, Any]:
-    """Everything ``recovery.loop.policy.choose`` reads, as JSON.
+    """Everything ``recovery.loop.policy_rules.choose`` reads, as JSON.
 
     ``earlier`` is the attempt's latest recommendation that was not superseded, ``open_one``
     its open one as locked by the caller. ``policy`` and ``site_policy`` are named, not kept:
@@ -302,8 +305,33 @@ def gather(
         "open": _recommendation_facts(open_one),
         **history_facts(workload, now),
         "cluster_nodes": cluster_node_facts(workload.cluster_id, now),
+        "capabilities": capabilities_facts(workload.cluster.connection),
     }
     return facts | blast_facts(workload, now, named_nodes(facts))
+
+
+def capabilities_facts(connection: str) -> dict[str, bool] | None:
+    """What the scheduler of a cluster connected by ``connection`` can have done, as JSON; None
+    when no adapter is registered for it (then nothing can be)."""
+    capabilities = capabilities_of(connection)
+    return capabilities.as_facts() if capabilities is not None else None
+
+
+def capabilities_from(facts: Mapping[str, Any]) -> Capabilities:
+    """The capabilities a decision's facts recorded. Facts recorded before capabilities were
+    are all of Slurm's clusters (or the simulated Slurm's), which can do all of it; facts that
+    name none can have nothing done."""
+    if "capabilities" not in facts:
+        return SLURM_CAPABILITIES
+    recorded = facts["capabilities"]
+    if not isinstance(recorded, Mapping):
+        return Capabilities()
+    return Capabilities(
+        requeue=recorded.get("requeue") is True,
+        exclude_on_restart=recorded.get("exclude_on_restart") is True,
+        hold=recorded.get("hold") is True,
+        drain=recorded.get("drain") is True,
+    )
 
 
 # ------------------------------------------------------------- what a policy makes of them
@@ -435,7 +463,7 @@ def facts_time(facts: Mapping[str, Any]) -> datetime:
 
 
 def recorded_anomaly(facts: Mapping[str, Any], workload: Workload) -> Anomaly:
-    """An unsaved anomaly as the policy saw it, for ``recovery.loop.policy.decide``."""
+    """An unsaved anomaly as the policy saw it, for ``recovery.loop.policy_rules.decide``."""
     seen = facts["anomaly"]
     state = facts["workload"]
     attempt = None

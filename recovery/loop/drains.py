@@ -47,7 +47,13 @@ from recovery.choices import (
     RecommendationStatus,
     Severity,
 )
-from recovery.loop.decision_facts import FACTS_VERSION, LONGEST_EXCLUSION, policy_facts
+from recovery.loop.decision_facts import (
+    FACTS_VERSION,
+    LONGEST_EXCLUSION,
+    capabilities_facts,
+    capabilities_from,
+    policy_facts,
+)
 from recovery.loop.policy import site_policy_for
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy, Recommendation
 from recovery.schedulers.base import drain_reason
@@ -153,6 +159,7 @@ def drain_facts(cluster: Cluster, names: list[str], now: datetime) -> dict[str, 
         "cluster_size": Node.objects.filter(cluster=cluster).count(),
         "drained": drained,
         "automatic": cluster.drains_without_approval,
+        "capabilities": capabilities_facts(cluster.connection),
         "nodes": nodes,
         "result": {},
     }
@@ -165,6 +172,8 @@ def drain_choice(
     ``also_drained``: nodes of the same anomaly whose drains were made ready just before."""
     if not policy.drain_nodes:
         return DRAIN_OFF, "the policy drains no nodes"
+    if not capabilities_from(facts).drain:
+        return DRAIN_OFF, "this cluster's scheduler cannot drain nodes"
     node = facts["nodes"].get(name) or {"exists": False}
     if not node["exists"]:
         return DRAIN_UNKNOWN_NODE, f"{name} is not a node of the cluster"

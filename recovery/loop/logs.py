@@ -53,22 +53,19 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.detection.findings import Finding
-from recovery.detection.kernel_log import (
+from recovery.detection.kernel_log.facts import (
     OOM_EVENTS,
     DeviceFact,
     KernelEntry,
     KernelRead,
     ProcessEvent,
     ProcessFact,
-    parse_kernel_log,
 )
-from recovery.detection.kernel_log import findings as kernel_findings
-from recovery.detection.scanner import (
-    DEFAULT_NONFINITE_STEPS,
-    LogScanner,
-    NonfiniteState,
-    ScanResult,
-)
+from recovery.detection.kernel_log.reading import parse_kernel_log
+from recovery.detection.kernel_log.reporting import findings as kernel_findings
+from recovery.detection.scanner.log_scanner import LogScanner
+from recovery.detection.scanner.progress_sampling import DEFAULT_NONFINITE_STEPS
+from recovery.detection.scanner.results import NonfiniteState, ScanResult
 from recovery.detection.signature_set import SignatureSet
 from recovery.detection.teaching import LAST_LINES, last_lines
 from recovery.loop.anomalies import RECENT_END, record_findings, record_read

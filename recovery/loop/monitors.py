@@ -30,7 +30,7 @@ from recovery.choices import (
     NodeHealth,
     WorkloadState,
 )
-from recovery.detection.facts import finding_from_scheduler_state, node_state_finding
+from recovery.detection.facts import finding_from_job_ending, node_state_finding
 from recovery.detection.findings import Finding
 from recovery.detection.hang import ProgressObservation, check_hang
 from recovery.detection.quiet_phases import CHECKPOINT
@@ -54,12 +54,11 @@ from recovery.loop.logs import OnNode, attempts_by_node
 from recovery.loop.policy import DECISION_HORIZON, decide_when_ready, policy_for
 from recovery.models import Anomaly, Attempt, Cluster, Node, Policy, ProgressSample, Workload
 from recovery.schedulers.base import JobInfo, is_recovery_drain
+from recovery.schedulers.phase import TELLING_ENDINGS, Phase
+from recovery.schedulers.slurm_phase import slurm_phase
 
-# Job states that are news about the attempt on their own; a bare FAILED is recorded only
-# when the logs explained nothing.
-TELLING_END_STATES = frozenset(
-    {"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "PREEMPTED"}
-)
+_PHASES = frozenset(phase.value for phase in Phase)
+
 MAX_SAMPLES = 2000
 SAMPLE_LOOK_BACK_SECONDS = 1800.0
 
@@ -75,9 +74,11 @@ def straggler_policy(policy: Policy) -> StragglerPolicy:
 
 @dataclasses.dataclass(frozen=True)
 class SchedulerEnding:
-    """What the scheduler said when it ended an attempt, as ``Attempt.ending_to_judge`` keeps it."""
+    """What the scheduler said when it ended an attempt, as ``Attempt.ending_to_judge`` keeps it:
+    the phase the loop judges, and the scheduler's own word for people to read."""
 
-    state: str
+    phase: Phase
+    native_state: str
     exit_code: int | None = None
     exit_signal: int | None = None
     reason: str = ""
@@ -86,12 +87,15 @@ class SchedulerEnding:
     @classmethod
     def of(cls, job: JobInfo) -> SchedulerEnding:
         # The poller keeps endings only of the jobs it synced, and syncs none of unknown state.
-        assert job.state is not None
-        return cls(job.state, job.exit_code, job.exit_signal, job.reason, job.end_time)
+        assert job.phase is not None and job.native_state is not None
+        return cls(
+            job.phase, job.native_state, job.exit_code, job.exit_signal, job.reason, job.end_time
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
-            "state": self.state,
+            "phase": str(self.phase),
+            "state": self.native_state,
             "exit_code": self.exit_code,
             "exit_signal": self.exit_signal,
             "reason": self.reason,
@@ -101,8 +105,12 @@ class SchedulerEnding:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SchedulerEnding:
         end_time = data.get("end_time")
+        native_state = str(data.get("state") or "")
+        phase = data.get("phase")
         return cls(
-            state=str(data.get("state") or ""),
+            # Endings kept before phases existed are all Slurm's (or the simulated Slurm's).
+            phase=Phase(phase) if phase in _PHASES else slurm_phase(native_state) or Phase.UNKNOWN,
+            native_state=native_state,
             exit_code=data.get("exit_code"),
             exit_signal=data.get("exit_signal"),
             reason=str(data.get("reason") or ""),
@@ -130,8 +138,9 @@ def check_job_ending(
         for node in Node.objects.filter(cluster=workload.cluster, name__in=attempt.nodes)
         if node.health == NodeHealth.UNHEALTHY or out_of_service(node.scheduler_state)
     }
-    finding = finding_from_scheduler_state(
-        job.state,
+    finding = finding_from_job_ending(
+        job.phase,
+        native_state=job.native_state,
         exit_code=job.exit_code,
         signal=job.exit_signal,
         reason=job.reason,
@@ -140,7 +149,7 @@ def check_job_ending(
     )
     if finding is None:
         return []
-    if job.state not in TELLING_END_STATES:
+    if job.phase not in TELLING_ENDINGS:
         said = Anomaly.objects.filter(workload=workload, attempt=attempt).exclude(
             confirmation__in=UNCONFIRMED - {Confirmation.SUSPECTED}
         )
@@ -151,7 +160,9 @@ def check_job_ending(
             finding.category = FailureCategory.UNEXPLAINED
             finding.detail["last_lines"] = output_tail() if output_tail is not None else []
     finding.detail.setdefault("role", SignatureRole.CAUSE)
-    finding.detail.update({"state": job.state, "exit_code": job.exit_code, "reason": job.reason})
+    finding.detail.update(
+        {"state": job.native_state, "exit_code": job.exit_code, "reason": job.reason}
+    )
     return record_anomalies(
         workload, attempt, [finding], now, scope="scheduler", source=EvidenceSource.SCHEDULER
     )

@@ -3,7 +3,7 @@
 Each decision the loop made kept the facts it was made on (``Anomaly.decision_facts`` and
 ``Anomaly.drain_facts``, see ``recovery.loop.decision_facts``). A replay takes the decisions of
 a window in the order they were made and runs the same pure functions over those facts
-(``recovery.loop.policy.choose``, ``recovery.loop.drains.drain_choice``) under the policies in
+(``recovery.loop.policy_rules.choose``, ``recovery.loop.drains.drain_choice``) under the policies in
 force now, one of which may be a draft that is not saved. Nothing is written and nothing is
 sent to a scheduler.
 
@@ -20,22 +20,25 @@ What a replay cannot know, it says:
 
 Replaying the policies in force reproduces what was decided; where it does not, the reason is
 named (a policy edited or enabled since), or the difference is reported as unexplained.
+
+A draft is made from settings by ``recovery.loop.replay_draft``; the report is printed by
+``recovery.loop.replay_output`` and shown on pages by ``recovery.loop.replay_view``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db.models import Q
 
 from recovery.audit.actors import Actor
 from recovery.choices import RecommendationAction, RecommendationStatus
 from recovery.loop import policy as policy_engine
+from recovery.loop import policy_rules
 from recovery.loop.decision_facts import READABLE_FACTS_VERSIONS, facts_time, recorded_anomaly
 from recovery.loop.drains import DRAIN_PROPOSED, drain_choice
 from recovery.models import Anomaly, Cluster, Policy, Recommendation
@@ -291,7 +294,7 @@ def _replay_decision(
     at = facts_time(facts)
     result = facts["result"]
     recorded_action = None
-    if result["outcome"] == policy_engine.NEW:
+    if result["outcome"] == policy_rules.NEW:
         recorded_action = Action(
             action=result["action"],
             excluded_nodes=tuple(result["excluded_nodes"]),
@@ -311,14 +314,14 @@ def _replay_decision(
         )
     own_policy = policy_engine.policy_for(workload)
     site = policy_engine.site_policy(workload, own_policy).policy
-    choice = policy_engine.choose(
+    choice = policy_rules.choose(
         _with_draft_recommendations(facts, state, workload.pk, attempt_number),
         recorded_anomaly(facts, workload),
         own_policy,
         site,
     )
     replayed_action = None
-    if choice.outcome == policy_engine.NEW and choice.decision is not None:
+    if choice.outcome == policy_rules.NEW and choice.decision is not None:
         replayed_action = Action(
             action=choice.decision.action,
             excluded_nodes=tuple(choice.decision.excluded_nodes),
@@ -381,7 +384,7 @@ def _verdict(
 
 def _same_kind_of_nothing(recorded_outcome: str, outcome: str) -> bool:
     # Kept, same and under way each leave the attempt's recommendation as it is: one outcome.
-    unchanged = {policy_engine.KEPT, policy_engine.SAME, policy_engine.UNDER_WAY}
+    unchanged = {policy_rules.KEPT, policy_rules.SAME, policy_rules.UNDER_WAY}
     if recorded_outcome in unchanged and outcome in unchanged:
         return True
     return recorded_outcome == outcome
@@ -495,164 +498,3 @@ def _totals(decisions: Sequence[ReplayedDecision], *, recorded: bool) -> Totals:
         node_hours_excluded=node_hours,
         without_approval=without_approval,
     )
-
-
-# Settings a draft may not set: what identifies a policy or is kept by the database.
-NOT_SETTINGS = frozenset({"id", "updated_at"})
-
-
-class DraftError(ValueError):
-    """A draft policy that cannot be replayed, with what is wrong in people's words."""
-
-
-def draft_policy(fields: object, base: Policy | None = None) -> Policy:
-    """A policy not saved: ``base`` (a copy) or a new one, with ``fields`` set and checked.
-
-    ``fields`` is a JSON object of policy settings, e.g. ``{"max_attempts": 20}``; a name or id
-    in it chooses the saved policy it edits when ``base`` is not given.
-    """
-    if not isinstance(fields, dict):
-        raise DraftError("a draft policy is a JSON object of settings")
-    known = {f.name for f in Policy._meta.concrete_fields} | {"cluster"}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise DraftError(f"not a policy setting: {', '.join(map(str, unknown))}")
-    if base is None:
-        base = _saved_policy_named(fields)
-    # A saved policy is read again, so that the caller's copy stays as it is.
-    saved = base is not None and base.pk
-    draft = Policy.objects.get(pk=base.pk) if base is not None and saved else base or Policy()
-    for name, value in fields.items():
-        if name in NOT_SETTINGS:
-            continue
-        if name == "cluster":
-            cluster = Cluster.objects.filter(name=str(value)).first() if value else None
-            if value and cluster is None:
-                raise DraftError(f"cluster: no cluster is called {value!r}")
-            draft.cluster = cluster
-            continue
-        setattr(draft, name, value)
-    if not draft.name:
-        draft.name = "draft"
-    try:
-        draft.full_clean(validate_unique=False)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{field}: {' '.join(messages)}" for field, messages in exc.message_dict.items()
-        )
-        raise DraftError(problems) from None
-    return draft
-
-
-def _saved_policy_named(fields: dict[str, Any]) -> Policy | None:
-    if "id" in fields:
-        found = Policy.objects.filter(pk=fields["id"]).first() if _is_id(fields["id"]) else None
-        if found is None:
-            raise DraftError(f"id: no saved policy has id {fields['id']!r}")
-        return found
-    if "name" in fields:
-        return Policy.objects.filter(name=str(fields["name"])).first()
-    return None
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def report_json(report: ReplayReport, *, every_decision: bool = False) -> dict[str, Any]:
-    """The report as JSON: the totals both ways and the differences (every decision if asked)."""
-    shown = report.decisions if every_decision else report.differences
-
-    def action(value: Action | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
-        return {
-            "action": value.action,
-            "excluded_nodes": list(value.excluded_nodes),
-            "node": value.node,
-            "needs_person": value.needs_person,
-            "reason": value.reason,
-        }
-
-    def decision(d: ReplayedDecision) -> dict[str, Any]:
-        return {
-            "at": d.at.isoformat(),
-            "anomaly": d.anomaly_id,
-            "job_id": d.job_id,
-            "attempt": d.attempt,
-            "kind": d.kind,
-            "verdict": d.verdict,
-            "recorded": action(d.recorded),
-            "recorded_status": d.recorded_status,
-            "recorded_by": d.recorded_by,
-            "replayed": action(d.replayed),
-            "explanation": d.explanation,
-        }
-
-    return {
-        "cluster": report.cluster,
-        "since": report.since.isoformat(),
-        "until": report.until.isoformat(),
-        "policy": report.policy,
-        "decisions": len(report.decisions),
-        "verdicts": dict(report.verdicts),
-        "recorded": asdict(report.recorded),
-        "replayed": asdict(report.replayed),
-        "stops_operators_let_run": [decision(d) for d in report.stops_operators_let_run],
-        "rejected_actions_taken": [decision(d) for d in report.rejected_actions_taken],
-        "unexplained": len(report.unexplained),
-        "shown": [decision(d) for d in shown],
-    }
-
-
-def fate(decision: ReplayedDecision) -> str:
-    """What became of the recorded recommendation, in words: "approved by olivia, executed"."""
-    status = decision.recorded_status.replace("_", " ")
-    if not decision.recorded_by:
-        return status
-    if decision.recorded_status == RecommendationStatus.REJECTED:
-        return f"rejected by {decision.recorded_by}"
-    return f"approved by {decision.recorded_by}, {status}"
-
-
-def report_lines(report: ReplayReport, *, every_decision: bool = False) -> list[str]:
-    """The report for a terminal."""
-    verdicts = ", ".join(f"{count} {verdict}" for verdict, count in report.verdicts.items())
-    lines = [
-        f"Replay of {report.policy} on {report.cluster}, "
-        f"{report.since:%Y-%m-%d %H:%M} to {report.until:%Y-%m-%d %H:%M} UTC: "
-        f"{len(report.decisions)} decisions ({verdicts or 'none'}). Nothing was changed.",
-        "",
-        f"{'':28}{'recorded':>10}{'replayed':>10}",
-    ]
-    for label, name in (
-        ("restarts", "restarts"),
-        ("stops", "stops"),
-        ("drains", "drains"),
-        ("nodes excluded", "nodes_excluded"),
-        ("node-hours kept out", "node_hours_excluded"),
-        ("carried out without approval", "without_approval"),
-    ):
-        recorded, replayed = getattr(report.recorded, name), getattr(report.replayed, name)
-        lines.append(f"{label:28}{recorded:>10g}{replayed:>10g}")
-    lines.append(
-        f"{'jobs stopped operators let run':28}{'':>10}{len(report.stops_operators_let_run):>10}"
-    )
-    lines.append(
-        f"{'actions operators rejected':28}{'':>10}{len(report.rejected_actions_taken):>10}"
-    )
-    shown = report.decisions if every_decision else report.differences
-    if shown:
-        lines += ["", "when        job/attempt  recorded -> replayed  [verdict] why"]
-    for d in shown:
-        recorded = d.recorded.words() if d.recorded else "nothing"
-        replayed = d.replayed.words() if d.replayed else "nothing"
-        status = f" ({fate(d)})" if d.recorded_status else ""
-        why = f" {d.explanation}" if d.explanation else ""
-        lines.append(
-            f"{d.at:%m-%d %H:%M}  {d.job_id}/{d.attempt}  {recorded}{status} -> {replayed}"
-            f"  [{d.verdict}]{why}"
-        )
-    if report.unexplained:
-        lines += ["", f"{len(report.unexplained)} differences have no recorded explanation."]
-    return lines

@@ -22,14 +22,13 @@ from recovery.loop.replay import (
     NOT_MADE,
     SAME,
     Action,
-    DraftError,
     ReplayedDecision,
     ReplayReport,
     Totals,
-    draft_policy,
-    fate,
     replay,
 )
+from recovery.loop.replay_draft import DraftError, draft_policy
+from recovery.loop.replay_output import fate
 from recovery.models import Cluster, Policy
 
 # How far back a page replays: a bounded amount of work per request.

@@ -23,7 +23,8 @@ from django.db import transaction
 from recovery.audit.actors import Actor
 from recovery.audit.record import record_event
 from recovery.choices import AuditKind, EvidenceTrust
-from recovery.loop.policy import excludes_nodes, excluding_nodes, site_policy_for
+from recovery.loop.policy import site_policy_for
+from recovery.loop.policy_rules import excludes_nodes, excluding_nodes
 from recovery.models import Anomaly, Node
 
 

@@ -18,7 +18,7 @@ from recovery.choices import (
     StragglerAction,
 )
 from recovery.detection.linear_regex import PatternError, compile_linear
-from recovery.detection.scanner import DEFAULT_NONFINITE_STEPS
+from recovery.detection.scanner.progress_sampling import DEFAULT_NONFINITE_STEPS
 from recovery.models.cluster import Cluster
 
 

@@ -11,11 +11,13 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
+from recovery.schedulers.capabilities import Capabilities
 from recovery.schedulers.compat import StrEnum
 from recovery.schedulers.optin import OptIn
 from recovery.schedulers.output_files import OutputAccess, OutputFile, OutputRefused
+from recovery.schedulers.phase import Phase
 from recovery.schedulers.validation import validate_job_id, validate_node_names
 
 
@@ -179,12 +181,17 @@ class JobInfo:
     name: str
     user: str  # "" when unknown (listed in ``unreadable``)
     partition: str
-    state: str | None
+    # The scheduler's own word for the job's state (Slurm's RUNNING, NODE_FAIL...): for people
+    # to read, and for the scheduler's own adapter and executor. None when unreadable.
+    native_state: str | None
+    # Where the job is in its life, as the adapter maps ``native_state``: what the loop reads.
+    # None exactly when ``native_state`` is.
+    phase: Phase | None
     reason: str
     comment: str
     opt_in: OptIn
-    # The rest of the scheduler's state besides ``state``: flags such as REQUEUED, and, when
-    # ``state`` is COMPLETING, the base state underneath (PENDING after a requeue, FAILED...).
+    # The rest of the scheduler's state besides ``native_state``: flags such as REQUEUED, and,
+    # when it is COMPLETING, the base state underneath (PENDING after a requeue, FAILED...).
     state_flags: tuple[str, ...] = ()
     # Slurm's job flags (23.02 and later), e.g. EXPEDITED_REQUEUE; empty where none were read.
     job_flags: tuple[str, ...] = ()
@@ -217,11 +224,11 @@ class JobInfo:
 
     @property
     def is_running(self) -> bool:
-        return self.state == "RUNNING"
+        return self.phase == Phase.RUNNING
 
     @property
     def is_pending(self) -> bool:
-        return self.state == "PENDING"
+        return self.phase == Phase.PENDING
 
     def unknown(self, fields: Sequence[str] = ()) -> dict[str, str]:
         """The given fields (all that the loop acts on by default) that could not be read."""
@@ -235,14 +242,14 @@ class JobInfo:
 
 
 def describe_unknown(unknown: dict[str, str]) -> str:
-    """``JobInfo.unknown()`` in one line: ``restart_count: why; state: why``."""
+    """``JobInfo.unknown()`` in one line: ``phase: why; restart_count: why``."""
     return "; ".join(f"{name}: {why}" for name, why in sorted(unknown.items()))
 
 
 # What the Advisor Controller and the poller rely on to tell a job's identity and its progress
 # through a restart. With one of these unknown, nothing is done to the job or its workload.
 ACTIONABLE_FIELDS = (
-    "state",
+    "phase",
     "user",
     "submit_time",
     "restart_count",
@@ -428,6 +435,8 @@ class SchedulerAdapter(abc.ABC):
     """
 
     transport: Transport | None = None
+    # What this adapter can do; none of it unless the adapter says so.
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     @abc.abstractmethod
     def list_jobs(self) -> list[JobInfo]: ...

@@ -1,6 +1,6 @@
 """What the Advisor Controller's oldest Python (3.9) lacks of the 3.11 standard library.
 
-The controller's own distribution (``recovery/controller/pyproject.toml``) ships this package to
+The controller's own distribution (``deploy/controller-wheel/pyproject.toml``) ships this package to
 login nodes that run old distributions; the control plane runs 3.11, where these are the
 standard library's own names.
 """

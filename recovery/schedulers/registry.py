@@ -11,9 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from recovery.schedulers.base import Connection, SchedulerAdapter, SchedulerError
+from recovery.schedulers.base import (
+    Connection,
+    SchedulerAdapter,
+    SchedulerError,
+)
+from recovery.schedulers.capabilities import Capabilities
 from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import LocalTransport, SSHTransport
+from recovery.schedulers.ssh_transport import SSHTransport
+from recovery.schedulers.transport import LocalTransport
 
 AdapterBuilder = Callable[[Mapping[str, Any]], SchedulerAdapter]
 
@@ -28,16 +34,28 @@ class NotPolled(SchedulerError):
 
 # Keyed by ``Connection`` members; looked up with the plain string a cluster row holds.
 ADAPTERS: dict[str, AdapterBuilder] = {}
+# What the adapters each builder makes can do, by the same keys: the policy reads it without
+# building an adapter (which may open a connection).
+CAPABILITIES: dict[str, Capabilities] = {}
 
 
-def register(kind: Connection) -> Callable[[AdapterBuilder], AdapterBuilder]:
-    """Make the decorated builder the one for ``kind``."""
+def register(
+    kind: Connection, capabilities: Capabilities
+) -> Callable[[AdapterBuilder], AdapterBuilder]:
+    """Make the decorated builder the one for ``kind``; its adapters can do ``capabilities``."""
 
     def add(builder: AdapterBuilder) -> AdapterBuilder:
         ADAPTERS[kind] = builder
+        CAPABILITIES[kind] = capabilities
         return builder
 
     return add
+
+
+def capabilities_of(kind: str) -> Capabilities | None:
+    """What a cluster connected by ``kind`` can have done; None when no builder is registered
+    for it (nothing is polled or carried out there)."""
+    return CAPABILITIES.get(str(kind))
 
 
 def build_adapter(kind: str, settings: Mapping[str, Any], *, name: str = "") -> SchedulerAdapter:
@@ -62,13 +80,13 @@ def slurm_env(settings: Mapping[str, Any]) -> dict[str, str]:
     return {"SLURM_CONF": str(settings["slurm_conf"])} if settings.get("slurm_conf") else {}
 
 
-@register(Connection.LOCAL)
+@register(Connection.LOCAL, SlurmAdapter.capabilities)
 def local_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
     """Slurm's commands run on this host."""
     return SlurmAdapter(LocalTransport(env=slurm_env(settings)))
 
 
-@register(Connection.SSH)
+@register(Connection.SSH, SlurmAdapter.capabilities)
 def ssh_slurm(settings: Mapping[str, Any]) -> SchedulerAdapter:
     """Slurm's commands run on a login node over SSH."""
     try:

@@ -24,6 +24,7 @@ from recovery.schedulers.base import (
     SchedulerError,
     Transport,
 )
+from recovery.schedulers.capabilities import Capabilities
 from recovery.schedulers.compat import UTC
 from recovery.schedulers.dependency import chained_after
 from recovery.schedulers.nodelist import NodeListError, compress_nodelist, expand_nodelist
@@ -31,7 +32,6 @@ from recovery.schedulers.optin import parse_job_comment
 from recovery.schedulers.output_files import valid_uid
 from recovery.schedulers.slurm_json import (
     HELD_REASONS,
-    NODE_BASE_STATES,
     JobListing,
     JobStateError,
     SlurmDocument,
@@ -41,6 +41,8 @@ from recovery.schedulers.slurm_json import (
     parse_document,
     read_job_state,
 )
+from recovery.schedulers.slurm_nodes import NODE_BASE_STATES
+from recovery.schedulers.slurm_phase import slurm_phase
 from recovery.schedulers.validation import validate_job_id, validate_node_names
 
 __all__ = ["SlurmAdapter", "expand_output_path"]
@@ -74,7 +76,14 @@ INVALID_JOB_ID = "Invalid job id specified"
 _UNSUPPORTED_OPTION = ("unrecognized option", "invalid option", "unknown option")
 
 
+# Slurm requeues a job in place, holds it, takes exclusions while it is pending, and drains
+# and resumes nodes (``scontrol``).
+SLURM_CAPABILITIES = Capabilities(requeue=True, exclude_on_restart=True, hold=True, drain=True)
+
+
 class SlurmAdapter(SchedulerAdapter):
+    capabilities = SLURM_CAPABILITIES
+
     def __init__(self, transport: Transport, *, command_timeout: float = 30.0) -> None:
         self.transport: Transport = transport
         self.command_timeout = command_timeout
@@ -420,7 +429,7 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         state, state_flags = read_job_state(state_text)
     except JobStateError as exc:
         state_flags = exc.words
-        unreadable["state"] = f"%T: {exc}"
+        unreadable["phase"] = f"%T: {exc}"
     info = {
         "job_id": job_id.strip(),
         "name": name,
@@ -449,7 +458,8 @@ def _job_from_fields(fields: list[str]) -> JobInfo:
         name=name,
         user=info["user"],
         partition=partition,
-        state=state,
+        native_state=state,
+        phase=slurm_phase(state),
         state_flags=state_flags,
         reason=reason,
         comment=comment,

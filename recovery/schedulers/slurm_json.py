@@ -25,22 +25,31 @@ would look like a fact and could make the loop requeue the wrong job.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from recovery.schedulers.base import JobInfo, NodeInfo
-from recovery.schedulers.compat import UTC
 from recovery.schedulers.dependency import chained_after
-from recovery.schedulers.nodelist import EMPTY_NODELISTS, NodeListError, expand_nodelist
 from recovery.schedulers.optin import parse_job_comment
 from recovery.schedulers.output_files import valid_uid
+from recovery.schedulers.slurm_nodes import node_from_record, nodes_from_sinfo_groups
+from recovery.schedulers.slurm_phase import slurm_phase
+from recovery.schedulers.slurm_values import (
+    _ABSENT,
+    _epoch,
+    _exit_code,
+    _get,
+    _nodes,
+    _number,
+    _plain_int,
+    _shape,
+    _string,
+    _text,
+    _Unreadable,
+)
 from recovery.schedulers.validation import shown
-
-logger = logging.getLogger(__name__)
 
 # Slurm's base job states (JOB_STATE_BASE) and state flags (JOB_STATE_FLAGS), as its data
 # parsers name them; EXPEDITING is new in 25.11.
@@ -85,9 +94,6 @@ JOB_STATE_FLAGS = frozenset(
 HELD_STATE_FLAGS = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT"})
 HELD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state"})
 
-NODE_BASE_STATES = frozenset(
-    {"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "INVALID"}
-)
 
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -242,115 +248,6 @@ def _messages(value: object) -> tuple[str, ...]:
     return tuple(messages)
 
 
-# ---------------------------------------------------------------------- values
-
-
-class _Unreadable(ValueError):
-    """A value Slurm did not give in a usable form; the message is the reason."""
-
-
-_ABSENT = object()
-
-
-def _shape(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "dict"
-    return type(value).__name__
-
-
-def _get(raw: Mapping[str, Any], *keys: str) -> tuple[str, object]:
-    """The first of ``keys`` present in the record, and its value (``_ABSENT`` if none is)."""
-    for key in keys:
-        if key in raw:
-            return key, raw[key]
-    return keys[0], _ABSENT
-
-
-def _number(value: object) -> int:
-    """A plain integer, or Slurm's ``{"set", "infinite", "number"}`` object."""
-    if value is _ABSENT:
-        raise _Unreadable("absent")
-    if value is None:
-        raise _Unreadable("null")
-    if isinstance(value, bool):
-        raise _Unreadable("unknown shape bool")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        # Slurm's "complex" output mode prints an infinite number as "Infinity".
-        if value.lower() in {"infinity", "infinite", "unlimited"}:
-            raise _Unreadable("infinite, not a number")
-        raise _Unreadable(f"unknown shape str {value[:40]!r}")
-    if isinstance(value, Mapping):
-        if value.get("infinite") is True:
-            raise _Unreadable("infinite, not a number")
-        if value.get("set") is False:
-            raise _Unreadable("not set")
-        number = value.get("number")
-        if value.get("set") is True and isinstance(number, int) and not isinstance(number, bool):
-            return number
-        raise _Unreadable(f"unknown shape dict with keys {sorted(value)}")
-    raise _Unreadable(f"unknown shape {_shape(value)}")
-
-
-def _plain_int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
-def _string(value: object) -> str:
-    if value is _ABSENT:
-        raise _Unreadable("absent")
-    if value is None:
-        raise _Unreadable("null")
-    if not isinstance(value, str):
-        raise _Unreadable(f"unknown shape {_shape(value)}")
-    return value
-
-
-def _text(raw: Mapping[str, Any], key: str) -> str:
-    """A descriptive string (name, partition...); not acted on, so "" when missing."""
-    value = raw.get(key)
-    return value.strip() if isinstance(value, str) else ""
-
-
-def _epoch(value: object) -> datetime | None:
-    """A Unix time; Slurm's 0 means "none" (not started, not ended)."""
-    seconds = _number(value)
-    if seconds < 0:
-        raise _Unreadable(f"negative time {seconds}")
-    if seconds == 0:
-        return None
-    return datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def _nodes(value: object) -> list[str]:
-    text = _string(value).strip()
-    if text in EMPTY_NODELISTS:
-        return []
-    try:
-        return expand_nodelist(text)
-    except NodeListError as exc:
-        raise _Unreadable(str(exc)) from None
-
-
-def decode_wait_status(status: int) -> tuple[int | None, int | None]:
-    """A raw wait status as 22.05 and 23.02 print it: 768 is exit 3, 15 is SIGTERM."""
-    signal = status & 0x7F
-    if signal:
-        return None, signal
-    return (status >> 8) & 0xFF, None
-
-
 # ---------------------------------------------------------------------- job state
 
 
@@ -400,37 +297,6 @@ def read_job_state(value: object) -> tuple[str, tuple[str, ...]]:
     if value is None:
         raise JobStateError("null")
     raise JobStateError(f"unknown shape {_shape(value)}")
-
-
-# ---------------------------------------------------------------------- exit code
-
-
-def _exit_code(value: object) -> tuple[int | None, int | None]:
-    if isinstance(value, Mapping) and "status" in value:
-        return _exit_code_verbose(value)
-    # 22.05: the raw wait status; 23.02: the same inside a number object.
-    return decode_wait_status(_number(value))
-
-
-def _exit_code_verbose(value: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """23.11 and later: ``{"status": ..., "return_code": {...}, "signal": {"id": {...}}}``.
-
-    ``status`` is one word in some releases and a list of one word in others.
-    """
-    status = value.get("status")
-    words = [status] if isinstance(status, str) else status
-    if not isinstance(words, list) or len(words) != 1 or not isinstance(words[0], str):
-        raise _Unreadable(f"unknown shape of status: {json.dumps(status)[:80]}")
-    word = words[0].upper()
-    if word in {"SUCCESS", "ERROR"}:
-        return _number(value.get("return_code", _ABSENT)), None
-    if word == "SIGNALED":
-        signal = value.get("signal")
-        signal_id = signal.get("id", _ABSENT) if isinstance(signal, Mapping) else _ABSENT
-        return None, _number(signal_id)
-    if word == "PENDING":
-        raise _Unreadable("pending: the job has not ended")
-    raise _Unreadable(f"status {word}")
 
 
 # ---------------------------------------------------------------------- job records
@@ -484,7 +350,7 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         state, state_flags = read_job_state(raw.get("job_state", _ABSENT))
     except JobStateError as exc:
         state_flags = exc.words
-        unreadable["state"] = f"job_state: {exc}"
+        unreadable["phase"] = f"job_state: {exc}"
     user = read("user", ("user_name",), _string) or ""
     if not user and "user" not in unreadable:
         unreadable["user"] = "user_name: empty (the user id has no name)"
@@ -518,7 +384,8 @@ def job_from_record(raw: Mapping[str, Any]) -> JobInfo:
         name=info["name"],
         user=user,
         partition=_text(raw, "partition"),
-        state=state,
+        native_state=state,
+        phase=slurm_phase(state),
         state_flags=state_flags,
         job_flags=job_flags(raw) or (),
         reason=reason,
@@ -629,143 +496,6 @@ def expand_output_path(pattern: str, job: Mapping[str, str]) -> str:
     if not path.startswith("/") and job.get("work_dir"):
         path = f"{job['work_dir'].rstrip('/')}/{path}"
     return path
-
-
-# ---------------------------------------------------------------------- nodes
-
-
-def read_node_state(state: object, flags: object = None) -> tuple[str, list[str]]:
-    """22.05: ``"idle"`` plus ``state_flags``; 23.02 and later: ``["IDLE", "DRAIN"]``.
-
-    Returns the base state and the flags. Raises ``NodeStateError`` (keeping the words it
-    read) for a state that is absent, in a shape this reader does not know, without exactly
-    one base state, or with flags that are not a list of words.
-    """
-    words: list[object]
-    if isinstance(state, str):
-        if flags is not None and not isinstance(flags, list):
-            raise NodeStateError(f"state_flags: unknown shape {_shape(flags)}")
-        words = [state, *(flags or [])]
-    elif isinstance(state, list):
-        words = list(state)
-    elif state is _ABSENT:
-        raise NodeStateError("absent")
-    elif state is None:
-        raise NodeStateError("null")
-    else:
-        raise NodeStateError(f"unknown shape {_shape(state)}")
-    if not words or not all(isinstance(word, str) and word.strip() for word in words):
-        raise NodeStateError(f"unknown shape list {json.dumps(words, default=str)[:80]}")
-    upper = [str(word).strip().upper() for word in words]
-    bases = [word for word in upper if word in NODE_BASE_STATES]
-    if len(bases) != 1:
-        raise NodeStateError(f"{len(bases)} base states in {upper}", upper)
-    return bases[0], [word for word in upper if word != bases[0]]
-
-
-class NodeStateError(_Unreadable):
-    """The node's state is unknown; the words Slurm gave are kept in ``words``."""
-
-    def __init__(self, reason: str, words: list[str] | None = None) -> None:
-        super().__init__(reason)
-        self.words = words or []
-
-
-def node_from_record(raw: Mapping[str, Any]) -> NodeInfo:
-    """One node record of ``scontrol --json show nodes`` or 22.05's ``sinfo --json``.
-
-    ``reason_set_by_user`` and ``reason_changed_at`` say who set the reason and when; both
-    versions print them for a node with no reason too (24.11 a user, 22.05 null), so they are
-    kept only beside a reason.
-    """
-    unreadable: dict[str, str] = {}
-    state: str | None = None
-    flags: list[str] = []
-    try:
-        state, flags = read_node_state(raw.get("state", _ABSENT), raw.get("state_flags"))
-    except NodeStateError as exc:
-        flags = exc.words
-        unreadable["state"] = f"state: {exc}"
-        logger.warning("node %s: unreadable state %.100r", raw.get("name"), raw.get("state"))
-    reason: str | None = None
-    try:
-        reason = _string(raw.get("reason", _ABSENT)).strip()
-    except _Unreadable as exc:
-        unreadable["reason"] = f"reason: {exc}"
-    set_by, set_at = "", None
-    if reason:
-        by = raw.get("reason_set_by_user")
-        set_by = by.strip() if isinstance(by, str) else ""
-        if not set_by:
-            unreadable["reason_set_by"] = f"reason_set_by_user: {shown(by)}"
-        try:
-            set_at = _epoch(raw.get("reason_changed_at", _ABSENT))
-        except _Unreadable as exc:
-            unreadable["reason_set_at"] = f"reason_changed_at: {exc}"
-    return NodeInfo(
-        name=_text(raw, "name"),
-        state=state,
-        flags=flags,
-        reason=reason,
-        reason_set_by=set_by,
-        reason_set_at=set_at,
-        unreadable=unreadable,
-    )
-
-
-def nodes_from_sinfo_groups(groups: Sequence[object]) -> list[NodeInfo]:
-    """23.02+ ``sinfo --json`` prints groups of nodes that share a state, not node records.
-
-    A node in several partitions appears in several groups; the first one is kept. A group
-    has one reason, and Slurm gives a group of several nodes the reason of one of them (24.11
-    shows three nodes drained for three reasons as one group with one reason): a node's reason
-    is read only from a group of its own, and is unknown otherwise. ``SlurmAdapter`` reads the
-    nodes one by one instead where it can.
-    """
-    nodes: dict[str, NodeInfo] = {}
-    for group in groups:
-        if not isinstance(group, Mapping):
-            continue
-        node = group.get("node")
-        unreadable: dict[str, str] = {}
-        state: str | None = None
-        flags: list[str] = []
-        try:
-            state, flags = read_node_state(
-                node.get("state", _ABSENT) if isinstance(node, Mapping) else _ABSENT
-            )
-        except NodeStateError as exc:
-            flags = exc.words
-            unreadable["state"] = f"node.state: {exc}"
-        members = group.get("nodes")
-        names = members.get("nodes") if isinstance(members, Mapping) else None
-        if isinstance(names, str):
-            try:
-                names = expand_nodelist(names)
-            except NodeListError:
-                names = None
-        if not isinstance(names, list):
-            continue
-        why = group.get("reason")
-        text = why.get("description") if isinstance(why, Mapping) else why
-        reason: str | None = text.strip() if isinstance(text, str) else None
-        if reason is None:
-            unreadable["reason"] = f"reason: {shown(why)}"
-        elif len(names) > 1:
-            reason = None
-            unreadable["reason"] = (
-                f"reason: one for a group of {len(names)} nodes, which may be another's"
-            )
-        for name in names:
-            if isinstance(name, str) and name not in nodes:
-                nodes[name] = NodeInfo(
-                    name=name,
-                    state=state,
-                    flags=list(flags),
-                    reason=reason,
-                    unreadable=dict(unreadable),
-                )
-    return list(nodes.values())
 
 
 def job_flags(raw: Mapping[str, Any]) -> tuple[str, ...] | None:

@@ -39,6 +39,7 @@ from recovery.schedulers.base import (
     SchedulerError,
 )
 from recovery.schedulers.registry import NotPolled, register
+from recovery.schedulers.slurm import SLURM_CAPABILITIES
 from recovery.schedulers.transport import LocalTransport
 from recovery.schedulers.validation import validate_job_id, validate_node_names
 from recovery.simulator.cluster import SimulatedCluster
@@ -51,6 +52,9 @@ ClusterCommand = Callable[[SimulatedCluster, str], CommandResult]
 
 
 class SimulatedAdapter(SchedulerAdapter):
+    # The simulated Slurm does what Slurm does.
+    capabilities = SLURM_CAPABILITIES
+
     def __init__(self, store: BaseSimulationStore, *, caller: str | None = None) -> None:
         self.store = store
         self.transport = LocalTransport()
@@ -173,7 +177,7 @@ class SimulatedAdapter(SchedulerAdapter):
         return result
 
 
-@register(Connection.SIMULATED)
+@register(Connection.SIMULATED, SimulatedAdapter.capabilities)
 def simulated(settings: Mapping[str, Any]) -> SchedulerAdapter:
     """A running simulation, shared through Redis or files; none behind a recorded demo history."""
     if "simulator" not in settings:

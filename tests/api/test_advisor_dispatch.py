@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from api.authentication import CONTROLLER_ONLY
 from recovery.audit.payloads import payload_problems
 from recovery.choices import AuditKind, RecommendationStatus
-from recovery.loop import recommendations
+from recovery.loop import leases, recommendations
 from recovery.models import AuditEvent, IngestToken, IngestTokenKind, Recommendation
 from recovery.models.recommendation import InvalidTransition
 from tests.api.test_advisor import EXECUTED, claim, controller, ready_recommendation, report
@@ -256,7 +256,7 @@ def test_record_dispatch_refuses_what_no_controller_sends() -> None:
     bad: list[tuple[Any, Any]] = [([], 1), (["scancel", 4242], 1), (["scancel"], 0), (["x"], True)]
     for argv, sequence in bad:
         with pytest.raises(ValueError):
-            recommendations.record_dispatch(
+            leases.record_dispatch(
                 recommendation.pk,
                 controller="controller:c1",
                 instance="i-1",
@@ -264,14 +264,14 @@ def test_record_dispatch_refuses_what_no_controller_sends() -> None:
                 sequence=sequence,
             )
     with pytest.raises(InvalidTransition):
-        recommendations.record_dispatch(
+        leases.record_dispatch(
             recommendation.pk,
             controller="controller:c2",
             instance="i-2",
             argv=["scancel", "1"],
             sequence=1,
         )
-    event = recommendations.record_dispatch(
+    event = leases.record_dispatch(
         recommendation.pk,
         controller="controller:c1",
         instance="i-1",

@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 
 from recovery.choices import AuditKind, Connection, FailureCategory
 from recovery.loop import push as pushed
+from recovery.loop import scheduler_hooks
 from recovery.models import (
     Anomaly,
     AuditEvent,
@@ -394,7 +395,7 @@ def test_a_job_end_is_recorded_once_and_asks_for_a_poll(
     second = hook_client.post(JOB_ENDED, body, format="json")
     assert second.json()["status"] == "duplicate"
 
-    events = AuditEvent.objects.filter(workload=workload, kind=pushed.HOOK_EVENT_KIND)
+    events = AuditEvent.objects.filter(workload=workload, kind=scheduler_hooks.HOOK_EVENT_KIND)
     assert events.count() == 1
     payload = events.get().payload
     assert payload["event"] == "job_ended"
@@ -499,7 +500,7 @@ def test_node_down_is_recorded_per_node_and_once(
     assert statuses == {"node001": "recorded", "node002": "recorded", "node009": "ignored"}
     again = hook_client.post(NODE_DOWN, body, format="json")
     assert {r["status"] for r in again.json()["results"]} == {"duplicate", "ignored"}
-    events = AuditEvent.objects.filter(cluster=cluster, kind=pushed.HOOK_EVENT_KIND)
+    events = AuditEvent.objects.filter(cluster=cluster, kind=scheduler_hooks.HOOK_EVENT_KIND)
     assert sorted(e.payload["node"] for e in events) == ["node001", "node002"]
     assert poll_queue() == [("tasks.polling.poll_cluster", cluster.pk)]
 
@@ -521,7 +522,7 @@ def test_a_broker_that_is_away_does_not_fail_a_hook(
     with django_capture_on_commit_callbacks(execute=True):
         response = hook_client.post(JOB_ENDED, {"job_id": "4242", "state": "FAILED"}, format="json")
     assert response.status_code == 200
-    assert AuditEvent.objects.filter(kind=pushed.HOOK_EVENT_KIND).count() == 1
+    assert AuditEvent.objects.filter(kind=scheduler_hooks.HOOK_EVENT_KIND).count() == 1
 
 
 def test_the_schema_documents_the_ingestion_endpoints_with_examples() -> None:

@@ -3,7 +3,6 @@ records nothing else."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,7 +17,7 @@ from recovery.loop.poll import poll_cluster
 from recovery.loop.watchdog import expire_stale_recommendations
 from recovery.models import Attempt, AuditEvent, Recommendation, Workload
 from tests.factories import ClusterFactory
-from tests.fakes import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job, restated
 
 pytestmark = pytest.mark.django_db
 
@@ -107,7 +106,7 @@ def test_the_loop_records_the_declared_payloads() -> None:
         workload, attempt, [xid], SUBMITTED + timedelta(minutes=1), source=EvidenceSource.JOB_OUTPUT
     )
     ended = SUBMITTED + timedelta(minutes=1)
-    failed = replace(running, state="FAILED", exit_code=1, end_time=ended)
+    failed = restated(running, "FAILED", exit_code=1, end_time=ended)
     poll_cluster(cluster, Scripted([failed]), ingest_logs=False)
     restart = Recommendation.objects.get(workload=workload)
     recommendations.approve(restart.pk, operator="operator", note="node002 is drained")
@@ -123,11 +122,11 @@ def test_the_loop_records_the_declared_payloads() -> None:
             converged=True,
         ),
     )
-    requeued = replace(failed, state="PENDING", nodes=[], restart_count=1, exit_code=None)
+    requeued = restated(failed, "PENDING", nodes=[], restart_count=1, exit_code=None)
     poll_cluster(cluster, Scripted([requeued]), ingest_logs=False)
-    again = replace(requeued, state="RUNNING", nodes=["node003"], excluded_nodes=["node002"])
+    again = restated(requeued, "RUNNING", nodes=["node003"], excluded_nodes=["node002"])
     poll_cluster(cluster, Scripted([again]), ingest_logs=False)
-    done = replace(again, state="COMPLETED", exit_code=0)
+    done = restated(again, "COMPLETED", exit_code=0)
     poll_cluster(cluster, Scripted([done]), ingest_logs=False)
 
     later = Recommendation.objects.create(

@@ -14,19 +14,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.charts import colour_for_category, figure_payload
-from console.timeline import (
-    ANOMALY_SYMBOLS,
-    CONFIRMATION_MARKERS,
+from console.timeline import CONFIRMATION_MARKERS, TIMELINE_HEIGHT_PX, workload_timeline
+from console.timeline_common import ANOMALY_SYMBOLS, EXIT_STATE_COLOURS, short_nodes
+from console.timeline_decisions import (
     DECISION_MARKERS,
     DECISIONS_ROW,
-    EXIT_STATE_COLOURS,
     SAME_MOMENT_SHARE,
     SEVERAL_NAME,
-    TIMELINE_HEIGHT_PX,
     DecisionMarker,
     group_same_moment,
-    short_nodes,
-    workload_timeline,
 )
 from recovery.audit.record import record_event
 from recovery.choices import (

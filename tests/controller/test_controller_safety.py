@@ -28,7 +28,8 @@ from recovery.schedulers.base import (
     SchedulerError,
 )
 from recovery.schedulers.compat import UTC
-from tests.fakes import job
+from recovery.schedulers.slurm import SLURM_CAPABILITIES
+from tests.fakes import job, restated
 
 SUBMITTED = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 STARTED = SUBMITTED + timedelta(seconds=5)
@@ -71,6 +72,8 @@ Journal = list[tuple[str, tuple[str, ...]]]
 
 class ModelSlurm(SchedulerAdapter):
     """One job, changed by the controller's commands the way Slurm changes it."""
+
+    capabilities = SLURM_CAPABILITIES
 
     def __init__(self, job: JobInfo, *, cluster: str | None = "lab") -> None:
         self.job: JobInfo | None = job
@@ -115,11 +118,11 @@ class ModelSlurm(SchedulerAdapter):
     def requeue(self, job_id: str, *, hold: bool = False) -> CommandResult:
         job = self._job()
         verb = "requeuehold" if hold else "requeue"
-        if job.state in {"PENDING", "COMPLETING"}:
+        if job.native_state in {"PENDING", "COMPLETING"}:
             raise refused(["scontrol", verb, job_id], f"Job is pending execution for job {job_id}")
-        self.job = replace(
+        self.job = restated(
             job,
-            state="PENDING",
+            "PENDING",
             held=hold,
             restart_count=(job.restart_count or 0) + 1,
             submit_time=(job.submit_time or SUBMITTED) + timedelta(hours=1),
@@ -129,7 +132,7 @@ class ModelSlurm(SchedulerAdapter):
 
     def set_excluded_nodes(self, job_id: str, nodes: Sequence[str]) -> CommandResult:
         job = self._job()
-        if job.state not in {"PENDING", "COMPLETING"}:
+        if job.native_state not in {"PENDING", "COMPLETING"}:
             argv = ["scontrol", "update", f"JobId={job_id}"]
             raise refused(argv, f"Job is no longer pending execution for job {job_id}")
         self.job = replace(job, excluded_nodes=list(nodes))
@@ -144,7 +147,7 @@ class ModelSlurm(SchedulerAdapter):
         return self._done("scontrol", "hold", job_id)
 
     def cancel(self, job_id: str) -> CommandResult:
-        self.job = replace(self._job(), state="CANCELLED")
+        self.job = restated(self._job(), "CANCELLED")
         return self._done("scancel", job_id)
 
     def disable_requeue(self, job_id: str) -> CommandResult:
@@ -232,7 +235,7 @@ def controller_for(
         ("excluded_nodes", "excluded_nodes: unknown shape dict"),
         ("requeue_allowed", "requeue: absent"),
         ("held", "priority: not set"),
-        ("state", "job_state: unknown shape"),
+        ("phase", "job_state: unknown shape"),
         ("submit_time", "submit_time: infinite"),
     ],
 )
@@ -318,7 +321,7 @@ def test_a_requeue_moves_the_submit_time_and_it_is_still_the_same_job() -> None:
     assert first.converged
     restarted_at = STARTED + timedelta(hours=2)
     assert slurm.job is not None
-    slurm.job = replace(slurm.job, state="RUNNING", nodes=["gpu-003"], start_time=restarted_at)
+    slurm.job = restated(slurm.job, "RUNNING", nodes=["gpu-003"], start_time=restarted_at)
     second = controller_for(slurm).carry_out(
         restart(id=2, attempt=2, excluded_nodes=[], attempt_started_at=restarted_at)
     )
@@ -370,7 +373,7 @@ def test_a_cancel_between_the_read_and_the_requeue_stops_the_restart() -> None:
         def dispatch(self, recommendation_id: int, argv: Sequence[str], sequence: int) -> None:
             super().dispatch(recommendation_id, argv, sequence)
             assert slurm.job is not None
-            slurm.job = replace(slurm.job, state="CANCELLED")
+            slurm.job = restated(slurm.job, "CANCELLED")
 
     slurm = ModelSlurm(running_job(state="FAILED"))
     outcome = controller_for(slurm, CancelledOnDispatch()).carry_out(restart())
@@ -408,8 +411,8 @@ def test_a_failed_attempt_that_finished_completing_is_restarted() -> None:
     class Ending(ModelSlurm):
         def get_job(self, job_id: str) -> JobInfo | None:
             job = super().get_job(job_id)
-            if job is not None and job.state == "COMPLETING":
-                self.job = replace(job, state="FAILED")
+            if job is not None and job.native_state == "COMPLETING":
+                self.job = restated(job, "FAILED")
             return job
 
     slurm = Ending(running_job(state="COMPLETING"))
@@ -659,7 +662,7 @@ class ExpeditingSlurm(ModelSlurm):
     def requeue_expedited(self, job_id: str) -> CommandResult:
         if not self.job_expedites:
             raise ExpeditedRequeueUnavailable("not submitted with --requeue=expedite")
-        self.job = replace(self._job(), state="PENDING", held=False, restart_count=1, nodes=[])
+        self.job = restated(self._job(), "PENDING", held=False, restart_count=1, nodes=[])
         return self._done("scontrol", "requeue", job_id)
 
 

@@ -5,12 +5,10 @@ The scheduler is scripted here; tests/slurm and tests/e2e stop real Slurm jobs.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from recovery.controller.client import ReadyRecommendation
 from recovery.controller.controller import AdvisorController
 from recovery.schedulers.base import CommandResult, SchedulerError
-from tests.fakes import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job, restated
 
 
 class Ending(Scripted):
@@ -24,7 +22,7 @@ class Ending(Scripted):
     def get_job(self, job_id: str):  # type: ignore[no-untyped-def]
         self.reads += 1
         if self.reads > 2:
-            self.jobs = [replace(self.jobs[0], state="FAILED", exit_code=1)]
+            self.jobs = [restated(self.jobs[0], "FAILED", exit_code=1)]
         return super().get_job(job_id)
 
     def disable_requeue(self, job_id: str) -> CommandResult:  # type: ignore[override]

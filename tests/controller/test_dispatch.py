@@ -8,7 +8,6 @@ argv dispatched must be the argv run, by the Slurm adapter and by the simulator 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from tests.controller.test_controller_safety import (
     restart,
     running_job,
 )
+from tests.fakes import restated
 
 REQUEUEHOLD = ["scontrol", "requeuehold", "4242"]
 
@@ -218,11 +218,11 @@ def test_a_command_whose_effect_is_unknown_is_dispatched_and_named_in_the_report
 
 def restarted_by_someone_else(job: JobInfo) -> JobInfo:
     later = STARTED + timedelta(minutes=10)
-    return replace(job, state="RUNNING", restart_count=1, submit_time=later, start_time=later)
+    return restated(job, "RUNNING", restart_count=1, submit_time=later, start_time=later)
 
 
 def started_again_uncounted(job: JobInfo) -> JobInfo:
-    return replace(job, state="RUNNING", start_time=STARTED + timedelta(minutes=10))
+    return restated(job, "RUNNING", start_time=STARTED + timedelta(minutes=10))
 
 
 @pytest.mark.parametrize(

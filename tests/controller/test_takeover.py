@@ -96,7 +96,7 @@ def ready_after_a_fault(simulated: Simulated) -> Recommendation:
     victim = None
     while victim is None:
         poll_cluster(cluster)
-        running = [job for job in store.reading().jobs() if job.state == "RUNNING"]
+        running = [job for job in store.reading().jobs() if job.native_state == "RUNNING"]
         checkpointed = [j for j in running if "saved checkpoint" in Path(j.stdout_path).read_text()]
         victim = checkpointed[0] if checkpointed else None
         assert time.monotonic() < deadline, "no job reached a checkpoint"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -13,14 +14,15 @@ from recovery.detection.facts import (
     XID_MEANINGS,
     XID_METRIC,
     MetricSample,
-    finding_from_scheduler_state,
+    finding_from_job_ending,
     findings_from_gpu_metrics,
     latest_values,
     node_state_finding,
-    normalise_job_state,
     xid_meaning,
 )
-from recovery.detection.findings import ATTRIBUTIONS, CATEGORIES, SEVERITIES
+from recovery.detection.findings import ATTRIBUTIONS, CATEGORIES, SEVERITIES, Finding
+from recovery.schedulers.phase import ENDED_PHASES, Phase
+from recovery.schedulers.slurm_phase import SLURM_PHASES, slurm_phase
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -32,32 +34,16 @@ def at(seconds: float) -> datetime:
 # --- Slurm job states --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("state", "expected"),
-    [
-        ("FAILED", "FAILED"),
-        ("failed", "FAILED"),
-        ("CANCELLED by 0", "CANCELLED"),
-        ("CANCELLED+", "CANCELLED"),
-        ("OUT_OF_ME+", "OUT_OF_MEMORY"),
-        ("NODE_FAIL", "NODE_FAIL"),
-        ("NF", "NODE_FAIL"),
-        ("TO", "TIMEOUT"),
-        ("  RUNNING  ", "RUNNING"),
-        ("REQUEUE_H+", "REQUEUE_HOLD"),
-        ("WIBBLE", None),
-        ("", None),
-        ("C+", None),  # ambiguous truncation
-    ],
-)
-def test_it_normalises_slurm_state_spellings(state: str, expected: str | None) -> None:
-    assert normalise_job_state(state) == expected
+def from_slurm(state: str, **facts: Any) -> Finding | None:
+    """What the loop judges of a Slurm job that ended in ``state``: its phase, Slurm's word
+    beside it."""
+    phase = slurm_phase(state)
+    assert phase is not None
+    return finding_from_job_ending(phase, native_state=state, **facts)
 
 
 def test_node_fail_blames_hardware_and_names_the_nodes() -> None:
-    finding = finding_from_scheduler_state(
-        "NODE_FAIL", nodes=["gpu-002", "gpu-001", "gpu-001"], at=T0
-    )
+    finding = from_slurm("NODE_FAIL", nodes=["gpu-002", "gpu-001", "gpu-001"], at=T0)
 
     assert finding is not None
     assert (finding.kind, finding.category, finding.attribution) == (
@@ -72,9 +58,9 @@ def test_node_fail_blames_hardware_and_names_the_nodes() -> None:
     assert finding.at == T0
 
 
-@pytest.mark.parametrize("state", ["OUT_OF_MEMORY", "OUT_OF_ME+", "OOM"])
+@pytest.mark.parametrize("state", ["OUT_OF_MEMORY"])
 def test_out_of_memory_is_a_host_oom_of_the_application(state: str) -> None:
-    finding = finding_from_scheduler_state(state, exit_code=0, signal=9, nodes=["gpu-001"])
+    finding = from_slurm(state, exit_code=0, signal=9, nodes=["gpu-001"])
 
     assert finding is not None
     assert (finding.category, finding.attribution) == ("host_oom", "application")
@@ -87,7 +73,7 @@ def test_out_of_memory_is_a_host_oom_of_the_application(state: str) -> None:
     ("state", "signature"), [("TIMEOUT", "slurm-timeout"), ("DEADLINE", "slurm-deadline")]
 )
 def test_a_time_limit_is_the_applications_request(state: str, signature: str) -> None:
-    finding = finding_from_scheduler_state(state)
+    finding = from_slurm(state)
 
     assert finding is not None
     assert (finding.category, finding.attribution) == ("scheduler_event", "application")
@@ -95,7 +81,7 @@ def test_a_time_limit_is_the_applications_request(state: str, signature: str) ->
 
 
 def test_a_cancel_due_to_the_time_limit_is_a_timeout() -> None:
-    finding = finding_from_scheduler_state(
+    finding = from_slurm(
         "CANCELLED",
         reason="*** JOB 1234 ON gpu-001 CANCELLED AT 2025-03-01T12:00:00 DUE TO TIME LIMIT ***",
     )
@@ -106,14 +92,14 @@ def test_a_cancel_due_to_the_time_limit_is_a_timeout() -> None:
 
 
 def test_preemption_blames_system_software() -> None:
-    finding = finding_from_scheduler_state("PREEMPTED")
+    finding = from_slurm("PREEMPTED")
 
     assert finding is not None
     assert (finding.category, finding.attribution) == ("scheduler_event", "system_software")
 
 
 def test_failed_with_an_exit_code_has_no_category_from_the_scheduler_alone() -> None:
-    finding = finding_from_scheduler_state("FAILED", exit_code=1, reason="NonZeroExitCode")
+    finding = from_slurm("FAILED", exit_code=1, reason="NonZeroExitCode")
 
     assert finding is not None
     assert (finding.kind, finding.category, finding.attribution) == ("crash", "", "unknown")
@@ -122,7 +108,7 @@ def test_failed_with_an_exit_code_has_no_category_from_the_scheduler_alone() -> 
 
 
 def test_failed_by_sigkill_notes_a_possible_oom_kill() -> None:
-    finding = finding_from_scheduler_state("FAILED", exit_code=0, signal=9)
+    finding = from_slurm("FAILED", exit_code=0, signal=9)
 
     assert finding is not None
     assert finding.signature == "slurm-failed-signal-9"
@@ -131,7 +117,7 @@ def test_failed_by_sigkill_notes_a_possible_oom_kill() -> None:
 
 
 def test_an_exit_code_above_128_is_read_as_a_signal() -> None:
-    finding = finding_from_scheduler_state("FAILED", exit_code=137)
+    finding = from_slurm("FAILED", exit_code=137)
 
     assert finding is not None
     assert finding.signature == "slurm-failed-exit-137"
@@ -142,7 +128,7 @@ def test_an_exit_code_above_128_is_read_as_a_signal() -> None:
 
 @pytest.mark.parametrize(("exit_code", "signal"), [(0, 11), (139, None)])
 def test_a_segfault_is_categorised_as_such(exit_code: int, signal: int | None) -> None:
-    finding = finding_from_scheduler_state("FAILED", exit_code=exit_code, signal=signal)
+    finding = from_slurm("FAILED", exit_code=exit_code, signal=signal)
 
     assert finding is not None
     assert finding.category == "segfault"
@@ -166,15 +152,46 @@ def test_a_segfault_is_categorised_as_such(exit_code: int, signal: int | None) -
     ],
 )
 def test_states_that_are_not_anomalies_give_nothing(state: str) -> None:
-    assert finding_from_scheduler_state(state, exit_code=0) is None
+    assert from_slurm(state, exit_code=0) is None
 
 
 def test_boot_fail_blames_hardware() -> None:
-    finding = finding_from_scheduler_state("BOOT_FAIL", nodes=["gpu-003"])
+    finding = from_slurm("BOOT_FAIL", nodes=["gpu-003"])
 
     assert finding is not None
     assert finding.attribution == "hardware"
     assert finding.nodes == ["gpu-003"]
+
+
+def test_only_an_abnormal_ending_is_a_finding_whatever_the_scheduler() -> None:
+    """The phase decides, not the scheduler's word: another scheduler's ending of the same phase
+    is judged alike, under a signature of its own."""
+    judged = {
+        phase: finding_from_job_ending(phase, native_state="Whatever", scheduler="kubernetes")
+        for phase in Phase
+    }
+
+    assert {phase for phase, finding in judged.items() if finding is not None} == {
+        Phase.FAILED,
+        Phase.NODE_FAILED,
+        Phase.OUT_OF_MEMORY,
+        Phase.TIMED_OUT,
+        Phase.PREEMPTED,
+    }
+    node_failed = judged[Phase.NODE_FAILED]
+    assert node_failed is not None
+    assert (node_failed.category, node_failed.attribution) == ("scheduler_event", "hardware")
+    assert node_failed.signature == "kubernetes-whatever"
+    assert node_failed.evidence == "Kubernetes job state Whatever"
+
+
+def test_every_slurm_state_the_reader_gives_has_a_phase_of_its_own() -> None:
+    from recovery.schedulers.slurm_json import JOB_BASE_STATES
+
+    assert JOB_BASE_STATES | {"COMPLETING"} <= set(SLURM_PHASES)
+    assert slurm_phase("SOMETHING_NEW") == Phase.UNKNOWN
+    assert slurm_phase(None) is None
+    assert {slurm_phase(state) for state in JOB_BASE_STATES} >= ENDED_PHASES
 
 
 # --- Slurm node states -------------------------------------------------------------------

@@ -12,18 +12,11 @@ from datetime import UTC, datetime
 import pytest
 from django.conf import settings
 
-from recovery.detection.kernel_log import (
-    PRINTED_BY,
-    DeviceFact,
-    ProcessEvent,
-    ProcessFact,
-    Shape,
-    classify,
-    findings,
-    parse_kernel_log,
-    peel,
-    slurm_job_of_oom,
-)
+from recovery.detection.kernel_log.facts import DeviceFact, ProcessEvent, ProcessFact, Shape
+from recovery.detection.kernel_log.prefixes import peel
+from recovery.detection.kernel_log.process_lines import slurm_job_of_oom
+from recovery.detection.kernel_log.reading import classify, parse_kernel_log
+from recovery.detection.kernel_log.reporting import PRINTED_BY, findings
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, name=python, GPU has fallen off the bus."
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from recovery.detection.classify import classify_scan, classify_text
-from recovery.detection.scanner import LogScanner, ScanResult, scan_text
+from recovery.detection.scanner.log_scanner import LogScanner, scan_text
+from recovery.detection.scanner.results import ScanResult
 from recovery.detection.taxonomy import FailureCategory, Severity
 
 HF = "{{'loss': {loss}, 'grad_norm': {norm}, 'learning_rate': 2e-05, 'epoch': {epoch}}}\n"

@@ -6,7 +6,7 @@ import pytest
 
 from recovery.detection.classify import classify_scan, classify_text
 from recovery.detection.engine import hyperscan_available
-from recovery.detection.scanner import LogScanner, scan_text
+from recovery.detection.scanner.log_scanner import LogScanner, scan_text
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=2231, GPU has fallen off the bus."
 TIMEOUT = (
@@ -127,7 +127,7 @@ def test_progress_and_checkpoints_are_tracked() -> None:
 def test_the_checkpoint_hint_covers_every_line_the_parser_accepts() -> None:
     from recovery.detection.linear_regex import compile_linear
     from recovery.detection.progress import ProgressParser
-    from recovery.detection.scanner import CHECKPOINT_SAVE_HINT
+    from recovery.detection.scanner.log_scanner import CHECKPOINT_SAVE_HINT
     from tests.detection import test_progress
 
     hint = compile_linear(CHECKPOINT_SAVE_HINT)
@@ -146,7 +146,7 @@ def test_the_checkpoint_hint_covers_every_line_the_parser_accepts() -> None:
 
 
 def test_a_line_reporting_a_lost_peer_implicates_no_node() -> None:
-    from recovery.detection.scanner import scan_text
+    from recovery.detection.scanner.log_scanner import scan_text
 
     log = (
         "2024-05-01 10:00:00 node07: node07:39964:40044 [0] misc/socket.cc:49 NCCL WARN "

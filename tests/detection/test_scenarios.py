@@ -134,7 +134,7 @@ def test_the_timeout_names_the_rank_and_the_launcher_names_the_node() -> None:
 
 
 def test_a_healthy_log_keeps_its_checkpoints() -> None:
-    from recovery.detection.scanner import scan_text
+    from recovery.detection.scanner.log_scanner import scan_text
 
     result = scan_text(HEALTHY_NCCL_STARTUP)
     assert [c.completed for c in result.checkpoints][-1] is True

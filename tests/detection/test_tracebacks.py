@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recovery.detection.quiet_phases import parse_evaluation_start
-from recovery.detection.scanner import LogScanner
+from recovery.detection.scanner.log_scanner import LogScanner
 from recovery.detection.taxonomy import Severity
 from recovery.detection.tracebacks import Printed, least_handled, printed_as
 

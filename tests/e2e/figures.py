@@ -6,6 +6,7 @@ at the end of the session and printed by ``tests/e2e/report.py``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from datetime import datetime, timedelta
@@ -28,12 +29,27 @@ class Report:
         self.rows: list[dict[str, Any]] = []
 
     def write(self, path: Path) -> None:
+        """Write the rows, beside those that other test workers of the same run wrote there
+        (each Slurm cluster's scenarios run in a worker of their own); a file of an earlier
+        run is replaced."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        order = {row["scenario"]: i for i, row in enumerate(self.rows)}
-        rows = sorted(self.rows, key=lambda row: order[row["scenario"]])
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps(rows, indent=2, default=str) + "\n")
-        partial.replace(path)
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+        marker = path.with_name(path.name + ".run")
+        with path.with_name(path.name + ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            rows = list(self.rows)
+            if run and marker.exists() and marker.read_text() == run and path.exists():
+                mine = {(row["scenario"], row.get("slurm")) for row in rows}
+                rows += [
+                    row
+                    for row in json.loads(path.read_text())
+                    if (row["scenario"], row.get("slurm")) not in mine
+                ]
+            rows.sort(key=lambda row: str(row.get("slurm")))  # stable: run order within
+            partial = path.with_suffix(".tmp")
+            partial.write_text(json.dumps(rows, indent=2, default=str) + "\n")
+            partial.replace(path)
+            marker.write_text(run)
 
 
 def scenario_figures(

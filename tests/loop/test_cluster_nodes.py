@@ -21,7 +21,8 @@ from recovery.choices import (
     RecommendationStatus,
 )
 from recovery.loop.decision_facts import History
-from recovery.loop.policy import decide, kept_out_of_every_job, recommend
+from recovery.loop.policy import kept_out_of_every_job, recommend
+from recovery.loop.policy_rules import decide
 from recovery.models import Anomaly, AuditEvent, Cluster, Node, Policy
 from tests.factories import AnomalyFactory, ClusterFactory, WorkloadFactory
 

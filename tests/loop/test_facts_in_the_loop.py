@@ -47,7 +47,7 @@ from recovery.models import (
 )
 from recovery.schedulers.base import JobInfo, NodeInfo
 from tests.factories import AttemptFactory, ClusterFactory, RecommendationFactory, WorkloadFactory
-from tests.fakes import Scripted, job
+from tests.fakes import Scripted, job, restated
 
 pytestmark = pytest.mark.django_db
 
@@ -409,7 +409,7 @@ def test_a_broken_policy_engine_loses_no_anomaly_and_says_so_once(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("policy engine exploded")
 
-    monkeypatch.setattr("recovery.loop.policy.decide", broken)
+    monkeypatch.setattr("recovery.loop.policy_rules.decide", broken)
     cause = app_exception("KeyError: 'input_ids'")
     now = timezone.now()
     record_anomalies(workload, attempt, [cause], now, read=DIED, source=EvidenceSource.JOB_OUTPUT)
@@ -624,7 +624,7 @@ def test_a_requeued_job_still_completing_lends_its_old_nodes_to_no_new_attempt(
     acting_cluster: Cluster,
 ) -> None:
     running, _, _ = running_workload(acting_cluster)
-    completing = replace(running, state="COMPLETING", restart_count=1)
+    completing = restated(running, "COMPLETING", restart_count=1)
     poll_cluster(acting_cluster, Scripted([completing], healthy()))
     second = Attempt.objects.get(number=2)
     assert (second.nodes, second.started_at) == ([], None)

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from recovery.choices import AnomalyKind
-from recovery.loop import held
+from recovery.loop import held, workload_outputs
 from recovery.loop import workloads as workload_work
 from recovery.loop.workloads import process_workloads
 from recovery.models import Anomaly, LogCursor, Policy, ProgressSample, Workload
@@ -175,7 +175,7 @@ def test_a_read_cut_at_the_limit_is_read_on_at_the_next_poll(
     """Output longer than one read's limit is not remembered as read: the rest is read next
     time though the file did not grow."""
     monkeypatch.setattr("recovery.loop.logs.MAX_READ_BYTES", 200)
-    monkeypatch.setattr("recovery.loop.workloads.MAX_READ_BYTES", 200)
+    monkeypatch.setattr("recovery.loop.workload_outputs.MAX_READ_BYTES", 200)
     workload = running_workload(tmp_path, "job")
     write(workload, "".join(progress(second=s, step=s) for s in range(6)))
     now = timezone.now()
@@ -199,18 +199,18 @@ def test_a_read_another_reader_overtook_is_not_remembered(
     be processed again, not remembered as read to the end."""
     workload = running_workload(tmp_path, "job")
     write(workload, progress(second=1, step=1))
-    original = workload_work._unmoved
+    original = workload_outputs._unmoved
 
-    def overtaken(reads: list[workload_work._Read]) -> list[workload_work._Read]:
+    def overtaken(reads: list[workload_outputs._Read]) -> list[workload_outputs._Read]:
         LogCursor.objects.filter(pk__in=[r.cursor.pk for r in reads]).update(offset=1)
         return original(reads)
 
-    monkeypatch.setattr(workload_work, "_unmoved", overtaken)
+    monkeypatch.setattr(workload_outputs, "_unmoved", overtaken)
     now = timezone.now()
     process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), now, tokens=tokens(workload)
     )
-    monkeypatch.setattr(workload_work, "_unmoved", original)
+    monkeypatch.setattr(workload_outputs, "_unmoved", original)
     again = process_workloads(
         workload.cluster, [workload.pk], LocalTransport(), now + timedelta(seconds=5),
         tokens=tokens(workload),

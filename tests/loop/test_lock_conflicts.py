@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError, transaction
 
-from recovery.loop.recommendations import LOCK_CONFLICT_TRIES, retrying_lock_conflicts
+from recovery.loop.lock_conflicts import LOCK_CONFLICT_TRIES, retrying_lock_conflicts
 
 
 def flaky(failures: list[OperationalError]):  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recovery.detection.classify import classify_scan
-from recovery.detection.scanner import LogScanner
+from recovery.detection.scanner.log_scanner import LogScanner
 from recovery.loop.patterns import active_signature_set, progress_parser_for
 from recovery.models import DetectionPattern, Policy
 

@@ -22,7 +22,6 @@ from recovery.choices import (
 from recovery.loop.decision_facts import History
 from recovery.loop.policy import (
     SitePolicy,
-    decide,
     history_of,
     policies_read_once,
     policy_for,
@@ -30,6 +29,7 @@ from recovery.loop.policy import (
     site_policy,
     site_policy_for,
 )
+from recovery.loop.policy_rules import decide
 from recovery.loop.poll import poll_cluster
 from recovery.loop.recommendations import approve
 from recovery.models import (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -12,7 +11,7 @@ from recovery.loop.poll import adapter_for, poll_cluster
 from recovery.models import Attempt, AuditEvent, Node, Workload
 from recovery.schedulers.base import NodeInfo, SchedulerError
 from tests.factories import ClusterFactory
-from tests.fakes import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job, restated
 
 pytestmark = pytest.mark.django_db
 
@@ -51,9 +50,9 @@ def test_a_requeue_starts_a_new_attempt_and_keeps_the_old_nodes() -> None:
     requeued = job(state="PENDING", reason="BeginTime", nodes=[], restart_count=1,
                    submit_time=SUBMITTED + timedelta(minutes=9))  # fmt: skip
     poll_cluster(cluster, Scripted([requeued]))
-    running = replace(
+    running = restated(
         requeued,
-        state="RUNNING",
+        "RUNNING",
         nodes=["node003"],
         excluded_nodes=["node002"],
         start_time=SUBMITTED + timedelta(minutes=10),
@@ -89,7 +88,7 @@ def test_an_allocation_still_completing_after_a_requeue_is_not_the_new_attempts(
     poll_cluster(cluster, Scripted([completing]))
     second = Attempt.objects.get(number=2)
     assert (second.nodes, second.started_at) == ([], None)
-    running = replace(completing, state="RUNNING", nodes=["node003"],
+    running = restated(completing, "RUNNING", nodes=["node003"],
                       start_time=SUBMITTED + timedelta(minutes=10))  # fmt: skip
     poll_cluster(cluster, Scripted([running]))
     second.refresh_from_db()
@@ -169,7 +168,7 @@ def test_a_job_first_seen_after_slurm_restarted_it_has_its_earlier_attempts_reco
 
 
 def test_only_the_newest_unseen_attempts_are_recorded() -> None:
-    from recovery.loop.poll import UNSEEN_ATTEMPTS_RECORDED
+    from recovery.loop.poll_jobs import UNSEEN_ATTEMPTS_RECORDED
 
     cluster = ClusterFactory()
     poll_cluster(cluster, Scripted([job(restart_count=UNSEEN_ATTEMPTS_RECORDED + 10)]))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from recovery.detection.scanner import LogScanner, ScanResult
-from recovery.loop.anomalies import note_quiet_phases
+from recovery.detection.scanner.log_scanner import LogScanner
+from recovery.detection.scanner.results import ScanResult
+from recovery.loop.progress import note_quiet_phases
 from recovery.models import Workload
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from recovery.choices import AuditKind, ClusterMode, RecommendationAction, RecommendationStatus
-from recovery.loop import recommendations
+from recovery.loop import leases, recommendations
 from recovery.models import AuditEvent, Cluster, Node, Recommendation
 from recovery.models.recommendation import InvalidTransition
 from tests.factories import ClusterFactory, RecommendationFactory, WorkloadFactory
@@ -72,8 +72,8 @@ def test_it_releases_expired_leases_and_records_it() -> None:
         lease_owner="slurm-advisor-2",
         lease_expires_at=timezone.now() + timedelta(minutes=5),
     )
-    assert recommendations.release_expired_leases() == 1
-    assert recommendations.release_expired_leases() == 0
+    assert leases.release_expired_leases() == 1
+    assert leases.release_expired_leases() == 0
     expired.refresh_from_db()
     current.refresh_from_db()
     assert expired.status == RecommendationStatus.READY
@@ -112,11 +112,11 @@ def test_a_lease_is_held_by_the_controller_process_not_by_its_token() -> None:
     assert claimed.payload["controller_instance"] == FIRST
 
     with pytest.raises(InvalidTransition, match="another process with the same token"):
-        recommendations.renew_lease(
+        leases.renew_lease(
             recommendation.pk, controller="controller:a1", instance=SECOND, lease_seconds=600
         )
     with pytest.raises(InvalidTransition, match=f"instance {FIRST}"):
-        recommendations.record_dispatch(
+        leases.record_dispatch(
             recommendation.pk,
             controller="controller:a1",
             instance=SECOND,
@@ -142,7 +142,7 @@ def test_a_lease_is_held_by_the_controller_process_not_by_its_token() -> None:
     assert (refused.actor, refused.payload["controller_instance"]) == ("controller:a1", SECOND)
 
     # The holder itself goes on, and its report names it.
-    event = recommendations.record_dispatch(
+    event = leases.record_dispatch(
         recommendation.pk,
         controller="controller:a1",
         instance=FIRST,

@@ -15,7 +15,8 @@ from recovery.choices import (
     WorkloadState,
 )
 from recovery.loop.decision_facts import History
-from recovery.loop.policy import decide, recommend
+from recovery.loop.policy import recommend
+from recovery.loop.policy_rules import decide
 from recovery.models import Anomaly, Attempt, Policy, Recommendation
 from tests.factories import AnomalyFactory, AttemptFactory, ClusterFactory, WorkloadFactory
 

@@ -61,7 +61,7 @@ def test_a_hardware_fault_is_detected_and_the_job_restarts_without_the_bad_node(
     victim = None
     while victim is None:
         tick()
-        running = [job for job in store.reading().jobs() if job.state == "RUNNING"]
+        running = [job for job in store.reading().jobs() if job.native_state == "RUNNING"]
         checkpointed = [j for j in running if "saved checkpoint" in Path(j.stdout_path).read_text()]
         victim = checkpointed[0] if checkpointed else None
         assert time.monotonic() < deadline, "no job reached a checkpoint"
@@ -74,7 +74,7 @@ def test_a_hardware_fault_is_detected_and_the_job_restarts_without_the_bad_node(
     while True:
         tick()
         job = store.reading().get_job(victim.job_id)
-        if job is not None and job.restart_count == 1 and job.state == "RUNNING":
+        if job is not None and job.restart_count == 1 and job.native_state == "RUNNING":
             break
         assert time.monotonic() < deadline, f"never restarted: {job}"
         time.sleep(0.3)

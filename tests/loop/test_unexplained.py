@@ -28,7 +28,7 @@ from recovery.loop.anomalies import record_anomalies
 from recovery.loop.decision_facts import History
 from recovery.loop.logs import TAIL_BYTES
 from recovery.loop.monitors import check_progress
-from recovery.loop.policy import decide
+from recovery.loop.policy_rules import decide
 from recovery.loop.poll import poll_cluster
 from recovery.models import Anomaly, AuditEvent, Cluster, Policy, ProgressSample, Workload
 from recovery.schedulers.transport import LocalTransport

@@ -48,7 +48,7 @@ def test_a_job_whose_restart_count_is_unknown_is_left_as_it_was() -> None:
     assert Workload.objects.get().current_attempt == 2
 
 
-@pytest.mark.parametrize("unknown", ["state", "submit_time", "held", "user"])
+@pytest.mark.parametrize("unknown", ["phase", "submit_time", "held", "user"])
 def test_no_workload_is_created_from_a_job_with_an_unknown_fact(unknown: str) -> None:
     cluster = ClusterFactory()
     value = "" if unknown == "user" else None
@@ -62,7 +62,7 @@ def test_no_workload_is_created_from_a_job_with_an_unknown_fact(unknown: str) ->
 def test_a_job_with_unknown_facts_is_still_listed_so_its_workload_is_not_closed() -> None:
     cluster = ClusterFactory()
     poll_cluster(cluster, Scripted([job()]))
-    poll_cluster(cluster, Scripted([job(state=None, unreadable={"state": "unknown shape"})]))
+    poll_cluster(cluster, Scripted([job(state=None, unreadable={"phase": "unknown shape"})]))
     assert Workload.objects.get().state == "running"
     assert not AuditEvent.objects.filter(payload__to="unknown").exists()
 

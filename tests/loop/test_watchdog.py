@@ -170,7 +170,7 @@ def test_it_keeps_working_when_the_policy_engine_raises(monkeypatch: pytest.Monk
         raise RuntimeError("policy engine exploded")
 
     monkeypatch.setattr("recovery.loop.policy.policy_for", broken)
-    monkeypatch.setattr("recovery.loop.policy.decide", broken)
+    monkeypatch.setattr("recovery.loop.policy_rules.decide", broken)
     summary = run_watchdog(adapters={cluster.pk: Releasing()})
     assert (summary.released, summary.expired) == (1, 1)
     stale.refresh_from_db()

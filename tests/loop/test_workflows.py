@@ -17,12 +17,13 @@ from recovery.choices import (
     RecommendationAction,
     StopReason,
 )
-from recovery.loop.policy import EARLIER_ATTEMPT, history_of, recommend
+from recovery.loop.policy import history_of, recommend
+from recovery.loop.policy_rules import EARLIER_ATTEMPT
 from recovery.loop.poll import poll_cluster
 from recovery.loop.workflows import workflow_budget, workflow_of
 from recovery.models import Policy, Workflow, Workload
 from tests.factories import AnomalyFactory, AttemptFactory, ClusterFactory, WorkloadFactory
-from tests.fakes import SUBMITTED, Scripted, job
+from tests.fakes import SUBMITTED, Scripted, job, restated
 
 pytestmark = pytest.mark.django_db
 
@@ -267,7 +268,7 @@ def test_a_job_seen_waiting_on_an_earlier_job_of_a_workflow_joins_it_for_good() 
     waiting = job(job_id="101", state="PENDING", reason="Dependency", nodes=[],
                   submit_time=SUBMITTED + timedelta(minutes=1), chained_after=("100",))  # fmt: skip
     poll_cluster(cluster, Scripted([first, waiting]))
-    poll_cluster(cluster, Scripted([first, replace(waiting, state="RUNNING", chained_after=())]))
+    poll_cluster(cluster, Scripted([first, restated(waiting, "RUNNING", chained_after=())]))
     second = Workload.objects.get(job_id="101")
     assert second.depends_on == ["100"]
     assert second.workflow is not None and second.workflow.name == "pretrain"

@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from recovery.choices import AttemptExitState, AuditKind
+from recovery.loop import workload_outputs
 from recovery.loop import workloads as workload_work
-from recovery.loop.anomalies import attempt_writing_of
+from recovery.loop.evidence_attempts import attempt_writing_of
 from recovery.loop.logs import output_access
 from recovery.loop.monitors import SchedulerEnding
 from recovery.loop.patterns import active_signature_set
@@ -28,6 +29,7 @@ from recovery.models import (
     ProgressSample,
     Workload,
 )
+from recovery.schedulers.phase import Phase
 from recovery.schedulers.transport import LocalTransport
 from tests.factories import ClusterFactory, WorkloadFactory
 
@@ -141,22 +143,22 @@ def test_a_read_whose_cursor_moved_meanwhile_is_dropped(tmp_path: Path) -> None:
     """Another reader got there between this read and its write: its lines are not stored twice."""
     workload = running_workload(tmp_path, "job")
     write(workload, PROGRESS.format(second=1, step=5))
-    batch = workload_work._load_batch([workload])
-    cursors = workload_work._cursors([workload])
+    batch = workload_outputs._load_batch([workload])
+    cursors = workload_outputs._cursors([workload])
     cursor = cursors[(workload.pk, workload.stdout_path)]
-    read = workload_work._read_file(
+    read = workload_outputs._read_file(
         workload,
         workload.stdout_path,
         LocalTransport().open_output(workload.stdout_path, output_access(workload)),
         cursor,
         active_signature_set(),
-        workload_work.WorkloadsSummary(),
+        workload_outputs.WorkloadsSummary(),
         batch.sizes,
     )
     assert read is not None
     read.attempt = attempt_writing_of(batch.attempts.get(workload.pk, []))
     LogCursor.objects.filter(pk=cursor.pk).update(offset=3)  # the other reader
-    assert workload_work._record_plain([read], timezone.now()) == []
+    assert workload_outputs._record_plain([read], timezone.now()) == []
     assert ProgressSample.objects.count() == 0
     assert LogCursor.objects.get().offset == 3
 
@@ -166,7 +168,7 @@ def test_an_ending_is_judged_after_the_output_and_only_once(tmp_path: Path) -> N
     attempt = Attempt.objects.get()
     attempt.exit_state = AttemptExitState.NODE_FAIL
     attempt.ending_to_judge = SchedulerEnding(
-        "NODE_FAIL", exit_code=None, reason="NodeFail", end_time=timezone.now()
+        Phase.NODE_FAILED, "NODE_FAIL", exit_code=None, reason="NodeFail", end_time=timezone.now()
     ).to_json()
     attempt.save()
     first = process_workloads(workload.cluster, [workload.pk], LocalTransport())

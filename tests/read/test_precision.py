@@ -15,7 +15,7 @@ from recovery.choices import (
     RecommendationAction,
     RecommendationStatus,
 )
-from recovery.loop import recommendations
+from recovery.loop import leases, recommendations
 from recovery.loop.node_health import return_to_service
 from recovery.models import AuditEvent, Cluster, Node, Recommendation
 from recovery.read.precision import (
@@ -102,7 +102,7 @@ def test_a_restarts_dispatch_records_the_step_the_job_had_reached() -> None:
             recommendation.pk, controller="controller:c1", instance="i-1", lease_seconds=120
         )
     events = [
-        recommendations.record_dispatch(
+        leases.record_dispatch(
             recommendation.pk,
             controller="controller:c1",
             instance="i-1",
@@ -370,7 +370,7 @@ def test_the_loops_own_records_are_what_precision_reads(now: datetime) -> None:
         recommendations.claim(
             recommendation.pk, controller="controller:c1", instance="i-1", lease_seconds=120
         )
-        recommendations.record_dispatch(
+        leases.record_dispatch(
             recommendation.pk,
             controller="controller:c1",
             instance="i-1",

@@ -152,7 +152,7 @@ class TestListingJobs:
     def test_it_lists_every_job_including_finished_ones(self) -> None:
         slurm, transport = adapter({SQUEUE_JSON: [(0, document(job()), "")]})
         [listed] = slurm.list_jobs()
-        assert listed.state == "RUNNING" and listed.unknown() == {}
+        assert listed.native_state == "RUNNING" and listed.unknown() == {}
         assert transport.calls == [SQUEUE_JSON]
 
     def test_one_failed_json_read_falls_back_for_that_call_only(self) -> None:
@@ -166,7 +166,7 @@ class TestListingJobs:
             }
         )
         [fallback] = slurm.list_jobs()
-        assert fallback.job_id == "42" and fallback.state == "RUNNING"
+        assert fallback.job_id == "42" and fallback.native_state == "RUNNING"
         [again] = slurm.list_jobs()
         assert again.restart_count == 0
         assert transport.calls == [SQUEUE_JSON, FIXED, SQUEUE_JSON]

@@ -20,14 +20,13 @@ from recovery.schedulers.compat import UTC
 from recovery.schedulers.slurm_json import (
     SlurmDocumentError,
     SlurmVersion,
-    decode_wait_status,
     job_flags,
     job_from_record,
-    node_from_record,
-    nodes_from_sinfo_groups,
     parse_document,
     read_job_state,
 )
+from recovery.schedulers.slurm_nodes import node_from_record, nodes_from_sinfo_groups
+from recovery.schedulers.slurm_values import decode_wait_status
 
 DATA = Path(__file__).parent / "data" / "slurm"
 SUBMIT = 1796134355
@@ -150,7 +149,7 @@ VERSIONS = {
 def test_it_reads_a_running_job_of_every_version(make: Any) -> None:
     job = job_from_record(make())
     assert job.job_id == "42"
-    assert job.state == "RUNNING"
+    assert job.native_state == "RUNNING"
     assert job.state_flags == ()
     assert job.user == "alice"
     assert job.user_uid == 1000
@@ -179,7 +178,7 @@ def test_held_requeued_job_of_each_version() -> None:
     }
     for version, record in held.items():
         job = job_from_record(record)
-        assert (job.state, job.held, job.restart_count) == ("PENDING", True, 1), version
+        assert (job.native_state, job.held, job.restart_count) == ("PENDING", True, 1), version
 
 
 @pytest.mark.parametrize(
@@ -215,14 +214,14 @@ def test_the_state_is_the_base_state_or_completing(
 )
 def test_an_unreadable_state_is_none_with_a_reason(value: Any, reason: str) -> None:
     job = job_from_record(v0040(job_state=value))
-    assert job.state is None
-    assert reason in job.unreadable["state"]
-    assert job.unknown()["state"].startswith("job_state: ")
+    assert job.native_state is None
+    assert reason in job.unreadable["phase"]
+    assert job.unknown()["phase"].startswith("job_state: ")
 
 
 def test_a_hidden_base_state_keeps_the_flag() -> None:
     job = job_from_record(v0038(job_state="REQUEUED"))
-    assert job.state is None
+    assert job.native_state is None
     assert job.state_flags == ("REQUEUED",)
 
 
@@ -685,7 +684,7 @@ class TestRecorded:
 
     def test_a_running_job(self, version: str) -> None:
         job = self.load(version, "squeue-running-opted-in.json")["opted-in"]
-        assert job.state == "RUNNING"
+        assert job.native_state == "RUNNING"
         assert job.submit_time is not None and job.submit_time.year >= 2024
         assert job.restart_count == 0
         assert job.excluded_nodes == []
@@ -698,12 +697,12 @@ class TestRecorded:
 
     def test_requeue_held(self, version: str) -> None:
         job = self.load(version, "squeue-requeue-held.json")["opted-in"]
-        assert (job.state, job.held, job.restart_count) == ("PENDING", True, 1)
+        assert (job.native_state, job.held, job.restart_count) == ("PENDING", True, 1)
         assert job.nodes == []
 
     def test_excluded_and_running_again(self, version: str) -> None:
         job = self.load(version, "squeue-excluded-running-again.json")["opted-in"]
-        assert job.state == "RUNNING"
+        assert job.native_state == "RUNNING"
         assert job.excluded_nodes == ["node002"]
         assert "node002" not in job.nodes
         assert job.restart_count == 1
@@ -717,11 +716,11 @@ class TestRecorded:
         if version == "22.05" and not (DATA / version / name).exists():
             name = "squeue-failed-exit3.json"
         job = self.load(version, name)["fails"]
-        assert (job.state, job.exit_code, job.exit_signal) == ("FAILED", 3, None)
+        assert (job.native_state, job.exit_code, job.exit_signal) == ("FAILED", 3, None)
 
     def test_cancelled(self, version: str) -> None:
         jobs = self.load(version, "squeue-all-states-cancelled.json")
-        assert (jobs["cancelled"].state, jobs["cancelled"].exit_signal) == ("CANCELLED", 15)
+        assert (jobs["cancelled"].native_state, jobs["cancelled"].exit_signal) == ("CANCELLED", 15)
 
     def test_array_tasks(self, version: str) -> None:
         path = DATA / version / "squeue-array.json"
@@ -756,9 +755,9 @@ def test_scontrol_show_job_of_24_11() -> None:
     assert document.cluster == "dev"  # ClusterName in deploy/slurm-dev/slurm.conf.in
     assert document.version is not None and document.version >= SlurmVersion(24, 11)
     [job] = document.jobs().jobs
-    assert job.state == "RUNNING"
+    assert job.native_state == "RUNNING"
     [job] = parse_document(held.read_text()).jobs().jobs
-    assert (job.state, job.held, job.restart_count) == ("PENDING", True, 1)
+    assert (job.native_state, job.held, job.restart_count) == ("PENDING", True, 1)
 
 
 def test_the_records_are_not_changed() -> None:

@@ -26,12 +26,9 @@ from recovery.schedulers.output_files import (
     OutputRefused,
     PrefetchedOutput,
 )
-from recovery.schedulers.transport import (
-    BATCH_FILES,
-    READ_REQUEST,
-    LocalTransport,
-    SSHTransport,
-)
+from recovery.schedulers.sftp_batch import BATCH_FILES, READ_REQUEST
+from recovery.schedulers.ssh_transport import SSHTransport
+from recovery.schedulers.transport import LocalTransport
 from tests.slurm_fixtures import SSHServer
 
 TENANT = 12345  # the job's user

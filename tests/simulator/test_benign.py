@@ -14,7 +14,8 @@ import pytest
 
 from bench.soak import corpus
 from recovery.detection.facts.slurm import node_state_finding
-from recovery.detection.kernel_log import DeviceFact, ProcessEvent, ProcessFact, parse_kernel_log
+from recovery.detection.kernel_log.facts import DeviceFact, ProcessEvent, ProcessFact
+from recovery.detection.kernel_log.reading import parse_kernel_log
 from recovery.detection.tracebacks import Printed, printed_as
 from recovery.simulator import benign
 from recovery.simulator.cluster import SimConfig, SimulatedCluster
@@ -246,7 +247,7 @@ def test_a_node_drained_under_a_running_job_keeps_it_running_until_the_admin_res
     node = next(n for n in cluster.nodes() if n.name == drain["node"])
     assert "DRAIN" in node.flags and not (node.reason or "").startswith("workload-recovery")
     job = next(j for j in cluster.jobs() if j.job_id == "1001")
-    assert job.state == "RUNNING" and drain["node"] in job.nodes
+    assert job.native_state == "RUNNING" and drain["node"] in job.nodes
     run(cluster, drain["until"] - cluster.now + 2)
     node = next(n for n in cluster.nodes() if n.name == drain["node"])
     assert "DRAIN" not in node.flags

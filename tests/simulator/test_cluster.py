@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.detection.scanner import LogScanner, ProgressPoint, ScanResult
+from recovery.detection.scanner.log_scanner import LogScanner
+from recovery.detection.scanner.results import ProgressPoint, ScanResult
 from recovery.detection.signature_set import SignatureSet
 from recovery.schedulers.base import JobInfo, SchedulerError
 from recovery.simulator.cluster import SimConfig, SimulatedCluster
@@ -50,7 +51,7 @@ def run(cluster: SimulatedCluster, seconds: float, *, tick: float = 0.5) -> date
 
 
 def only_job(cluster: SimulatedCluster) -> str:
-    jobs = [job for job in cluster.jobs() if job.state not in {"COMPLETED", "CANCELLED"}]
+    jobs = [job for job in cluster.jobs() if job.native_state not in {"COMPLETED", "CANCELLED"}]
     assert len(jobs) == 1
     return jobs[0].job_id
 
@@ -151,23 +152,24 @@ def test_requeuehold_makes_a_running_job_pending_held_with_restart_count_and_new
     run(cluster, 20)
     job_id = only_job(cluster)
     before = cluster.get_job(job_id)
-    assert before is not None and before.state == "RUNNING" and len(before.nodes) == 2
+    assert before is not None and before.native_state == "RUNNING" and len(before.nodes) == 2
 
     result = cluster.requeue(job_id, hold=True)
 
     assert result.argv == ("scontrol", "requeuehold", job_id) and result.returncode == 0
     completing = cluster.get_job(job_id)
-    assert completing is not None and completing.state == "COMPLETING"
+    assert completing is not None and completing.native_state == "COMPLETING"
     run(cluster, 2)
     job = cluster.get_job(job_id)
     assert job is not None
-    assert (job.state, job.held, job.reason) == ("PENDING", True, "job_requeued_in_held_state")
+    assert (job.native_state, job.held) == ("PENDING", True)
+    assert job.reason == "job_requeued_in_held_state"
     assert job.restart_count == 1 and job.nodes == []
     assert job.submit_time is not None and before.submit_time is not None
     assert job.submit_time > before.submit_time
     assert "DUE TO JOB REQUEUE" in log_text(cluster, job_id)
     run(cluster, 30)
-    assert listed_job(cluster, job_id).state == "PENDING"  # held: never starts
+    assert listed_job(cluster, job_id).native_state == "PENDING"  # held: never starts
 
 
 def test_exclusions_are_accepted_only_while_pending_and_honoured_at_the_next_start(
@@ -190,7 +192,7 @@ def test_exclusions_are_accepted_only_while_pending_and_honoured_at_the_next_sta
     assert job.excluded_nodes == first_nodes and not job.held and job.reason == "BeginTime"
     run(cluster, 10)
     job = listed_job(cluster, job_id)
-    assert job.state == "RUNNING"
+    assert job.native_state == "RUNNING"
     assert not set(job.nodes) & set(first_nodes)
 
 
@@ -200,10 +202,10 @@ def test_a_requeued_job_waits_for_the_requeue_delay(tmp_path: Path) -> None:
     job_id = only_job(cluster)
     cluster.requeue(job_id)
     run(cluster, 5.5, tick=0.25)
-    assert listed_job(cluster, job_id).state == "PENDING"
+    assert listed_job(cluster, job_id).native_state == "PENDING"
     run(cluster, 1.0, tick=0.25)
     job = listed_job(cluster, job_id)
-    assert job.state == "RUNNING" and job.restart_count == 1
+    assert job.native_state == "RUNNING" and job.restart_count == 1
 
 
 def test_clear_start_delay_lets_a_pending_job_start_at_once(tmp_path: Path) -> None:
@@ -214,7 +216,7 @@ def test_clear_start_delay_lets_a_pending_job_start_at_once(tmp_path: Path) -> N
     run(cluster, 2)
     cluster.clear_start_delay(job_id)
     run(cluster, 1)
-    assert listed_job(cluster, job_id).state == "RUNNING"
+    assert listed_job(cluster, job_id).native_state == "RUNNING"
 
 
 def test_refusals_carry_slurm_messages(tmp_path: Path) -> None:
@@ -243,7 +245,7 @@ def test_cancel_ends_a_running_job_and_is_quiet_about_unknown_ones(tmp_path: Pat
     cluster.disable_requeue(job_id)
     assert cluster.cancel(job_id).argv == ("scancel", job_id)
     job = listed_job(cluster, job_id)
-    assert (job.state, job.exit_signal, job.requeue_allowed) == ("CANCELLED", 15, False)
+    assert (job.native_state, job.exit_signal, job.requeue_allowed) == ("CANCELLED", 15, False)
     assert all(node.state == "IDLE" for node in cluster.nodes())
     unknown = cluster.cancel("424242")
     assert unknown.returncode == 0 and "Invalid job id specified" in unknown.stderr
@@ -259,8 +261,8 @@ def test_jobs_start_only_on_idle_healthy_nodes(tmp_path: Path) -> None:
     cluster.drain_node("gpu-0001", "admin: reseat cable")
     cluster.drain_node("gpu-0004", "Xid 79: GPU fell off the bus")
     run(cluster, 5)
-    running = [job for job in cluster.jobs() if job.state == "RUNNING"]
-    pending = [job for job in cluster.jobs() if job.state == "PENDING"]
+    running = [job for job in cluster.jobs() if job.native_state == "RUNNING"]
+    pending = [job for job in cluster.jobs() if job.native_state == "PENDING"]
     used = {node for job in running for node in job.nodes}
     assert len(running) == 2 and len(pending) == 1 and pending[0].reason == "Resources"
     assert used == {"gpu-0002", "gpu-0003", "gpu-0005", "gpu-0006"}
@@ -277,7 +279,7 @@ def test_finished_jobs_stay_listed_for_min_job_age_then_make_room(tmp_path: Path
     assert cluster.get_job(job_id) is not None
     run(cluster, 15)
     assert cluster.get_job(job_id) is None
-    assert len([job for job in cluster.jobs() if job.state != "CANCELLED"]) == 1
+    assert len([job for job in cluster.jobs() if job.native_state != "CANCELLED"]) == 1
 
 
 def test_opt_in_comment_is_parsed(tmp_path: Path) -> None:
@@ -320,7 +322,7 @@ def test_a_job_completes_at_its_target_step(tmp_path: Path) -> None:
     job_id = only_job(cluster)
     run(cluster, 20)
     job = listed_job(cluster, job_id)
-    assert (job.state, job.exit_code) == ("COMPLETED", 0)
+    assert (job.native_state, job.exit_code) == ("COMPLETED", 0)
     assert "training finished at iteration 120" in log_text(cluster, job_id)
     assert len(cluster.jobs()) == 2  # a new job replaces it
 
@@ -333,13 +335,13 @@ def test_an_application_bug_fails_every_attempt_at_the_same_step_without_new_che
     job_id = only_job(cluster)
     cluster.inject(job_id, "app_exception", 0, now.timestamp())
     run(cluster, 1)
-    assert listed_job(cluster, job_id).state == "FAILED"
+    assert listed_job(cluster, job_id).native_state == "FAILED"
     for attempt in range(1, 4):
         cluster.requeue(job_id, hold=True)
         cluster.release(job_id)
         run(cluster, 30)
         job = listed_job(cluster, job_id)
-        assert (job.state, job.exit_code, job.restart_count) == ("FAILED", 1, attempt)
+        assert (job.native_state, job.exit_code, job.restart_count) == ("FAILED", 1, attempt)
     text = log_text(cluster, job_id)
     attempts = text.split("resuming from checkpoint")
     exceptions = re.findall(r"\n(?:\d+: \S+ \S+ )?(\w+Error: .*)", text)
@@ -360,7 +362,7 @@ def test_a_bad_node_keeps_failing_jobs_until_it_is_excluded(tmp_path: Path) -> N
     for attempt in range(1, 3):
         run(cluster, 60)
         job = listed_job(cluster, job_id)
-        assert job.state == "FAILED" and job.restart_count == attempt
+        assert job.native_state == "FAILED" and job.restart_count == attempt
         assert bad in log_text(cluster, job_id).split("restart")[-1]
         cluster.requeue(job_id, hold=True)
         if attempt == 2:
@@ -368,7 +370,7 @@ def test_a_bad_node_keeps_failing_jobs_until_it_is_excluded(tmp_path: Path) -> N
         cluster.release(job_id)
     run(cluster, 60)
     job = listed_job(cluster, job_id)
-    assert job.state == "RUNNING" and bad not in job.nodes
+    assert job.native_state == "RUNNING" and bad not in job.nodes
 
 
 def test_a_dead_node_goes_down_and_slurm_requeues_the_job(tmp_path: Path) -> None:
@@ -378,20 +380,20 @@ def test_a_dead_node_goes_down_and_slurm_requeues_the_job(tmp_path: Path) -> Non
     victim = listed_job(cluster, job_id).nodes[1]
     cluster.inject(job_id, "node_death", 1, now.timestamp())
     run(cluster, 11)
-    assert listed_job(cluster, job_id).state == "RUNNING"
+    assert listed_job(cluster, job_id).native_state == "RUNNING"
     steps_before = len(progress_steps(log_text(cluster, job_id)))
     run(cluster, 2)
     node = {node.name: node for node in cluster.nodes()}[victim]
     assert (node.state, node.flags, node.reason) == ("DOWN", ["NOT_RESPONDING"], "Not responding")
     job = listed_job(cluster, job_id)
-    assert job.state in {"COMPLETING", "PENDING"} and job.restart_count == 1
+    assert job.native_state in {"COMPLETING", "PENDING"} and job.restart_count == 1
     text = log_text(cluster, job_id)
     assert f"srun: error: Node failure on {victim}" in text
     assert re.search(rf"\*\*\* JOB {job_id} ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE", text)
     assert len(progress_steps(text)) == steps_before  # nothing trained while it was dead
     run(cluster, 10)
     job = listed_job(cluster, job_id)
-    assert job.state == "RUNNING" and victim not in job.nodes
+    assert job.native_state == "RUNNING" and victim not in job.nodes
     cluster.repair_node(victim)
     assert {node.name: node for node in cluster.nodes()}[victim].state == "IDLE"
 
@@ -403,7 +405,7 @@ def test_a_hang_stops_progress_one_rank_first_and_keeps_the_job_running(tmp_path
     hung = listed_job(cluster, job_id).nodes[0]
     cluster.inject(job_id, "hang", 0, now.timestamp())
     run(cluster, 60)
-    assert listed_job(cluster, job_id).state == "RUNNING"
+    assert listed_job(cluster, job_id).native_state == "RUNNING"
     steps = progress_steps(log_text(cluster, job_id))
     last = {host: max(step for name, step in steps if name == host) for host, _ in steps}
     other = next(host for host in last if host != hung)
@@ -510,7 +512,7 @@ def test_jobs_forgotten_together_are_replaced_within_the_resubmit_spread(
     for job_id in first:
         cluster.inject(job_id, "gpu_oom", 0, at)
     run(cluster, 1)
-    assert {listed_job(cluster, job_id).state for job_id in first} == {"FAILED"}
+    assert {listed_job(cluster, job_id).native_state for job_id in first} == {"FAILED"}
     run(cluster, 31)
     forgotten = cluster.now
     replacements = [job for job in cluster.jobs() if job.job_id not in first]

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from recovery.detection.classify import classify_scan
-from recovery.detection.scanner import LogScanner
+from recovery.detection.scanner.log_scanner import LogScanner
 from recovery.detection.signature_set import SignatureSet
 from recovery.simulator import logtext
 from recovery.simulator.faults import CRASH, FAULT_KINDS, SCHEDULER, FaultKind, FaultTable

@@ -151,7 +151,7 @@ def test_every_forced_fault_is_journaled_on_the_attempt_it_ended(
     for _ in range(60):
         run(cluster, 1.0)
         for job in cluster.jobs():
-            if job.state in {"FAILED", "OUT_OF_MEMORY"}:
+            if job.native_state in {"FAILED", "OUT_OF_MEMORY"}:
                 cluster.requeue(job.job_id, caller="controller")
 
     journal = cluster.journal()
@@ -194,7 +194,7 @@ def test_an_application_bug_is_journaled_on_every_attempt_it_fails(tmp_path: Pat
         ("app_exception", 1),
         ("app_exception", 2),
     ]
-    assert listed_job(cluster, job_id).state == "FAILED"
+    assert listed_job(cluster, job_id).native_state == "FAILED"
 
 
 def test_a_dead_node_is_journaled_when_it_dies_and_slurm_ends_the_attempt_later(

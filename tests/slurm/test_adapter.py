@@ -77,7 +77,7 @@ def test_a_held_requeue_with_exclusions_restarts_elsewhere(
     first_nodes = running.nodes
     adapter.requeue(str(submitted.job_id), hold=True)
     pending = wait_for(
-        adapter, str(submitted.job_id), lambda j: j.state in {"PENDING", "COMPLETING"}
+        adapter, str(submitted.job_id), lambda j: j.native_state in {"PENDING", "COMPLETING"}
     )
     assert pending.restart_count == 1
     adapter.set_excluded_nodes(str(submitted.job_id), first_nodes)
@@ -98,7 +98,7 @@ def test_a_stopped_job_is_cancelled_and_cannot_be_requeued(
     adapter.disable_requeue(str(submitted.job_id))
     assert not adapter.get_job(str(submitted.job_id)).requeue_allowed  # type: ignore[union-attr]
     adapter.cancel(str(submitted.job_id))
-    cancelled = wait_for(adapter, str(submitted.job_id), lambda j: j.state == "CANCELLED")
+    cancelled = wait_for(adapter, str(submitted.job_id), lambda j: j.native_state == "CANCELLED")
     with pytest.raises(SchedulerError):
         adapter.requeue(cancelled.job_id)
 
@@ -183,7 +183,7 @@ def test_the_fixed_format_fallback_reads_the_same_job(
     from_text = without_json.get_job(str(submitted.job_id))
     assert refusing.refused, "the JSON commands were never tried"
     assert from_text is not None
-    assert from_text.state == "RUNNING"
+    assert from_text.native_state == "RUNNING"
     assert from_text.nodes == from_json.nodes
     assert from_text.partition == from_json.partition
     assert from_text.opt_in.opted_in and from_text.opt_in.mode == "observe"

@@ -26,7 +26,7 @@ import redis
 from pytest_django.fixtures import Settings as SettingsWrapper
 
 from recovery.choices import WorkloadState
-from recovery.loop import push as pushed
+from recovery.loop import scheduler_hooks
 from recovery.loop.poll import poll_cluster
 from recovery.models import AuditEvent, Cluster, IngestToken, IngestTokenKind, Workload
 from tasks.polling import poll_cluster as poll_cluster_task
@@ -139,7 +139,7 @@ def _poll_until(cluster: Cluster, job_id: str, reached: Callable[[Workload], boo
 
 def _hook_events(**payload: Any) -> list[AuditEvent]:
     lookups = {f"payload__{key}": value for key, value in payload.items()}
-    return list(AuditEvent.objects.filter(kind=pushed.HOOK_EVENT_KIND, **lookups))
+    return list(AuditEvent.objects.filter(kind=scheduler_hooks.HOOK_EVENT_KIND, **lookups))
 
 
 def test_slurmctld_runs_the_epilog_which_records_the_job_end_and_queues_a_poll(

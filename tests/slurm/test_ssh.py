@@ -16,7 +16,7 @@ import pytest
 
 from recovery.schedulers.base import JobInfo, SchedulerError
 from recovery.schedulers.slurm import SlurmAdapter
-from recovery.schedulers.transport import SSHTransport
+from recovery.schedulers.ssh_transport import SSHTransport
 from tests.slurm_fixtures import SSH_HOST as HOST
 from tests.slurm_fixtures import SSHServer
 
@@ -70,7 +70,7 @@ def test_the_adapter_over_ssh_lists_a_job_and_restarts_it_on_other_nodes(
     assert first_nodes
 
     adapter.requeue(job_id, hold=True)
-    requeued = wait_for(adapter, job_id, lambda j: j.state in {"PENDING", "COMPLETING"})
+    requeued = wait_for(adapter, job_id, lambda j: j.native_state in {"PENDING", "COMPLETING"})
     assert requeued.restart_count == 1
     adapter.set_excluded_nodes(job_id, first_nodes)
     wait_for(adapter, job_id, lambda j: j.is_pending and j.held is True)

@@ -5,7 +5,7 @@ anomalies with real-looking evidence, verdicts, recommendations in every interes
 a coherent audit trail per workload. The stories supply what a job and its detectors would: its
 runs, its progress and the evidence in its logs; the loop's own functions record, attribute and
 decide on that evidence, and carry out the operators' and the controllers' part, with the clock
-set to each story's time (see ``builder``). It is idempotent: a workload is written whole, with
+set to each story's time (see ``story``). It is idempotent: a workload is written whole, with
 everything under it, or not at all, because the trail is append-only and can never be corrected
 afterwards; clusters, nodes and policies are only created when missing.
 """

@@ -13,7 +13,7 @@ from recovery.choices import (
     Severity,
     WorkloadState,
 )
-from recovery.demo.fleet.builder import Story, restart_commands
+from recovery.demo.fleet.builder import restart_commands
 from recovery.demo.fleet.parts import (
     GPUS_PER_NODE,
     Evidence,
@@ -23,6 +23,7 @@ from recovery.demo.fleet.parts import (
     megatron_ckpt,
     slurm_time,
 )
+from recovery.demo.fleet.story import Story
 
 LLAMA70B_STEP = 9.6
 LLAMA70B_EVERY = 500

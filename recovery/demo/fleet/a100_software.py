@@ -13,7 +13,7 @@ from recovery.choices import (
     Severity,
     WorkloadState,
 )
-from recovery.demo.fleet.builder import Story, restart_commands
+from recovery.demo.fleet.builder import restart_commands
 from recovery.demo.fleet.parts import (
     Evidence,
     Pace,
@@ -23,6 +23,7 @@ from recovery.demo.fleet.parts import (
     log_time,
     megatron_ckpt,
 )
+from recovery.demo.fleet.story import Story
 
 
 def whisper(s: Story) -> None:

@@ -22,7 +22,7 @@ from recovery.choices import (
     StragglerAction,
     WorkloadState,
 )
-from recovery.demo.fleet.builder import Build, Builder, Story, restart_commands
+from recovery.demo.fleet.builder import Build, Builder, restart_commands
 from recovery.demo.fleet.parts import (
     Evidence,
     NodeSpec,
@@ -33,6 +33,7 @@ from recovery.demo.fleet.parts import (
     megatron_ckpt,
     opt_in,
 )
+from recovery.demo.fleet.story import Story
 
 H100_CLUSTER = "demo-h100"
 H100_CONTROLLER = "controller:slurm-advisor-2"

@@ -8,7 +8,8 @@ stores that ``configure_signals`` connects.)
 
 ``XID_MEANINGS`` is the one table of NVIDIA Xid codes in the project; log signatures import it.
 
-By source: ``xid`` (the Xid table), ``slurm`` (job and node states), ``dcgm`` (GPU metrics).
+By source: ``xid`` (the Xid table), ``job_ending`` (how a job ended, by its phase), ``slurm``
+(node states), ``dcgm`` (GPU metrics).
 """
 
 from __future__ import annotations
@@ -23,11 +24,8 @@ from recovery.detection.facts.dcgm import (
     findings_from_gpu_metrics,
     latest_values,
 )
-from recovery.detection.facts.slurm import (
-    finding_from_scheduler_state,
-    node_state_finding,
-    normalise_job_state,
-)
+from recovery.detection.facts.job_ending import finding_from_job_ending
+from recovery.detection.facts.slurm import node_state_finding
 from recovery.detection.facts.xid import UNKNOWN_XID, XID_MEANINGS, XidMeaning, xid_meaning
 
 __all__ = (
@@ -40,10 +38,9 @@ __all__ = (
     "GpuKey",
     "MetricSample",
     "XidMeaning",
-    "finding_from_scheduler_state",
+    "finding_from_job_ending",
     "findings_from_gpu_metrics",
     "latest_values",
     "node_state_finding",
-    "normalise_job_state",
     "xid_meaning",
 )

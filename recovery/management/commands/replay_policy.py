@@ -12,7 +12,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from recovery.loop.replay import DraftError, draft_policy, replay, report_json, report_lines
+from recovery.loop.replay import replay
+from recovery.loop.replay_draft import DraftError, draft_policy
+from recovery.loop.replay_output import report_json, report_lines
 from recovery.models import Cluster, Policy
 
 AGO = re.compile(r"^(\d{1,5})([dhm])$")

@@ -117,8 +117,8 @@ class Command(BaseCommand):
         jobs = cluster.jobs()
         states: dict[str, int] = {}
         for job in jobs:
-            assert job.state is not None  # the simulator always knows its jobs' states
-            states[job.state] = states.get(job.state, 0) + 1
+            assert job.native_state is not None  # the simulator always knows its jobs' states
+            states[job.native_state] = states.get(job.native_state, 0) + 1
         down = sum(1 for node in cluster.nodes() if node.unavailable)
         summary = ", ".join(f"{count} {state.lower()}" for state, count in sorted(states.items()))
         self.stdout.write(f"{store.config.name}: {summary or 'no jobs'}; {down} nodes out")

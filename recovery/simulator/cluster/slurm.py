@@ -10,6 +10,7 @@ from typing import Any
 
 from recovery.schedulers.base import CommandResult, JobInfo, NodeInfo
 from recovery.schedulers.optin import parse_job_comment
+from recovery.schedulers.slurm_phase import slurm_phase
 from recovery.simulator import logtext
 from recovery.simulator.cluster.config import (
     FINISHED,
@@ -68,7 +69,8 @@ class SimulatedCluster(TrainingJobs):
             name=job.name,
             user=job.user,
             partition=job.partition,
-            state=job.state,
+            native_state=job.state,
+            phase=slurm_phase(job.state),
             reason="" if reason == "None" else reason,
             comment=job.comment,
             opt_in=parse_job_comment(job.comment),
