@@ -6,8 +6,10 @@ must not meet another worker's keys and messages. Tests that share something exp
 exists once per machine run in one worker, as a group:
 
 * ``slurm-22.05``, ``slurm-24.11``: the tests of one real Slurm cluster each (fixed ports,
-  started once a session by the worker that runs its group), with its login node's sshd. The
-  two clusters have ports and directories of their own, so the two groups run side by side;
+  started once a session by the worker that runs its group), with its login node's sshd;
+* ``slurm-e2e-22.05``, ``slurm-e2e-24.11``: the end-to-end scenarios, on clusters of their own
+  (``tests/e2e/conftest.py``). Every cluster has ports, a directory and a slot of job ids of
+  its own, so the four groups run side by side;
 * ``slurm-wheel``: the controller's wheel tests that need no cluster (the wheel is built per
   worker, its venvs once per machine under a lock);
 * ``browser``: the Console's stack (uvicorn, a Celery worker, a private Redis) and Chromium,
@@ -104,6 +106,8 @@ def group_of(nodeid: str) -> str | None:
     if path.startswith("tests/browser/"):
         return BROWSER_GROUP
     cluster = _SLURM_PARAMETER.search(nodeid)
+    if cluster is not None and path.startswith("tests/e2e/"):
+        return f"{SLURM_GROUP}-e2e-{cluster['version']}"
     if cluster is not None:
         return f"{SLURM_GROUP}-{cluster['version']}"
     if path in WHEEL_MODULES:

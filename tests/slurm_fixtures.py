@@ -3,8 +3,12 @@
 Registered for the whole suite in tests/conftest.py, so that tests/slurm and tests/e2e share one
 cluster per version and session. ``slurm_cluster`` is parametrized over the Slurm versions the
 project supports (ids ``slurm-22.05`` and ``slurm-24.11``), so every test that uses it runs on
-each; one cluster runs at a time, started when the first test of its version needs it and
-stopped before the next version's starts.
+each; a cluster is started when the first test of its version needs it. The tests of each
+version run in a test worker of their own (``tests/parallel.py``), so both run at once, and the
+end-to-end scenarios have a cluster of each version of their own (``E2E_CLUSTER_ENVS``: 22.05
+on ports 17500-17504 in var/slurm-test-e2e, 24.11 on 17600-17604 and sshd 2301 in
+var/slurm-test-24.11-e2e; ``WR_TEST_E2E_SLURM_*`` move them, as ``make e2e`` does). Each
+cluster hands out job ids from a slot of its own (``SLURM_DEV_ID_SLOT``).
 
 * 22.05: Debian 12's packages on this host, by default in var/slurm-test on ports 17100-17104.
   The project reaches it with local commands (``LocalTransport`` and ``SLURM_CONF``).
@@ -56,6 +60,7 @@ CLUSTER_ENV = {
     "SLURM_DEV_DIR": str(CLUSTER_DIR),
     "SLURM_DEV_CTLD_PORT": os.environ.get("WR_TEST_SLURM_CTLD_PORT", "17100"),
     "SLURM_DEV_NODE_PORT": os.environ.get("WR_TEST_SLURM_NODE_PORT", "17101"),
+    "SLURM_DEV_ID_SLOT": "0",
 }
 CLUSTER_DIR_2411 = (
     REPO / os.environ.get("WR_TEST_SLURM_2411_DIR", "var/slurm-test-24.11")
@@ -66,8 +71,35 @@ CLUSTER_ENV_2411 = {
     "SLURM_DEV_CTLD_PORT": os.environ.get("WR_TEST_SLURM_2411_CTLD_PORT", "17300"),
     "SLURM_DEV_NODE_PORT": os.environ.get("WR_TEST_SLURM_2411_NODE_PORT", "17301"),
     "SLURM_DEV_SSH_PORT": os.environ.get("WR_TEST_SLURM_2411_SSH_PORT", "2300"),
+    "SLURM_DEV_ID_SLOT": "2",
 }
 CLUSTER_ENVS = {"22.05": CLUSTER_ENV, "24.11": CLUSTER_ENV_2411}
+# The end-to-end scenarios' own clusters, one per version, beside the others: the scenarios
+# take most of the suite's time, and run in a test worker of their own while tests/slurm use
+# the clusters above (tests/parallel.py). Each hands out job ids from a slot of its own.
+E2E_CLUSTER_ENVS = {
+    "22.05": {
+        **CLUSTER_ENV,
+        "SLURM_DEV_DIR": str(
+            (REPO / os.environ.get("WR_TEST_E2E_SLURM_DIR", "var/slurm-test-e2e")).resolve()
+        ),
+        "SLURM_DEV_CTLD_PORT": os.environ.get("WR_TEST_E2E_SLURM_CTLD_PORT", "17500"),
+        "SLURM_DEV_NODE_PORT": os.environ.get("WR_TEST_E2E_SLURM_NODE_PORT", "17501"),
+        "SLURM_DEV_ID_SLOT": "1",
+    },
+    "24.11": {
+        **CLUSTER_ENV_2411,
+        "SLURM_DEV_DIR": str(
+            (
+                REPO / os.environ.get("WR_TEST_E2E_SLURM_2411_DIR", "var/slurm-test-24.11-e2e")
+            ).resolve()
+        ),
+        "SLURM_DEV_CTLD_PORT": os.environ.get("WR_TEST_E2E_SLURM_2411_CTLD_PORT", "17600"),
+        "SLURM_DEV_NODE_PORT": os.environ.get("WR_TEST_E2E_SLURM_2411_NODE_PORT", "17601"),
+        "SLURM_DEV_SSH_PORT": os.environ.get("WR_TEST_E2E_SLURM_2411_SSH_PORT", "2301"),
+        "SLURM_DEV_ID_SLOT": "3",
+    },
+}
 # Starting includes installing the Debian packages, or building the 24.11 chroot, on a fresh
 # machine.
 START_TIMEOUT = 420
@@ -258,8 +290,8 @@ def exports(output: str) -> dict[str, str]:
     return settings
 
 
-def start_cluster(version: str) -> SlurmCluster:
-    env = CLUSTER_ENVS[version]
+def start_cluster(version: str, env: Mapping[str, str] | None = None) -> SlurmCluster:
+    env = env or CLUSTER_ENVS[version]
     started = _run_script(UP, env)
     if started.returncode != 0:
         stopped = _run_script(DOWN, env)
@@ -298,7 +330,12 @@ def start_cluster(version: str) -> SlurmCluster:
 
 @pytest.fixture(scope="session", params=VERSIONS, ids=lambda version: f"slurm-{version}")
 def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
-    cluster = start_cluster(request.param)
+    yield from running_cluster(request.param, CLUSTER_ENVS[request.param])
+
+
+def running_cluster(version: str, env: Mapping[str, str]) -> Iterator[SlurmCluster]:
+    """The cluster of ``version`` described by ``env``, up for as long as the caller holds it."""
+    cluster = start_cluster(version, env)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SLURM_CONF", str(cluster.conf))
         try:

@@ -77,6 +77,8 @@ def test_the_first_worker_and_a_run_without_workers_keep_the_runs_redis(
         ("tests/slurm/test_ssh.py::test_arguments_reach[slurm-24.11-None]", "slurm-24.11"),
         ("tests/slurm/test_drains.py::test_x[slurm-24.11-RMA 4411 PSU swap]", "slurm-24.11"),
         ("tests/deploy/test_controller_package.py::test_it_installs[9]", "slurm-wheel"),
+        ("tests/e2e/test_scenarios.py::test_1_a_killed_rank[slurm-22.05]", "slurm-e2e-22.05"),
+        ("tests/e2e/test_scenarios.py::test_8_a_controller_killed[slurm-24.11]", "slurm-e2e-24.11"),
         ("tests/browser/test_approvals.py::test_an_operator_approves", BROWSER_GROUP),
         ("tests/loop/test_confirmation.py::test_a_caught_exception", None),
         ("tests/detection/test_corpus.py::test_it_classifies[slurm-2205-note]", None),

@@ -20,6 +20,8 @@
 # SLURM_DEV_SSH_PORT   24.11 only: the chroot's sshd on 127.0.0.1 (default 2310)
 # SLURM_DEV_ROOT       24.11 only: the chroot (default var/slurm-trixie-root)
 # SLURM_DEV_TIMEOUT    seconds to wait for four idle nodes (default 60)
+# SLURM_DEV_ID_SLOT    0-3: which quarter of the job id space the cluster hands ids out of
+#                      (default 0; 2 for 24.11); clusters side by side take different slots
 # Two clusters can run side by side when their directories and ports differ; munged is shared
 # (the host's by 22.05 clusters, the chroot's by 24.11 clusters).
 set -euo pipefail
@@ -234,12 +236,14 @@ write_conf() {
   template=$(<"$(dirname "${BASH_SOURCE[0]}")/slurm.conf.in")
   # Fresh starts wipe the saved state, so the job id counter would restart at 1 and collide
   # with checkpoints and logs keyed by job id. Start from the clock instead: 60 ids per second
-  # since a point that repeats every 5.8 days. A 24.11 cluster counts in the upper half, so
-  # that clusters of the two versions running side by side (as the tests run them) never hand
-  # out the same id: each job's processes are found by it. Both stay under Slurm's MaxJobId
-  # (67043328).
-  local first_job_id=$((($(date +%s) % 500000) * 60 + 1))
-  if in_chroot; then first_job_id=$((first_job_id + 30000000)); fi
+  # since a point that repeats every 2.9 days, in the cluster's slot of 15,000,000 ids, so that
+  # clusters running side by side (as the tests run them) never hand out the same id: a job's
+  # processes, and its rendezvous port, are found by it. The last slot stays under Slurm's
+  # MaxJobId (67043328).
+  local slot=${SLURM_DEV_ID_SLOT:-}
+  if [[ -z $slot ]]; then if in_chroot; then slot=2; else slot=0; fi; fi
+  [[ $slot =~ ^[0-3]$ ]] || fail "SLURM_DEV_ID_SLOT is 0, 1, 2 or 3, not '$slot'"
+  local first_job_id=$((slot * 15000000 + ($(date +%s) % 250000) * 60 + 1))
   conf=${template//@DIR@/"$D"}
   conf=${conf//@CTLD_PORT@/"$ctld_port"}
   conf=${conf//@FIRST_JOB_ID@/"$first_job_id"}

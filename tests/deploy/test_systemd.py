@@ -52,7 +52,7 @@ pytestmark = pytest.mark.deploy
 REPO = Path(settings.BASE_DIR)
 UNITS_DIR = REPO / "deploy" / "systemd"
 SYSUSERS = UNITS_DIR / "workload-recovery.sysusers.conf"
-CONTROLLER_PYPROJECT = REPO / "recovery" / "controller" / "pyproject.toml"
+CONTROLLER_PYPROJECT = REPO / "deploy" / "controller-wheel" / "pyproject.toml"
 
 # The installation the units assume.
 CODE_DIR = "/opt/workload-recovery"

@@ -1,6 +1,7 @@
 """End-to-end fault scenarios: real multi-node jobs on the local Slurm clusters, the whole loop.
 
-Every scenario runs on each Slurm version of the ``slurm_cluster`` fixture. On 24.11 only the
+Every scenario runs on each Slurm version of the ``slurm_cluster`` fixture, here a cluster of
+each version for the scenarios alone (``E2E_CLUSTER_ENVS``). On 24.11 only the
 scenarios in ``WR_E2E_2411_SCENARIOS`` run (default ``1 2 4 8 15``: a killed rank, a dead node,
 an Xid with a hardware verdict, a controller killed mid-recovery, a handled error then a quiet
 step; ``all`` runs every one); the others are skipped with that reason, to keep ``make test``
@@ -25,7 +26,7 @@ import pytest
 from tests.e2e.figures import REPORT, Report
 from tests.e2e.harness import Harness
 from tests.e2e.job import HERE
-from tests.slurm_fixtures import SlurmCluster
+from tests.slurm_fixtures import E2E_CLUSTER_ENVS, VERSIONS, SlurmCluster, running_cluster
 
 SCENARIOS_2411 = os.environ.get("WR_E2E_2411_SCENARIOS", "1 2 4 8 15").replace(",", " ").split()
 
@@ -50,6 +51,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                         " (WR_E2E_2411_SCENARIOS); this one runs on 22.05"
                     )
                 )
+
+
+@pytest.fixture(scope="session", params=VERSIONS, ids=lambda version: f"slurm-{version}")
+def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    """The scenarios' own cluster of each version (``E2E_CLUSTER_ENVS``): they run in a test
+    worker of their own, beside the one that runs tests/slurm on the others."""
+    yield from running_cluster(request.param, E2E_CLUSTER_ENVS[request.param])
 
 
 @pytest.fixture(scope="session")

@@ -225,3 +225,25 @@ def test_a_workload_of_another_cluster_is_not_processed(tmp_path: Path) -> None:
     summary = process_workloads(workload.cluster, [other.pk], LocalTransport())
     assert summary.workloads == 0
     assert ProgressSample.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("kept", "phase"),
+    [
+        # Kept before phases existed: Slurm's word alone, read as Slurm's.
+        ({"state": "NODE_FAIL", "exit_code": None}, Phase.NODE_FAILED),
+        ({"state": "BOOT_FAIL"}, Phase.NODE_FAILED),
+        ({"state": "SOMETHING_NEW"}, Phase.UNKNOWN),
+        ({}, Phase.UNKNOWN),
+        # Kept since: the phase the adapter gave, whatever the scheduler called it.
+        ({"phase": "timed_out", "state": "Deadline"}, Phase.TIMED_OUT),
+        ({"phase": "not-a-phase", "state": "FAILED"}, Phase.FAILED),
+    ],
+)
+def test_an_ending_kept_on_an_attempt_is_read_back_with_its_phase(
+    kept: dict[str, object], phase: Phase
+) -> None:
+    ending = SchedulerEnding.from_json(kept)
+    assert ending.phase == phase
+    assert ending.native_state == str(kept.get("state") or "")
+    assert SchedulerEnding.from_json(ending.to_json()) == ending

@@ -18,8 +18,11 @@ mkdir -p "$CKPT_DIR"
 restarts=${SLURM_RESTART_COUNT:-0}
 export MASTER_ADDR=127.0.0.1
 # Below the kernel's ephemeral range (32768-60999 by default), where the ranks' own connections
-# would take it, and away from the test clusters' Slurm ports (6817, 17001-17204).
-export MASTER_PORT=$((20000 + (SLURM_JOB_ID % 1000) * 10 + restarts % 10))
+# would take it, and away from the test clusters' Slurm ports (6817, 17001-17604). The test
+# clusters run side by side on this host's loopback, each handing out job ids from a slot of
+# 15,000,000 of its own (deploy/slurm-dev/up.sh): each slot's jobs take 2,500 ports of their own.
+id_slot=$((SLURM_JOB_ID / 15000000))
+export MASTER_PORT=$((20000 + id_slot * 2500 + (SLURM_JOB_ID % 250) * 10 + restarts % 10))
 export GLOO_SOCKET_IFNAME=lo
 export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
