@@ -112,18 +112,19 @@ class AdvisorController(Steps):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(
-            api,
-            adapter,
-            lease_seconds=lease_seconds,
-            longest_step_seconds=longest_step_seconds,
-            settle_seconds=settle_seconds,
-            poll_seconds=poll_seconds,
-            read_attempts=read_attempts,
-            backoff_seconds=backoff_seconds,
-            sleep=sleep,
-            clock=clock,
-        )
+        self.api = api
+        self.adapter = adapter
+        self.lease_seconds = lease_seconds
+        self.longest_step_seconds = longest_step_seconds
+        self.settle_seconds = settle_seconds
+        self.poll_seconds = poll_seconds
+        self.read_attempts = read_attempts
+        self.backoff_seconds = backoff_seconds
+        self.sleep = sleep
+        self.clock = clock
+        self._lease = None
+        self._acting_on = None
+        self._dispatched = 0
         self.partitions = set(partitions)
         self.executor: Executor = executor if executor is not None else SlurmExecutor()
 

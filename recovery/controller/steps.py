@@ -8,7 +8,6 @@ scheduler's restart and stop, and ``nodes.py`` into a drain or resume.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -60,33 +59,20 @@ class Steps:
     """Reading the scheduler, keeping the lease, running commands written ahead: for the
     recommendation being carried out (``_acting_on``), under its lease."""
 
-    def __init__(
-        self,
-        api: AdvisorAPI,
-        adapter: SchedulerAdapter,
-        *,
-        lease_seconds: int = DEFAULT_LEASE_SECONDS,
-        longest_step_seconds: float = LONGEST_STEP_SECONDS,
-        settle_seconds: float = 30.0,
-        poll_seconds: float = 0.5,
-        read_attempts: int = 4,
-        backoff_seconds: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.api = api
-        self.adapter = adapter
-        self.lease_seconds = lease_seconds
-        self.longest_step_seconds = longest_step_seconds
-        self.settle_seconds = settle_seconds
-        self.poll_seconds = poll_seconds
-        self.read_attempts = read_attempts
-        self.backoff_seconds = backoff_seconds
-        self.sleep = sleep
-        self.clock = clock
-        self._lease: Lease | None = None  # of the recommendation being carried out
-        self._acting_on: int | None = None  # the recommendation the commands are dispatched for
-        self._dispatched = 0  # commands dispatched for it so far
+    # Set by ``AdvisorController.__init__``, whose options they are.
+    api: AdvisorAPI
+    adapter: SchedulerAdapter
+    lease_seconds: int
+    longest_step_seconds: float
+    settle_seconds: float
+    poll_seconds: float
+    read_attempts: int
+    backoff_seconds: float
+    sleep: Callable[[float], None]
+    clock: Callable[[], float]
+    _lease: Lease | None  # of the recommendation being carried out
+    _acting_on: int | None  # the recommendation the commands are dispatched for
+    _dispatched: int  # commands dispatched for it so far
 
     # ------------------------------------------------------------------ reading the scheduler
 
