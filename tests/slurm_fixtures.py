@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -328,6 +329,28 @@ def start_cluster(version: str, env: Mapping[str, str] | None = None) -> SlurmCl
     )
 
 
+def without_earlier_jobs(cluster: SlurmCluster, timeout: float = 60) -> None:
+    """A cluster that an interrupted session left running (up.sh then leaves it as it is) still
+    holds that session's jobs and drains: cancel the jobs and resume the nodes, and wait until
+    all four are idle, as a fresh cluster's are."""
+    listed = cluster.run(["squeue", "-h", "-o", "%i"])
+    assert listed.returncode == 0, listed.stderr
+    if listed.stdout.split():
+        cluster.run(["scancel", *listed.stdout.split()])
+    drained = cluster.run(["sinfo", "-h", "-N", "-t", "drain,drng,down", "-o", "%N"])
+    for node in sorted(set(drained.stdout.split())):
+        cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    deadline = time.monotonic() + timeout
+    while True:
+        states = cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split("\n")
+        idle = {line.split()[0] for line in states if line.split()[1:] == ["idle"]}
+        if idle >= set(cluster.nodes):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"Slurm {cluster.version}: nodes not idle after {timeout:.0f} s: {states}")
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="session", params=VERSIONS, ids=lambda version: f"slurm-{version}")
 def slurm_cluster(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
     yield from running_cluster(request.param, CLUSTER_ENVS[request.param])
@@ -339,6 +362,7 @@ def running_cluster(version: str, env: Mapping[str, str]) -> Iterator[SlurmClust
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SLURM_CONF", str(cluster.conf))
         try:
+            without_earlier_jobs(cluster)
             yield cluster
         finally:
             stopped = _run_script(DOWN, cluster.env)
