@@ -272,6 +272,28 @@ def unanswering_node(slurm_cluster: SlurmCluster, adapter: SlurmAdapter) -> Iter
 def as_administrator(slurm_cluster: SlurmCluster, *args: str) -> None:
     done = slurm_cluster.run(["scontrol", "update", f"NodeName={NODE}", *args])
     assert done.returncode == 0, done.stderr
+    if "State=DOWN" in args:
+        _down_until_it_holds(slurm_cluster, args)
+
+
+def _down_until_it_holds(slurm_cluster: SlurmCluster, args: tuple[str, ...]) -> None:
+    """A registration the stopped slurmd sent before it stopped can reach slurmctld after the
+    administrator's DOWN on a busy machine, and ReturnToService=2 then brings the node back:
+    set it again until DOWN has held for a second (the stopped slurmd sends nothing more)."""
+    deadline = time.monotonic() + 10
+    held_since: float | None = None
+    while time.monotonic() < deadline:
+        state, _ = scontrol_show_node(slurm_cluster)
+        if not state.startswith("DOWN"):
+            held_since = None
+            again = slurm_cluster.run(["scontrol", "update", f"NodeName={NODE}", *args])
+            assert again.returncode == 0, again.stderr
+        elif held_since is None:
+            held_since = time.monotonic()
+        elif time.monotonic() - held_since >= 1:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{NODE} did not stay DOWN: {scontrol_show_node(slurm_cluster)}")
 
 
 def scontrol_show_node(slurm_cluster: SlurmCluster) -> tuple[str, str]:
