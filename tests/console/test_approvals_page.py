@@ -428,7 +428,11 @@ def test_no_warning_where_a_controller_called_in_seconds_ago(operator: User) -> 
 
     assert 'class="decision__wait' not in page
     assert "this will wait" not in page and "No controller" not in page
-    assert "Controllers of train-a100:" in page and "called in 10 s ago" in page
+    assert "Controllers of train-a100:" in page
+    # Ten seconds when the controller called, and a little more by the time the page is built
+    # on a busy machine.
+    called = re.search(r"called in (\d+) s ago", page)
+    assert called is not None and 10 <= int(called[1]) <= 20, called
     assert f'id="recommendation-{recommendation.pk}"' in page
 
 
