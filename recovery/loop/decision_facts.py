@@ -326,12 +326,7 @@ def capabilities_from(facts: Mapping[str, Any]) -> Capabilities:
     recorded = facts["capabilities"]
     if not isinstance(recorded, Mapping):
         return Capabilities()
-    return Capabilities(
-        requeue=recorded.get("requeue") is True,
-        exclude_on_restart=recorded.get("exclude_on_restart") is True,
-        hold=recorded.get("hold") is True,
-        drain=recorded.get("drain") is True,
-    )
+    return Capabilities.from_facts(recorded)
 
 
 # ------------------------------------------------------------- what a policy makes of them

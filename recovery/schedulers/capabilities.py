@@ -5,6 +5,8 @@ and the controller checks again before any command.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from recovery.schedulers.compat import StrEnum
@@ -58,9 +60,11 @@ class Capabilities:
         return ""
 
     def as_facts(self) -> dict[str, bool]:
-        return {
-            "requeue": self.requeue,
-            "exclude_on_restart": self.exclude_on_restart,
-            "hold": self.hold,
-            "drain": self.drain,
-        }
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_facts(cls, recorded: Mapping[str, object]) -> Capabilities:
+        """``as_facts`` read back: only a recorded ``true`` is a capability."""
+        return cls(
+            **{each.name: recorded.get(each.name) is True for each in dataclasses.fields(cls)}
+        )
